@@ -1,0 +1,70 @@
+"""Live progress on a terminal (rich), and the plain final summary.
+
+rich does the terminal work (redraw, width, ETA formatting) better than hand-written ANSI
+codes; it is used only when stderr is a terminal and the user did not ask for --quiet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aner_coord.status import StatusSnapshot
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA --"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
+
+
+def describe(snapshot: StatusSnapshot) -> str:
+    """One line: state, phase, work done of requested, throughput, ETA."""
+    unit = "rows" if snapshot.kind == "fixture" else "samples"
+    total = snapshot.total_work
+    pct = 100.0 * snapshot.accepted / total if total else 0.0
+    rate = (
+        f"{snapshot.throughput / 1e6:,.1f} M {unit}/s" if snapshot.throughput else f"-- {unit}/s"
+    )
+    phase = f" [{snapshot.phase}]" if snapshot.kind == "fixture" else ""
+    return (
+        f"{snapshot.state}{phase} {snapshot.accepted:,} of {total:,} {unit} ({pct:.1f}%), "
+        f"{rate}, {format_eta(snapshot.eta_s)}"
+    )
+
+
+class LiveProgress:
+    """Observer drawing a progress bar on stderr while the job runs."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[detail]}"),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self._task: Any = None
+
+    def __enter__(self) -> LiveProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def __call__(self, snapshot: StatusSnapshot) -> None:
+        total = snapshot.total_work
+        if self._task is None:
+            self._task = self._progress.add_task(snapshot.state, total=total, detail="")
+        self._progress.update(
+            self._task,
+            completed=snapshot.accepted,
+            description=snapshot.state,
+            detail=describe(snapshot).split(" ", 1)[1],
+        )

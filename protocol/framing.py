@@ -1,0 +1,77 @@
+"""Length-prefixed framing: a 4-byte big-endian length, then one MessagePack message.
+
+The maximum frame size is checked before any payload is buffered, so a hostile or broken
+peer cannot make us allocate more than that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgspec
+
+from protocol.errors import LocalProtocolError, RemoteProtocolError
+from protocol.messages import Message
+
+MAX_FRAME_BYTES = 1 << 20
+_HEADER = 4
+
+
+class FrameEncoder:
+    """Encodes messages into frames, reusing one buffer and one msgspec encoder."""
+
+    def __init__(self, peer: str = "local", max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._encoder = msgspec.msgpack.Encoder()
+        self._peer = peer
+        self._max = max_frame
+
+    def encode(self, message: Message) -> bytes:
+        buffer = bytearray(_HEADER)
+        self._encoder.encode_into(message, buffer, _HEADER)
+        size = len(buffer) - _HEADER
+        if size > self._max:
+            raise LocalProtocolError(self._peer, f"frame of {size} bytes exceeds {self._max}")
+        buffer[:_HEADER] = size.to_bytes(_HEADER, "big")
+        return bytes(buffer)
+
+
+class FrameDecoder:
+    """Turns a byte stream from one peer into messages; errors name that peer."""
+
+    def __init__(self, peer: str, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self.peer = peer
+        self._max = max_frame
+        self._buffer = bytearray()
+        self._decoder = msgspec.msgpack.Decoder(Message)
+
+    def feed(self, data: bytes) -> Iterator[Message]:
+        """Buffer `data` and yield every message it completes."""
+        self._buffer += data
+        while len(self._buffer) >= _HEADER:
+            size = int.from_bytes(self._buffer[:_HEADER], "big")
+            if size > self._max:
+                raise RemoteProtocolError(
+                    self.peer, f"frame of {size} bytes exceeds the maximum of {self._max}"
+                )
+            if size == 0:
+                raise RemoteProtocolError(self.peer, "empty frame")
+            end = _HEADER + size
+            if len(self._buffer) < end:
+                return
+            payload = bytes(self._buffer[_HEADER:end])
+            del self._buffer[:end]
+            try:
+                yield self._decoder.decode(payload)
+            except msgspec.DecodeError as exc:
+                raise RemoteProtocolError(self.peer, f"malformed message: {exc}") from None
+
+    def close(self) -> None:
+        """Declare end of stream: leftover bytes mean the peer stopped mid-frame."""
+        if self._buffer:
+            raise RemoteProtocolError(
+                self.peer, f"stream ended inside a frame ({len(self._buffer)} bytes left over)"
+            )
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
