@@ -9,6 +9,7 @@ wait_stopped / close`; the `Driver` serialises events into the pure job machine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -78,9 +79,7 @@ class Driver:
                 elif isinstance(instruction, StopWorkers):
                     self.backend.request_stop(instruction.reason)
                     notify = True
-                elif isinstance(instruction, WriteStatus):
-                    notify = True
-                elif isinstance(instruction, JobEnded):
+                elif isinstance(instruction, WriteStatus | JobEnded):
                     notify = True
         if notify:
             self._notify(self.machine.state.terminal)
@@ -212,9 +211,7 @@ class ProcessBackend:
                     Hello(PROTOCOL_VERSION, record.identity, record.slots, self._fingerprint)
                 )
             )
-            first = await asyncio.wait_for(
-                _read_message(transport, decoder), HANDSHAKE_TIMEOUT_S
-            )
+            first = await asyncio.wait_for(_read_message(transport, decoder), HANDSHAKE_TIMEOUT_S)
             self._check_welcome(record, first)
             window = window_for(record.slots, self._seconds_per_task)
             phase = "run"
@@ -296,10 +293,9 @@ class ProcessBackend:
         shutdown = self._encoder.encode(Shutdown(reason[:200]))
         for identity, transport in list(self._transports.items()):
             self._outgoing[identity].clear()
-            try:
+            # It is going away anyway; close() below reaps it whatever this write does.
+            with contextlib.suppress(TransportError, TimeoutError):
                 await asyncio.wait_for(transport.write(shutdown), 2.0)
-            except (TransportError, TimeoutError):
-                pass  # it is going away anyway; close() below reaps it
         await asyncio.gather(
             *(transport.close() for transport in self._transports.values()),
             return_exceptions=True,

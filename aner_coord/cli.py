@@ -51,10 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--steps", type=_positive_or_zero_int, help="gradient steps")
             p.add_argument("--rate", type=_number, help="learning rate")
         p.add_argument("--seed", type=_positive_or_zero_int, help="seed in [0, 2**64)")
-        p.add_argument("--workers", type=_positive_or_zero_int, default=0,
-                       help="local workers (0: automatic, see inventory)")
-        p.add_argument("--chunk", type=_positive_or_zero_int, default=65536,
-                       help=f"{what} per task (default 65536)")
+        p.add_argument(
+            "--workers",
+            type=_positive_or_zero_int,
+            default=0,
+            help="local workers (0: automatic, see inventory)",
+        )
+        p.add_argument(
+            "--chunk",
+            type=_positive_or_zero_int,
+            default=65536,
+            help=f"{what} per task (default 65536)",
+        )
         p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
         p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
         p.add_argument("--background", action="store_true", help="detach; watch with `status`")
@@ -74,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("cancel", help="ask a running job to stop")
     ca.add_argument("--job", required=True, metavar="DIR")
 
-    wk = sub.add_parser("worker", help="serve as a worker on stdin/stdout (started by a coordinator)")
+    wk = sub.add_parser(
+        "worker", help="serve as a worker on stdin/stdout (started by a coordinator)"
+    )
     wk.add_argument("--stdio", action="store_true", required=True)
 
     co = sub.add_parser("coordinate", help=argparse.SUPPRESS)

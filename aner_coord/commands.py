@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -28,7 +29,9 @@ def inventory_command(*, as_json: bool) -> int:
 
 
 def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    computation = "monte-carlo" if args.command == "run" else "regression"
+    computation: Literal["monte-carlo", "regression"] = (
+        "monte-carlo" if args.command == "run" else "regression"
+    )
     if getattr(args, "spec", None):
         if any(getattr(args, k) is not None for k in ("samples", "seed", "output", "cluster")):
             raise RequestError("--spec describes the whole job: give no other job options")
@@ -71,7 +74,17 @@ def job_command(args: argparse.Namespace) -> int:
         from aner_coord.background import submit
 
         return submit(job, quiet=args.quiet)
-    return run_foreground(job, quiet=args.quiet)
+    from aner_coord.sdnotify import Notifier
+
+    notifier = Notifier.from_environment()  # run by a systemd Type=notify unit
+    if notifier is None:
+        return run_foreground(job, quiet=args.quiet)
+    try:
+        return run_foreground(
+            job, quiet=args.quiet, extra_observers=(notifier,), on_ready=notifier.ready
+        )
+    finally:
+        notifier.close()
 
 
 @contextlib.contextmanager

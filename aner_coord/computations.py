@@ -153,7 +153,9 @@ class Fixture:
         if self._pass == 0:
             self.initial = metrics
         if 0 < self._pass <= self.steps:
-            self.theta = tuple(t - self.rate * g / valid for t, g in zip(self.theta, grad))
+            self.theta = tuple(
+                t - self.rate * g / valid for t, g in zip(self.theta, grad, strict=True)
+            )
             self.committed_steps += 1
         if self._pass == self.steps + 1:
             self.final = metrics

@@ -97,7 +97,8 @@ def local(workers: int = 0, chunk: int = DEFAULT_CHUNK) -> LocalExecution:
     if workers > effective:
         raise AdmissionError(
             f"{workers} workers exceed this process's effective CPU allocation of {effective} "
-            f"(see `aner parallel inventory`): use --workers {effective} or fewer, or 0 for automatic"
+            f"(see `aner parallel inventory`): use --workers {effective} or fewer, "
+            "or 0 for automatic"
         )
     return LocalExecution(workers, chunk, automatic=False)
 
@@ -113,7 +114,7 @@ def cluster(config: str | os.PathLike[str], chunk: int = DEFAULT_CHUNK) -> Clust
     effective = _effective_cpus()
     if local_slots > effective:
         raise AdmissionError(
-            f"cluster file {os.fspath(config)} gives local-pipe workers {local_slots} slots in all, "
-            f"more than this machine's effective CPU allocation of {effective}: lower their slots"
+            f"cluster file {os.fspath(config)} gives local-pipe workers {local_slots} slots "
+            f"in all, more than this machine's effective CPU allocation of {effective}: lower their slots"
         )
     return ClusterExecution(parsed, chunk)

@@ -93,11 +93,13 @@ class Coordinator:
             while not driver.ended.is_set():
                 driver.changed.clear()
                 changed = asyncio.ensure_future(driver.changed.wait())
-                await asyncio.wait({changed, cancel_wait}, timeout=TICK_S,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    {changed, cancel_wait}, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED
+                )
                 changed.cancel()
                 if self.cancel.is_set() and self.machine.state in (
-                    JobState.STARTING, JobState.RUNNING
+                    JobState.STARTING,
+                    JobState.RUNNING,
                 ):
                     driver.handle(CancelRequested("cancel requested"))
                 if self.machine.state is JobState.CANCELLING:

@@ -3,16 +3,22 @@
 Every file is written whole or not at all (temp file in the same directory, fsync, rename,
 fsync the directory), so a reader never sees a partial file. `status.json` is rewritten at a
 bounded rate, and immediately on every state change. The lock file is held with `flock` by
-the one live coordinator, with its pid inside for people.
+the one live coordinator, with its pid inside for people, and removed when it lets go.
+`aner parallel cancel` asks a live coordinator to stop by writing `cancel-request`; the
+coordinator notices through `cancel_requests()`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fcntl
+import logging
 import os
 import stat
 import tempfile
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,9 @@ LOCK = "coordinator.lock"
 LOG = "coordinator.log"
 CANCEL_REQUEST = "cancel-request"
 STATUS_MIN_INTERVAL_S = 0.5
+WATCH_TICK_MS = 1000
+
+log = logging.getLogger("aner.jobdir")
 
 
 def check_new_output(path: str | os.PathLike[str]) -> Path:
@@ -139,7 +148,11 @@ class JobLock:
         self._fd = fd
 
     def release(self) -> None:
+        # Unlink before closing: while we still hold the lock nobody else can be relying on
+        # this inode, and a finished job directory keeps no stale lock file.
         if self._fd is not None:
+            with _suppress_oserror():
+                os.unlink(self.path)
             os.close(self._fd)
             self._fd = None
 
@@ -169,3 +182,63 @@ def is_job_dir(job: Path) -> bool:
     except FileNotFoundError:
         return False
     return stat.S_ISDIR(mode) and (job / MANIFEST).exists()
+
+
+async def watch_job_dir(
+    job: Path, names: Collection[str], stop: asyncio.Event
+) -> AsyncGenerator[None, None]:
+    """Yield whenever one of `names` in the job directory changes, and at least every
+    WATCH_TICK_MS, until `stop` is set.
+
+    The tick lets callers re-check what they care about (a file's presence, the lock) even
+    when no event comes: a change made before the watch was set up, or a lock released by a
+    killed process. Without inotify (limits reached, odd filesystems) it degrades to polling
+    on the same tick rather than failing.
+    """
+    from watchfiles import awatch
+
+    def relevant(_change: object, path: str) -> bool:
+        return os.path.basename(path) in names
+
+    try:
+        changes = awatch(
+            job,
+            watch_filter=relevant,
+            step=50,
+            rust_timeout=WATCH_TICK_MS,
+            yield_on_timeout=True,
+            stop_event=stop,
+            recursive=False,
+        )
+        async with contextlib.aclosing(changes):
+            async for _ in changes:
+                yield
+        return
+    except (OSError, RuntimeError) as exc:
+        log.warning("cannot watch the job directory (%s); polling instead", exc)
+    while not stop.is_set():
+        yield
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), WATCH_TICK_MS / 1000)
+
+
+@contextlib.asynccontextmanager
+async def cancel_requests(job: Path, cancel: asyncio.Event) -> AsyncIterator[None]:
+    """While the body runs, `cancel-request` appearing in the job directory sets `cancel`."""
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        request = job / CANCEL_REQUEST
+        async with contextlib.aclosing(watch_job_dir(job, {CANCEL_REQUEST}, stop)) as ticks:
+            async for _ in ticks:
+                if request.exists():
+                    log.info("cancel requested through %s", CANCEL_REQUEST)
+                    cancel.set()
+                    return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        stop.set()
+        await watcher

@@ -8,6 +8,7 @@ nothing; `execute()` runs a prepared job, optionally inside a job directory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import time
@@ -95,10 +96,9 @@ def prepare(spec: JobSpec, *, execution: Execution | None = None) -> PreparedJob
 
 
 def manifest_of(job: PreparedJob) -> dict[str, object]:
+    from aner_coord import __version__
     from aner_worker.contract import source_fingerprint
     from aner_worker.inventory import current
-
-    from aner_coord import __version__
 
     spec = job.spec
     request: dict[str, object] = {"samples": spec.samples, "seed": spec.seed}
@@ -168,8 +168,10 @@ async def execute(
     cancel: asyncio.Event | None = None,
     on_ready: Callable[[], None] | None = None,
 ) -> Outcome:
-    """Run a prepared job; with an output directory, write its files as SPEC section 7 says."""
+    """Run a prepared job; with an output directory, write its files as SPEC section 7 says
+    and honour `aner parallel cancel` (a `cancel-request` file) as well as `cancel`."""
     observers = list(observers)
+    cancel = cancel if cancel is not None else asyncio.Event()
     lock: jobdir.JobLock | None = None
     out = job.output
     if out is not None:
@@ -179,12 +181,16 @@ async def execute(
         jobdir.write_json(out / jobdir.MANIFEST, manifest_of(job))
         observers.insert(0, jobdir.StatusWriter(out))
     try:
+        # Before the Coordinator is built: it copies the list.
+        if on_ready is not None:
+            observers.append(_once(on_ready))
         coordinator = Coordinator(
             job.computation, job.execution, kind=job.kind, observers=observers, cancel=cancel
         )
-        if on_ready is not None:
-            observers.append(_once(on_ready))
-        report = await coordinator.run()
+        async with (
+            jobdir.cancel_requests(out, cancel) if out is not None else contextlib.nullcontext()
+        ):
+            report = await coordinator.run()
         result = result_of(job, report) if report.state is JobState.COMPLETED else None
         if out is not None and result is not None:
             jobdir.write_json(out / jobdir.RESULT, result.to_dict())

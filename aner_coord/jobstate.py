@@ -275,7 +275,7 @@ class JobMachine:
                 remaining = self.n_chunks - self._next_chunk
                 reserved = len(self._never_served) - (name in self._never_served)
                 if remaining <= reserved:
-                    return out
+                    continue  # the rest is held for unserved workers, who may come later
                 out.append(self._send(name))
                 progressed = True
         return out

@@ -6,7 +6,8 @@
 
 Calls are synchronous for the caller (they also work inside a running event loop, as in
 Jupyter). Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran),
-`JobFailed` for a failed job (its message names the worker and phase), `JobCancelled` if it was cancelled.
+`JobFailed` for a failed job (its message names the worker and phase), `JobCancelled` if
+it was cancelled.
 """
 
 from __future__ import annotations

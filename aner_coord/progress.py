@@ -14,7 +14,7 @@ from aner_coord.status import StatusSnapshot
 def format_eta(seconds: float | None) -> str:
     if seconds is None:
         return "ETA --"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
@@ -25,9 +25,7 @@ def describe(snapshot: StatusSnapshot) -> str:
     unit = "rows" if snapshot.kind == "fixture" else "samples"
     total = snapshot.total_work
     pct = 100.0 * snapshot.accepted / total if total else 0.0
-    rate = (
-        f"{snapshot.throughput / 1e6:,.1f} M {unit}/s" if snapshot.throughput else f"-- {unit}/s"
-    )
+    rate = f"{snapshot.throughput / 1e6:,.1f} M {unit}/s" if snapshot.throughput else f"-- {unit}/s"
     phase = f" [{snapshot.phase}]" if snapshot.kind == "fixture" else ""
     return (
         f"{snapshot.state}{phase} {snapshot.accepted:,} of {total:,} {unit} ({pct:.1f}%), "

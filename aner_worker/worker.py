@@ -22,8 +22,10 @@ from protocol import (
     PROTOCOL_VERSION,
     FrameDecoder,
     FrameEncoder,
+    FxResult,
     FxTask,
     Hello,
+    McResult,
     McTask,
     ProtocolError,
     Refused,
@@ -100,7 +102,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     pool = ThreadPoolExecutor(max_workers=hello.slots, thread_name_prefix="aner-slot")
     queued = threading.Semaphore(hello.slots * MAX_QUEUED_PER_SLOT)
 
-    def finished(task: McTask | FxTask, future: Future[object]) -> None:
+    def finished(task: McTask | FxTask, future: Future[McResult | FxResult]) -> None:
         queued.release()
         error = future.exception()
         if error is None:
@@ -152,13 +154,9 @@ def _first_message(fd: int, decoder: FrameDecoder) -> object | None:
 
 def _refusal(hello: Hello, fingerprint: str, effective: int) -> str | None:
     if hello.protocol != PROTOCOL_VERSION:
-        return (
-            f"protocol version differs (coordinator {hello.protocol}, worker {PROTOCOL_VERSION})"
-        )
+        return f"protocol version differs (coordinator {hello.protocol}, worker {PROTOCOL_VERSION})"
     if hello.fingerprint != fingerprint:
-        return (
-            f"source contract differs (coordinator {hello.fingerprint}, worker {fingerprint})"
-        )
+        return f"source contract differs (coordinator {hello.fingerprint}, worker {fingerprint})"
     if not 1 <= hello.slots <= effective:
         return (
             f"assigned {hello.slots} slots but this worker's effective CPU allocation is "

@@ -15,7 +15,7 @@ class _Wire(msgspec.Struct, frozen=True, array_like=True):
     """Base of every wire message: frozen, and encoded as a compact array led by its tag."""
 
 
-class Hello(_Wire, tag="hello"):
+class Hello(_Wire, frozen=True, tag="hello"):
     """Coordinator -> worker, first frame: who it is to the job and what it may use."""
 
     protocol: int
@@ -24,7 +24,7 @@ class Hello(_Wire, tag="hello"):
     fingerprint: str
 
 
-class Welcome(_Wire, tag="welcome"):
+class Welcome(_Wire, frozen=True, tag="welcome"):
     """Worker -> coordinator: the handshake succeeded on the worker's side."""
 
     protocol: int
@@ -34,7 +34,7 @@ class Welcome(_Wire, tag="welcome"):
     slots: int
 
 
-class Refused(_Wire, tag="refused"):
+class Refused(_Wire, frozen=True, tag="refused"):
     """Worker -> coordinator: the worker will not serve this job, and why."""
 
     reason: str
@@ -42,7 +42,7 @@ class Refused(_Wire, tag="refused"):
     fingerprint: str
 
 
-class McTask(_Wire, tag="mc_task"):
+class McTask(_Wire, frozen=True, tag="mc_task"):
     """Count Monte Carlo hits for global samples [start, start + count)."""
 
     task_id: int
@@ -51,7 +51,7 @@ class McTask(_Wire, tag="mc_task"):
     count: int
 
 
-class McResult(_Wire, tag="mc_result"):
+class McResult(_Wire, frozen=True, tag="mc_result"):
     """Hits for the range named by the task it answers."""
 
     task_id: int
@@ -60,7 +60,7 @@ class McResult(_Wire, tag="mc_result"):
     hits: int
 
 
-class FxTask(_Wire, tag="fx_task"):
+class FxTask(_Wire, frozen=True, tag="fx_task"):
     """Fixture pass over rows [start, start + count) with frozen parameters theta (9 floats)."""
 
     task_id: int
@@ -70,7 +70,7 @@ class FxTask(_Wire, tag="fx_task"):
     theta: tuple[float, ...]
 
 
-class FxResult(_Wire, tag="fx_result"):
+class FxResult(_Wire, frozen=True, tag="fx_result"):
     """Sufficient statistics of one fixture range: gradient sums, loss sum, counts."""
 
     task_id: int
@@ -82,14 +82,14 @@ class FxResult(_Wire, tag="fx_result"):
     valid: int
 
 
-class TaskFailed(_Wire, tag="task_failed"):
+class TaskFailed(_Wire, frozen=True, tag="task_failed"):
     """Worker -> coordinator: a task raised instead of producing a result."""
 
     task_id: int
     reason: str
 
 
-class Shutdown(_Wire, tag="shutdown"):
+class Shutdown(_Wire, frozen=True, tag="shutdown"):
     """Coordinator -> worker: stop taking tasks, drop queued ones, exit."""
 
     reason: str = ""

@@ -1,3 +1,3 @@
-"""Protocol version: bumped whenever a message changes meaning (appending a defaulted field does not)."""
+"""Protocol version: bumped when a message changes meaning (a defaulted field appended does not)."""
 
 PROTOCOL_VERSION = 1

@@ -1,0 +1,340 @@
+"""Detached background jobs: `run/regression --background` and the coordinator it starts.
+
+`submit()` re-executes this program as `aner parallel coordinate` in a new session (no
+terminal, stdin from /dev/null) rather than double-forking, and waits on a pipe for a
+readiness line from it:
+
+    READY\\n                       the job directory is locked, its manifest and first
+                                   status are written: the job is the coordinator's now
+    ERROR <code> <message>\\n      it failed before that (exit code 2 or 3)
+    end of file, no line           it died (its stderr tail says why)
+
+Until the directory exists the child's stdout and stderr go to an unlinked temporary file
+that the parent can still read when the child dies early; once ready, the child copies that
+file into `coordinator.log` in the job directory and points its stdout and stderr there.
+
+The coordinator then runs the job like the foreground does, minus the display: SIGTERM and
+SIGINT cancel gracefully, and `aner parallel cancel` reaches it through the job directory's
+`cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
+public identity only, never by endpoint or path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+from aner_coord import jobdir
+from aner_coord.errors import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    AnerError,
+    RequestError,
+)
+from aner_coord.jobs import JobSpec, Outcome, PreparedJob, execute, prepare
+from aner_coord.jobstate import JobState
+from aner_coord.progress import describe
+from aner_coord.status import StatusSnapshot
+
+READY_TIMEOUT_S = 180.0  # a first run on this machine may compile the kernels
+REAP_TIMEOUT_S = 30.0
+READY = b"READY"
+ERROR = b"ERROR"
+PROGRESS_LOG_INTERVAL_S = 10.0
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+log = logging.getLogger("aner.background")
+
+
+# --------------------------------------------------------------------------- submit
+
+
+def submit(job: PreparedJob, *, quiet: bool, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
+    """Start `job` under a detached coordinator; return once it is ready (0) or has failed."""
+    if job.output is None:
+        raise RequestError(
+            "--background needs --output DIR: the job directory is how you follow it"
+        )
+    output = job.output.absolute()
+    # The child starts in `/` (it must not pin the user's working directory), so every path
+    # in its spec is made absolute here.
+    cluster = job.spec.cluster
+    spec = msgspec.structs.replace(
+        job.spec,
+        output=str(output),
+        cluster=None if cluster is None else str(Path(cluster).absolute()),
+    )
+    # The child must not answer to a systemd unit that started *us*.
+    env = {key: value for key, value in os.environ.items() if key != "NOTIFY_SOCKET"}
+    read_end, write_end = os.pipe()
+    with tempfile.TemporaryFile(prefix="aner-coordinator-", suffix=".log") as early_log:
+        try:
+            try:
+                child = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-P",  # no working-directory entry on sys.path to shadow our packages
+                        "-m",
+                        "aner_coord",
+                        "parallel",
+                        "coordinate",
+                        "--spec-json",
+                        msgspec.json.encode(spec).decode(),
+                        "--ready-fd",
+                        str(write_end),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=early_log,
+                    stderr=early_log,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                    cwd="/",
+                    env=env,
+                )
+            finally:
+                os.close(write_end)  # only the child holds it now: its death means EOF
+            try:
+                line = _read_line(read_end, ready_timeout_s)
+            except BaseException:  # timeout or Ctrl-C: a coordinator nobody waits for must go
+                _kill_session(child)
+                raise
+            return _report_start(child, line, early_log, output, quiet)
+        finally:
+            os.close(read_end)
+
+
+class _NotReady(AnerError):
+    exit_code = EXIT_FAILED
+
+
+def _read_line(fd: int, timeout_s: float) -> bytes:
+    """The child's first line, or b"" at end of file; _NotReady after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise _NotReady(
+                f"the background coordinator was not ready after {timeout_s:g} s and was stopped"
+            )
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return b""
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+def _kill_session(child: subprocess.Popen[bytes]) -> None:
+    # Its own session, started by us a moment ago: the group is exactly the coordinator and
+    # any worker it spawned, never a process found by name.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _reap(child: subprocess.Popen[bytes]) -> int:
+    """The exit status of a child that said it is ending (or died)."""
+    try:
+        return child.wait(REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_session(child)
+        return child.wait()
+
+
+def _report_start(
+    child: subprocess.Popen[bytes],
+    line: bytes,
+    early_log: IO[bytes],
+    output: Path,
+    quiet: bool,
+) -> int:
+    if line == READY:
+        # The coordinator is meant to outlive us; Popen would warn that it still runs.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            pid = child.pid
+            del child
+        if not quiet:
+            where = shlex.quote(str(output))
+            print(f"job started in the background: {output} (coordinator pid {pid})")
+            print(f"  watch:  aner parallel status --job {where} --watch")
+            print(f"  cancel: aner parallel cancel --job {where}")
+        return EXIT_OK
+    if line.startswith(ERROR + b" "):
+        _reap(child)
+        _, code, message = [*line.decode(errors="replace").split(" ", 2), ""][:3]
+        exit_code = int(code) if code in (str(EXIT_INVALID), str(EXIT_FAILED)) else EXIT_FAILED
+        print(f"aner: {message}", file=sys.stderr)
+        return exit_code
+    status = _reap(child)
+    early_log.seek(0)
+    lines = [t for t in early_log.read().decode(errors="replace").splitlines() if t.strip()]
+    why = f": {lines[-1].strip()}" if lines else ""
+    print(
+        f"aner: the background coordinator exited (status {status}) before it was ready{why}",
+        file=sys.stderr,
+    )
+    return EXIT_FAILED
+
+
+# --------------------------------------------------------------------------- coordinator
+
+
+def coordinate_command(spec_json: str, ready_fd: int) -> int:
+    """The detached coordinator: `aner parallel coordinate`, started only by `submit()`."""
+    try:
+        os.set_inheritable(ready_fd, False)  # workers must not keep the submitter waiting
+    except OSError:
+        raise RequestError(f"--ready-fd {ready_fd} is not an open descriptor") from None
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event
+    ready = _Readiness(ready_fd)
+    try:
+        spec = msgspec.json.decode(spec_json, type=JobSpec)
+        job = prepare(spec)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        ready.error(EXIT_INVALID, f"invalid job spec from the submitting process: {exc}")
+        return EXIT_INVALID
+    except AnerError as exc:
+        ready.error(exc.exit_code, str(exc))
+        return exc.exit_code
+    assert job.output is not None
+    log.info(
+        "coordinator pid %d: %s job, %s %s, seed %d, plan %s",
+        os.getpid(),
+        spec.computation,
+        f"{spec.samples:,}",
+        "rows" if spec.computation == "regression" else "samples",
+        spec.seed,
+        msgspec.json.encode(job.execution.describe()).decode(),  # identities, never endpoints
+    )
+    try:
+        outcome = _run(job, ready)
+    except AnerError as exc:
+        ready.error(exc.exit_code, str(exc))
+        log.error("%s", exc)
+        return exc.exit_code
+    except Exception as exc:
+        ready.error(EXIT_FAILED, f"the background coordinator failed: {type(exc).__name__}: {exc}")
+        log.exception("coordinator failed")
+        return EXIT_FAILED
+    finally:
+        ready.close()
+    return _log_outcome(outcome)
+
+
+class _Readiness:
+    """The write end of the readiness pipe: one line, then closed."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def _send(self, line: str) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):  # the submitter was killed: the job goes on
+            os.write(self._fd, line.encode() + b"\n")
+        self.close()
+
+    def ready(self) -> None:
+        self._send(READY.decode())
+
+    def error(self, code: int, message: str) -> None:
+        self._send(f"{ERROR.decode()} {code} {' '.join(message.split())}")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _run(job: PreparedJob, ready: _Readiness) -> Outcome:
+    from aner_coord.runner import run_sync
+
+    assert job.output is not None
+    output = job.output
+
+    def on_ready() -> None:
+        _adopt_log(output / jobdir.LOG)
+        log.info("ready: lock held, manifest and first status written")
+        ready.ready()
+
+    async def main() -> Outcome:
+        cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, _cancel_on, sig, cancel)
+        try:
+            return await execute(job, observers=[_ProgressLog()], cancel=cancel, on_ready=on_ready)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    return run_sync(main())
+
+
+def _cancel_on(sig: signal.Signals, cancel: asyncio.Event) -> None:
+    if not cancel.is_set():
+        log.info("%s received: cancelling", sig.name)
+    cancel.set()
+
+
+def _adopt_log(path: Path) -> None:
+    """Copy what we logged so far into `path` and send stdout and stderr there from now on."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    offset = 0
+    try:
+        while chunk := os.pread(2, 65536, offset):
+            os.write(fd, chunk)
+            offset += len(chunk)
+    except OSError:
+        pass  # stderr was not our temporary file (run by hand): nothing to carry over
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+class _ProgressLog:
+    """Observer logging state changes at once and progress every PROGRESS_LOG_INTERVAL_S."""
+
+    def __init__(self) -> None:
+        self._state: str | None = None
+        self._last = 0.0
+
+    def __call__(self, snapshot: StatusSnapshot) -> None:
+        now = time.monotonic()
+        if snapshot.state != self._state or now - self._last >= PROGRESS_LOG_INTERVAL_S:
+            self._state = snapshot.state
+            self._last = now
+            log.info("%s", describe(snapshot))
+
+
+def _log_outcome(outcome: Outcome) -> int:
+    report = outcome.report
+    if report.state is JobState.COMPLETED:
+        assert outcome.result is not None
+        log.info("completed: %s", outcome.result.summary())
+        return EXIT_OK
+    if report.state is JobState.CANCELLED:
+        log.info("cancelled; partial counts are diagnostic only: %s", describe(report.snapshot))
+        return EXIT_CANCELLED
+    log.error("failed: %s", report.error)
+    return EXIT_FAILED

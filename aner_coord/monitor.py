@@ -1,0 +1,365 @@
+"""`aner parallel status` and `aner parallel cancel`: observe a job directory from outside.
+
+A monitor only reads: `status.json` for the last snapshot the coordinator confirmed, and the
+lock for whether that coordinator still lives. The observed state is the recorded one, or
+COORDINATOR_OFFLINE when the record is not terminal and nobody holds the lock (SPEC section
+7). The lock is probed *before* the status is read: a coordinator that ends between the two
+has written its terminal status first, so an ending job is never mistaken for a dead one.
+A recorded terminal state is final only once the coordinator has let go of the lock, because
+it writes `result.json` after its last status.
+
+`cancel` writes one file, `cancel-request`, which the coordinator watches; it never signals
+a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from aner_coord import jobdir
+from aner_coord.errors import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_OFFLINE,
+    EXIT_OK,
+    AnerError,
+    RequestError,
+)
+from aner_coord.progress import describe, format_eta
+from aner_coord.status import StatusSnapshot
+
+OFFLINE = "COORDINATOR_OFFLINE"
+EXIT_INTERRUPTED = 130
+SETTLE_S = 2.0  # how long a one-shot look waits for an ending coordinator to let go
+CANCEL_WAIT_S = 60.0
+_EXIT_BY_STATE = {
+    "STARTING": EXIT_OK,
+    "RUNNING": EXIT_OK,
+    "CANCELLING": EXIT_OK,  # still running, as far as a script is concerned
+    "COMPLETED": EXIT_OK,
+    "FAILED": EXIT_FAILED,
+    "CANCELLED": EXIT_CANCELLED,
+    OFFLINE: EXIT_OFFLINE,
+}
+
+
+class CoordinatorOffline(AnerError):
+    """The coordinator died before it wrote any status: there is no snapshot to show."""
+
+    exit_code = EXIT_OFFLINE
+
+
+@dataclass(frozen=True)
+class Observation:
+    snapshot: StatusSnapshot
+    state: str  # observed: the recorded state, or COORDINATOR_OFFLINE
+    lock_held: bool
+    age_s: float  # since the snapshot was written
+    note: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_BY_STATE.get(self.state, EXIT_FAILED)
+
+    @property
+    def final(self) -> bool:
+        """Nothing will change any more: ended and let go, or no coordinator at all."""
+        return not self.lock_held and (self.snapshot.terminal or self.state == OFFLINE)
+
+    def to_json(self, *, indent: int = 2) -> bytes:
+        """The snapshot as `status.json` has it, plus what the monitor observed."""
+        data = msgspec.to_builtins(self.snapshot)
+        data.update(
+            observed_state=self.state,
+            snapshot_age_s=round(self.age_s, 3),
+            lock_held=self.lock_held,
+            note=self.note,
+        )
+        encoded = msgspec.json.encode(data)
+        return msgspec.json.format(encoded, indent=indent) if indent else encoded
+
+
+# --------------------------------------------------------------------------- observing
+
+
+def check_job_dir(job: Path) -> None:
+    """Refuse (exit 2) anything that is not a readable job directory, saying what it is."""
+    if not os.path.lexists(job):
+        raise RequestError(f"no job directory at {job}: check the --job path")
+    if not job.is_dir():
+        raise RequestError(f"{job} is not a directory: --job takes a job directory")
+    if not os.access(job, os.R_OK | os.X_OK):
+        raise RequestError(f"cannot read job directory {job}: permission denied")
+    if not jobdir.is_job_dir(job):
+        raise RequestError(f"{job} is not an aner job directory (it has no {jobdir.MANIFEST})")
+
+
+def observe(job: Path, *, settle_s: float = 0.0) -> Observation:
+    """One look at the job. With settle_s, wait that long for an ending coordinator to
+    release its lock (and a starting one to write its first status)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        held = jobdir.lock_is_held(job)
+        try:
+            snapshot = jobdir.read_status(job)
+        except FileNotFoundError:
+            if not held:
+                raise CoordinatorOffline(
+                    f"job {job}: {OFFLINE}: its coordinator ended before writing any status"
+                ) from None
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            raise RequestError(f"job {job} is starting: no status yet, try again") from None
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RequestError(
+                f"{job / jobdir.STATUS} is not a status this aner reads: {exc}"
+            ) from None
+        if held and snapshot.terminal and time.monotonic() < deadline:
+            time.sleep(0.05)
+            continue
+        return _judge(job, snapshot, held)
+
+
+def _judge(job: Path, snapshot: StatusSnapshot, held: bool) -> Observation:
+    age = max(0.0, time.time() - snapshot.updated_at)
+    if held or (snapshot.terminal and snapshot.state != "COMPLETED"):
+        return Observation(snapshot, snapshot.state, held, age)
+    if snapshot.terminal:
+        if (job / jobdir.RESULT).exists():
+            return Observation(snapshot, snapshot.state, held, age)
+        # COMPLETED is only true with its result; the coordinator died in between.
+        note = f"status says COMPLETED but the coordinator ended before writing {jobdir.RESULT}"
+        return Observation(snapshot, OFFLINE, held, age, note)
+    note = "no process holds the job's lock: the coordinator is gone"
+    return Observation(snapshot, OFFLINE, held, age, note)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _unit(snapshot: StatusSnapshot) -> str:
+    return "rows" if snapshot.kind == "fixture" else "samples"
+
+
+def render_lines(job: Path, obs: Observation) -> list[str]:
+    """The human view: state, work done of requested, throughput, ETA, workers, error."""
+    snap = obs.snapshot
+    unit = _unit(snap)
+    total = snap.total_work
+    pct = 100.0 * snap.accepted / total if total else 0.0
+    if obs.state == OFFLINE:
+        state = (
+            f"{OFFLINE} (last confirmed snapshot: {snap.state}, seq {snap.seq}, "
+            f"{obs.age_s:.1f} s old)"
+        )
+    else:
+        state = f"{obs.state} (seq {snap.seq}, updated {obs.age_s:.1f} s ago)"
+    rate = f"{snap.throughput / 1e6:,.1f} M {unit}/s" if snap.throughput else f"-- {unit}/s"
+    lines = [
+        f"job       {job}",
+        f"state     {state}",
+        f"work      {snap.accepted:,} of {total:,} {unit} ({pct:.1f}%)",
+        f"rate      {rate}",
+        f"eta       {format_eta(snap.eta_s).removeprefix('ETA ')}",
+        f"elapsed   {snap.elapsed_s:.1f} s",
+    ]
+    if snap.kind == "fixture":
+        lines.append(f"pass      {snap.pass_index} of {snap.passes} ({snap.phase})")
+        if snap.committed_steps is not None:
+            lines.append(f"steps     {snap.committed_steps} committed")
+    for i, worker in enumerate(snap.workers):
+        slots = "slot" if worker.slots == 1 else "slots"
+        lines.append(
+            f"{'workers' if i == 0 else '':<9} {worker.identity}: {worker.slots} {slots}, "
+            f"{worker.items:,} {unit}, {worker.chunks:,} chunks"
+        )
+    if snap.error:
+        lines.append(f"error     {snap.error}")
+    if obs.note:
+        lines.append(f"note      {obs.note}")
+    if obs.state == OFFLINE:
+        lines.append(
+            "          this version does not resume jobs: start it again with a new --output"
+        )
+    if obs.state == "COMPLETED":
+        lines.append(f"result    {job / jobdir.RESULT}")
+    return lines
+
+
+def render_line(obs: Observation) -> str:
+    """One line per change, for a monitor whose stdout is not a terminal."""
+    if obs.state == OFFLINE:
+        return f"{OFFLINE}: last confirmed snapshot {obs.age_s:.1f} s old: {describe(obs.snapshot)}"
+    return describe(obs.snapshot)
+
+
+# --------------------------------------------------------------------------- status
+
+
+def status_command(job: str, *, as_json: bool, watch: bool) -> int:
+    path = Path(job)
+    check_job_dir(path)
+    if watch:
+        return _watch(path, as_json=as_json)
+    obs = observe(path, settle_s=SETTLE_S)
+    if as_json:
+        sys.stdout.buffer.write(obs.to_json() + b"\n")
+    else:
+        print("\n".join(render_lines(path, obs)))
+    return obs.exit_code
+
+
+def _watch(job: Path, *, as_json: bool) -> int:
+    from aner_coord.runner import run_sync
+
+    if as_json or not sys.stdout.isatty():
+        obs = run_sync(follow(job, _JsonLines() if as_json else _PlainLines()))
+    else:
+        with _LiveView(job) as view:
+            obs = run_sync(follow(job, view))
+    if obs is None:
+        print("aner: stopped watching; the job itself goes on", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return obs.exit_code
+
+
+async def follow(
+    job: Path,
+    show: Callable[[Observation, bool], None],
+    *,
+    timeout_s: float | None = None,
+) -> Observation | None:
+    """Observe the job on every change of its files, and at least every second, until it is
+    final (returned), Ctrl-C (None) or timeout_s (the last observation)."""
+    stop = asyncio.Event()
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    timer = loop.call_later(timeout_s, stop.set) if timeout_s is not None else None
+    names = {jobdir.STATUS, jobdir.LOCK, jobdir.RESULT}
+    last_key: tuple[int, str] | None = None
+    obs = observe(job)
+    try:
+        async with contextlib.aclosing(jobdir.watch_job_dir(job, names, stop)) as ticks:
+            while True:
+                key = (obs.snapshot.seq, obs.state)
+                show(obs, key != last_key)
+                last_key = key
+                if obs.final or stop.is_set():
+                    break
+                async for _ in ticks:
+                    break
+                if interrupted:
+                    break
+                obs = observe(job)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        if timer is not None:
+            timer.cancel()
+    return None if interrupted else obs
+
+
+class _PlainLines:
+    def __call__(self, obs: Observation, changed: bool) -> None:
+        if changed:
+            print(render_line(obs), flush=True)
+
+
+class _JsonLines:
+    def __call__(self, obs: Observation, changed: bool) -> None:
+        if changed:
+            sys.stdout.buffer.write(obs.to_json(indent=0) + b"\n")
+            sys.stdout.flush()
+
+
+class _LiveView:
+    """Redraws the human view in place on a terminal (rich), every change and every tick."""
+
+    def __init__(self, job: Path) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self._job = job
+        self._live = Live(console=Console(), auto_refresh=False, transient=False)
+
+    def __enter__(self) -> _LiveView:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.stop()
+
+    def __call__(self, obs: Observation, changed: bool) -> None:
+        from rich.text import Text
+
+        self._live.update(Text("\n".join(render_lines(self._job, obs))), refresh=True)
+
+
+# --------------------------------------------------------------------------- cancel
+
+
+def cancel_command(job: str) -> int:
+    from aner_coord.runner import run_sync
+
+    path = Path(job)
+    if os.path.isdir(path) and not jobdir.owner_matches(path):
+        raise RequestError(
+            f"job {path} belongs to another user (uid {os.stat(path).st_uid}): "
+            "only its owner can cancel it"
+        )
+    check_job_dir(path)
+    obs = observe(path, settle_s=SETTLE_S)
+    if obs.state == OFFLINE:
+        print(
+            f"aner: job {path} is {OFFLINE} (last confirmed state {obs.snapshot.state}, "
+            f"{obs.age_s:.1f} s ago): there is no coordinator to cancel",
+            file=sys.stderr,
+        )
+        return obs.exit_code
+    if obs.snapshot.terminal:
+        print(f"job {path} has already ended: {obs.state}; nothing to cancel")
+        return obs.exit_code
+    request = f"cancel requested by uid {os.getuid()} at {time.time():.3f}\n"
+    jobdir.write_atomic(path / jobdir.CANCEL_REQUEST, request.encode())
+    print(f"cancel requested; waiting up to {CANCEL_WAIT_S:g} s for job {path} to stop")
+    end = run_sync(follow(path, lambda _obs, _changed: None, timeout_s=CANCEL_WAIT_S))
+    if end is None:
+        print("aner: stopped waiting; the cancel request stands", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _report_cancel(path, end)
+
+
+def _report_cancel(job: Path, obs: Observation) -> int:
+    snap = obs.snapshot
+    if obs.state == "CANCELLED":
+        print(f"job {job} CANCELLED; partial counts are diagnostic only: {describe(snap)}")
+    elif obs.state == "COMPLETED":
+        print(f"job {job} COMPLETED before the cancel took effect: {job / jobdir.RESULT}")
+    elif obs.state == "FAILED":
+        print(f"aner: job {job} FAILED: {snap.error}", file=sys.stderr)
+    elif obs.state == OFFLINE:
+        print(f"aner: job {job} is {OFFLINE}: its coordinator is gone", file=sys.stderr)
+    else:
+        print(
+            f"aner: job {job} is still {obs.state} after {CANCEL_WAIT_S:g} s; the request "
+            f"stands: follow it with `aner parallel status --job {job} --watch`",
+            file=sys.stderr,
+        )
+    return obs.exit_code

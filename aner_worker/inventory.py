@@ -1,0 +1,530 @@
+"""The local CPU and memory allocation this process may really use.
+
+`collect()` reads the affinity mask, the cgroup (v1 or v2) CPU quota and memory limit, and the
+machine's memory, and derives from them the effective CPU count that admission and the
+automatic worker policy rely on. It never guesses: a value it cannot determine is ``None`` and
+gets a note that starts with the field's name (``"physical_cores: ..."``), never a 0.
+
+Effective CPUs, the exact rule:
+
+    effective_cpus = max(1, min(len(affinity), floor(cgroup_quota_cpus), logical_cpus))
+
+where each term takes part only when it is known, and the quota term is at least 1 (a quota of
+0.5 CPU still runs one worker, just slowly). A fractional quota rounds down: 1.5 CPUs of
+bandwidth gives 1, because two busy workers would be throttled. With nothing known the result
+is 1, with notes saying why.
+
+The cgroup quota is the tightest one found walking from the process's own cgroup up to the
+root of the hierarchy, because every ancestor's bandwidth limit applies too (both versions).
+When the process's cgroup path from ``/proc/self/cgroup`` does not exist under the mount (a
+container without a cgroup namespace sees its host path), the hierarchy root is read instead.
+The memory limit is found the same way.
+
+Automatic workers: ``auto_workers = min(effective_cpus, LOCAL_WORKER_LIMIT)``. The effective
+count already respects affinity and quota, so one CPU-bound worker per effective CPU neither
+oversubscribes the allocation nor leaves it idle.
+
+This module stays cheap to import (no numba); psutil is imported only inside `collect()`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import platform as _platform
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "LOCAL_WORKER_LIMIT",
+    "SCHEMA",
+    "Inventory",
+    "collect",
+    "current",
+    "format_table",
+]
+
+LOCAL_WORKER_LIMIT = 256
+"""Admission limit on local CPU workers (SPEC section 3)."""
+
+SCHEMA = "aner-inventory/v1"
+"""Identity of the `Inventory.to_dict()` layout, for manifests and `--json` readers."""
+
+# cgroup v1 reports "no limit" as LONG_MAX rounded down to a page (9223372036854771712 with
+# 4 KiB pages, a little less with larger pages); no real limit comes anywhere near 2**62.
+_V1_UNLIMITED_THRESHOLD = 2**62
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What this process may use; ``None`` means unknown or unlimited (see `notes`)."""
+
+    logical_cpus: int | None
+    physical_cores: int | None
+    affinity: tuple[int, ...] | None
+    cgroup_version: int | None
+    cgroup_quota_cpus: float | None
+    effective_cpus: int
+    auto_workers: int
+    auto_rule: str
+    memory_total: int | None
+    memory_available: int | None
+    memory_cgroup_limit: int | None
+    platform: dict[str, str]
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON-ready form used by ``aner parallel inventory --json`` and run manifests."""
+        return {
+            "schema": SCHEMA,
+            "logical_cpus": self.logical_cpus,
+            "physical_cores": self.physical_cores,
+            "affinity": None if self.affinity is None else list(self.affinity),
+            "cgroup_version": self.cgroup_version,
+            "cgroup_quota_cpus": self.cgroup_quota_cpus,
+            "effective_cpus": self.effective_cpus,
+            "auto_workers": self.auto_workers,
+            "auto_rule": self.auto_rule,
+            "local_worker_limit": LOCAL_WORKER_LIMIT,
+            "memory_total": self.memory_total,
+            "memory_available": self.memory_available,
+            "memory_cgroup_limit": self.memory_cgroup_limit,
+            "platform": dict(self.platform),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class _Cgroups:
+    """The cgroup findings, before they are folded into an `Inventory`."""
+
+    version: int | None
+    quota_cpus: float | None
+    memory_limit: int | None
+
+
+def collect(
+    *,
+    cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+    proc_self_cgroup: str | os.PathLike[str] = "/proc/self/cgroup",
+) -> Inventory:
+    """Discover the allocation now. The paths exist so tests can point at fixture trees."""
+    notes: list[str] = []
+
+    logical = os.cpu_count()
+    if logical is None:
+        notes.append("logical_cpus: os.cpu_count() could not determine the CPU count")
+
+    affinity = _affinity(notes)
+    physical, memory_total, memory_available = _psutil_facts(notes)
+    cgroups = _cgroups(Path(cgroup_root), Path(proc_self_cgroup), notes)
+
+    effective, derivation = _effective_cpus(logical, affinity, cgroups.quota_cpus, notes)
+    auto = min(effective, LOCAL_WORKER_LIMIT)
+    rule = (
+        f"automatic workers = effective CPUs ({effective} = {derivation}), "
+        f"capped at {LOCAL_WORKER_LIMIT} local workers"
+    )
+
+    return Inventory(
+        logical_cpus=logical,
+        physical_cores=physical,
+        affinity=affinity,
+        cgroup_version=cgroups.version,
+        cgroup_quota_cpus=cgroups.quota_cpus,
+        effective_cpus=effective,
+        auto_workers=auto,
+        auto_rule=rule,
+        memory_total=memory_total,
+        memory_available=memory_available,
+        memory_cgroup_limit=cgroups.memory_limit,
+        platform=_platform_identity(),
+        notes=tuple(notes),
+    )
+
+
+@functools.cache
+def current() -> Inventory:
+    """The inventory of this process, collected once: the allocation does not change under us
+    often enough to pay for re-reading /sys on every admission check."""
+    return collect()
+
+
+def _affinity(notes: list[str]) -> tuple[int, ...] | None:
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is None:
+        notes.append("affinity: os.sched_getaffinity is not available on this platform")
+        return None
+    try:
+        return tuple(sorted(getaffinity(0)))
+    except OSError as exc:
+        notes.append(f"affinity: os.sched_getaffinity(0) failed: {exc}")
+        return None
+
+
+def _psutil_facts(notes: list[str]) -> tuple[int | None, int | None, int | None]:
+    """Physical cores, total and available memory, or ``None`` with a note for each."""
+    try:
+        import psutil
+    except ImportError as exc:
+        notes.append(f"physical_cores: psutil is not importable: {exc}")
+        notes.append("memory_total: psutil is not importable")
+        notes.append("memory_available: psutil is not importable")
+        return None, None, None
+
+    physical: int | None
+    try:
+        physical = psutil.cpu_count(logical=False)
+    except Exception as exc:  # psutil raises assorted errors on odd platforms
+        physical = None
+        notes.append(f"physical_cores: psutil.cpu_count(logical=False) failed: {exc}")
+    else:
+        if physical is None:
+            notes.append("physical_cores: psutil could not determine the physical core count")
+
+    try:
+        vm = psutil.virtual_memory()
+    except Exception as exc:
+        notes.append(f"memory_total: psutil.virtual_memory() failed: {exc}")
+        notes.append(f"memory_available: psutil.virtual_memory() failed: {exc}")
+        return physical, None, None
+    return physical, int(vm.total), int(vm.available)
+
+
+def _platform_identity() -> dict[str, str]:
+    return {
+        "system": _platform.system(),
+        "release": _platform.release(),
+        "machine": _platform.machine(),
+        "python_implementation": _platform.python_implementation(),
+        "python_version": _platform.python_version(),
+    }
+
+
+def _effective_cpus(
+    logical: int | None,
+    affinity: tuple[int, ...] | None,
+    quota: float | None,
+    notes: list[str],
+) -> tuple[int, str]:
+    """Apply the module docstring's rule; also return how it was reached, for `auto_rule`."""
+    terms: list[tuple[int, str]] = []
+    if affinity is not None:
+        terms.append((len(affinity), f"affinity {len(affinity)}"))
+    if quota is not None:
+        bound = max(1, math.floor(quota))
+        terms.append((bound, f"cgroup quota {quota:g} -> {bound}"))
+    if logical is not None:
+        terms.append((logical, f"logical CPUs {logical}"))
+    if not terms:
+        notes.append("effective_cpus: no CPU count could be determined; assuming 1")
+        return 1, "nothing known, assumed 1"
+    effective = max(1, min(value for value, _ in terms))
+    return effective, "min of " + ", ".join(text for _, text in terms)
+
+
+# --- cgroups ---------------------------------------------------------------------------------
+
+
+def _cgroups(root: Path, proc_self_cgroup: Path, notes: list[str]) -> _Cgroups:
+    try:
+        lines = proc_self_cgroup.read_text().splitlines()
+    except OSError as exc:
+        notes.append(f"cgroup_version: cannot read {proc_self_cgroup}: {exc.strerror}")
+        notes.append("cgroup_quota_cpus: unknown without cgroup information")
+        notes.append("memory_cgroup_limit: unknown without cgroup information")
+        return _Cgroups(None, None, None)
+
+    v2_path: str | None = None
+    v1_paths: dict[str, str] = {}
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":
+            v2_path = path
+        else:
+            for controller in controllers.split(","):
+                v1_paths[controller] = path
+
+    # A unified mount at the root means cgroup v2 owns every controller; otherwise (v1 or the
+    # hybrid layout with a v2 tree under "unified") the v1 cpu and memory hierarchies apply.
+    if (root / "cgroup.controllers").is_file() and v2_path is not None:
+        directory = _own_directory(root, v2_path, "cgroup v2", notes)
+        return _Cgroups(
+            2,
+            _v2_quota(root, directory, notes),
+            _v2_memory_limit(root, directory, notes),
+        )
+    if v1_paths:
+        return _Cgroups(
+            1,
+            _v1_quota(root, v1_paths, notes),
+            _v1_memory_limit(root, v1_paths, notes),
+        )
+    notes.append(f"cgroup_version: no cgroup v1 or v2 hierarchy found at {root}")
+    notes.append("cgroup_quota_cpus: unknown without a cgroup hierarchy")
+    notes.append("memory_cgroup_limit: unknown without a cgroup hierarchy")
+    return _Cgroups(None, None, None)
+
+
+def _own_directory(mount: Path, path: str, what: str, notes: list[str]) -> Path:
+    """The process's cgroup directory under `mount`, or the mount itself when it is absent."""
+    relative = path.strip("/")
+    if not relative:
+        return mount
+    candidate = mount / relative
+    if ".." not in Path(relative).parts and candidate.is_dir():
+        return candidate
+    notes.append(
+        f"cgroup: {what} path {path} is not under {mount} (container view?); "
+        "read the hierarchy root instead, so limits set above it are not visible"
+    )
+    return mount
+
+
+def _ancestry(mount: Path, directory: Path) -> list[Path]:
+    """`directory` and each parent up to and including `mount`, deepest first."""
+    chain = [directory]
+    while chain[-1] != mount and mount in chain[-1].parents:
+        chain.append(chain[-1].parent)
+    return chain
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _tightest(values: list[float]) -> float | None:
+    return min(values) if values else None
+
+
+def _v2_quota(root: Path, directory: Path, notes: list[str]) -> float | None:
+    quotas: list[float] = []
+    seen = False
+    for level in _ancestry(root, directory):
+        text = _read(level / "cpu.max")
+        if text is None:
+            continue
+        seen = True
+        fields = text.split()
+        if not fields or fields[0] == "max":
+            continue
+        try:
+            quota_us = int(fields[0])
+            period_us = int(fields[1]) if len(fields) > 1 else 100_000
+        except ValueError:
+            notes.append(f"cgroup_quota_cpus: cannot parse {level / 'cpu.max'}: {text!r}")
+            continue
+        if quota_us <= 0 or period_us <= 0:
+            notes.append(f"cgroup_quota_cpus: nonsensical {level / 'cpu.max'}: {text!r}")
+            continue
+        quotas.append(quota_us / period_us)
+    if not seen:
+        notes.append(
+            f"cgroup_quota_cpus: no cpu.max from {directory} up to {root} "
+            "(cpu controller not enabled there); CPU quota unknown"
+        )
+    return _tightest(quotas)
+
+
+def _v2_memory_limit(root: Path, directory: Path, notes: list[str]) -> int | None:
+    limits: list[int] = []
+    seen = False
+    for level in _ancestry(root, directory):
+        text = _read(level / "memory.max")
+        if text is None:
+            continue
+        seen = True
+        if text == "max":
+            continue
+        try:
+            limits.append(int(text))
+        except ValueError:
+            notes.append(f"memory_cgroup_limit: cannot parse {level / 'memory.max'}: {text!r}")
+    if not seen:
+        notes.append(
+            f"memory_cgroup_limit: no memory.max from {directory} up to {root} "
+            "(memory controller not enabled there); cgroup memory limit unknown"
+        )
+    return min(limits) if limits else None
+
+
+def _v1_mount(root: Path, controller: str) -> Path | None:
+    """The v1 hierarchy holding `controller`: "cpu", or a co-mount such as "cpu,cpuacct"."""
+    exact = root / controller
+    if exact.is_dir():
+        return exact
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        if controller in entry.name.split(",") and entry.is_dir():
+            return entry
+    return None
+
+
+def _v1_directory(
+    root: Path, v1_paths: dict[str, str], controller: str, field: str, notes: list[str]
+) -> tuple[Path, Path] | None:
+    mount = _v1_mount(root, controller)
+    if mount is None:
+        notes.append(f"{field}: no cgroup v1 {controller} hierarchy under {root}")
+        return None
+    path = v1_paths.get(controller)
+    if path is None:
+        notes.append(f"{field}: /proc/self/cgroup names no v1 {controller} cgroup")
+        return None
+    return mount, _own_directory(mount, path, f"cgroup v1 {controller}", notes)
+
+
+def _v1_quota(root: Path, v1_paths: dict[str, str], notes: list[str]) -> float | None:
+    found = _v1_directory(root, v1_paths, "cpu", "cgroup_quota_cpus", notes)
+    if found is None:
+        return None
+    mount, directory = found
+    quotas: list[float] = []
+    seen = False
+    for level in _ancestry(mount, directory):
+        quota_text = _read(level / "cpu.cfs_quota_us")
+        period_text = _read(level / "cpu.cfs_period_us")
+        if quota_text is None or period_text is None:
+            continue
+        seen = True
+        try:
+            quota_us, period_us = int(quota_text), int(period_text)
+        except ValueError:
+            notes.append(
+                f"cgroup_quota_cpus: cannot parse {level}/cpu.cfs_quota_us "
+                f"{quota_text!r} / cpu.cfs_period_us {period_text!r}"
+            )
+            continue
+        if quota_us < 0:  # -1: no bandwidth limit at this level
+            continue
+        if quota_us == 0 or period_us <= 0:
+            notes.append(
+                f"cgroup_quota_cpus: nonsensical quota {quota_us} / period {period_us} at {level}"
+            )
+            continue
+        quotas.append(quota_us / period_us)
+    if not seen:
+        notes.append(
+            f"cgroup_quota_cpus: no cpu.cfs_quota_us and cpu.cfs_period_us from {directory} "
+            f"up to {mount}; CPU quota unknown"
+        )
+    return _tightest(quotas)
+
+
+def _v1_memory_limit(root: Path, v1_paths: dict[str, str], notes: list[str]) -> int | None:
+    found = _v1_directory(root, v1_paths, "memory", "memory_cgroup_limit", notes)
+    if found is None:
+        return None
+    mount, directory = found
+    limits: list[int] = []
+    seen = False
+    for level in _ancestry(mount, directory):
+        text = _read(level / "memory.limit_in_bytes")
+        if text is None:
+            continue
+        seen = True
+        try:
+            value = int(text)
+        except ValueError:
+            notes.append(
+                f"memory_cgroup_limit: cannot parse {level / 'memory.limit_in_bytes'}: {text!r}"
+            )
+            continue
+        if 0 < value < _V1_UNLIMITED_THRESHOLD:
+            limits.append(value)
+    if not seen:
+        notes.append(
+            f"memory_cgroup_limit: no memory.limit_in_bytes from {directory} up to {mount}; "
+            "cgroup memory limit unknown"
+        )
+    return min(limits) if limits else None
+
+
+# --- human-readable form ---------------------------------------------------------------------
+
+
+def _is_noted(inv: Inventory, field: str) -> bool:
+    return any(note.startswith(field + ":") for note in inv.notes)
+
+
+def _or_unknown(inv: Inventory, field: str, value: object, absent: str) -> str:
+    """Render ``None`` as "unknown" when a note says so, else as what ``None`` means here."""
+    if value is not None:
+        return str(value)
+    return "unknown (see notes)" if _is_noted(inv, field) else absent
+
+
+def _bytes(inv: Inventory, field: str, value: int | None, absent: str) -> str:
+    if value is None:
+        return _or_unknown(inv, field, None, absent)
+    return f"{value / 2**30:.1f} GiB ({value} bytes)"
+
+
+def _ranges(cpus: tuple[int, ...]) -> str:
+    """Compact CPU list as Linux prints it, e.g. ``0-3,8,10-11``."""
+    spans: list[str] = []
+    start = prev = cpus[0]
+    for cpu in (*cpus[1:], None):
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(spans)
+
+
+def format_table(inv: Inventory) -> str:
+    """An aligned two-column table for ``aner parallel inventory`` without ``--json``."""
+    if inv.affinity is None:
+        affinity = _or_unknown(inv, "affinity", None, "unknown")
+    elif inv.affinity:
+        affinity = f"{_ranges(inv.affinity)} ({len(inv.affinity)} CPUs)"
+    else:
+        affinity = "(empty)"
+    if inv.cgroup_version is None:
+        version = _or_unknown(inv, "cgroup_version", None, "none")
+    else:
+        version = f"v{inv.cgroup_version}"
+    quota = (
+        f"{inv.cgroup_quota_cpus:g} CPUs"
+        if inv.cgroup_quota_cpus is not None
+        else _or_unknown(inv, "cgroup_quota_cpus", None, "none")
+    )
+    p = inv.platform
+    rows = [
+        ("logical CPUs", _or_unknown(inv, "logical_cpus", inv.logical_cpus, "unknown")),
+        ("physical cores", _or_unknown(inv, "physical_cores", inv.physical_cores, "unknown")),
+        ("affinity", affinity),
+        ("cgroup", version),
+        ("cgroup CPU quota", quota),
+        ("effective CPUs", str(inv.effective_cpus)),
+        ("automatic workers", str(inv.auto_workers)),
+        ("automatic rule", inv.auto_rule),
+        ("memory total", _bytes(inv, "memory_total", inv.memory_total, "unknown")),
+        ("memory available", _bytes(inv, "memory_available", inv.memory_available, "unknown")),
+        (
+            "cgroup memory limit",
+            _bytes(inv, "memory_cgroup_limit", inv.memory_cgroup_limit, "none"),
+        ),
+        (
+            "platform",
+            f"{p.get('system', '?')} {p.get('release', '?')} {p.get('machine', '?')}, "
+            f"{p.get('python_implementation', '?')} {p.get('python_version', '?')}",
+        ),
+    ]
+    rows += [("notes" if i == 0 else "", note) for i, note in enumerate(inv.notes)]
+    if not inv.notes:
+        rows.append(("notes", "(none)"))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

@@ -1,0 +1,51 @@
+"""Estimate pi serially and in parallel on this machine, and compare, with no configuration.
+
+    python samples/local_pi.py [--samples N] [--seed S]
+
+The two runs use the same (samples, seed), so they must print the same hits to the last
+integer: the sample set depends on nothing else. Copy this file and change the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from aner_coord import parallel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=1_000_000_000)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+
+    inventory = parallel.inventory()
+    print(f"effective CPUs: {inventory['effective_cpus']}  ({inventory['auto_rule']})")
+    # Load (or compile, the first time) the kernels before timing anything.
+    parallel.monte_carlo(samples=1_000, seed=args.seed, execution=parallel.local(workers=1))
+
+    serial = parallel.monte_carlo(
+        samples=args.samples, seed=args.seed, execution=parallel.local(workers=1)
+    )
+    para = parallel.monte_carlo(samples=args.samples, seed=args.seed, execution=parallel.local())
+
+    print(
+        f"{'run':<10}{'workers':>8}{'hits':>16}{'estimate':>15}{'seconds':>10}{'M samples/s':>13}"
+    )
+    for name, r in (("serial", serial), ("parallel", para)):
+        print(
+            f"{name:<10}{r.workers():>8}{r.hits():>16,}{r.estimate():>15.10f}"
+            f"{r.seconds():>10.3f}{r.throughput() / 1e6:>13.1f}"
+        )
+    speedup = serial.seconds() / para.seconds()
+    print(
+        f"speedup {speedup:.2f}x on {para.workers()} workers "
+        f"(efficiency {speedup / para.workers():.2f}); identical hits: "
+        f"{serial.hits() == para.hits()}"
+    )
+    if serial.hits() != para.hits():
+        raise SystemExit("hits differ between serial and parallel runs: this is a bug")
+
+
+if __name__ == "__main__":
+    main()

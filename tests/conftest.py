@@ -1,0 +1,27 @@
+"""Shared fixtures for the test suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sshd_support import SshdUnavailable, SshServer, start_sshd
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real OpenSSH sshd on 127.0.0.1 for the current user (see tests/sshd_support.py).
+
+    Fields: `home` (a client HOME with alias, key and known_hosts), `alias`, `port`, `user`,
+    `env` (os.environ with that HOME, for subprocesses) and `write_home(path,
+    wrong_host_key=..., with_user_key=...)` for negative tests.  Fails, never skips, when
+    sshd is missing.
+    """
+    try:
+        server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    except SshdUnavailable as exc:
+        pytest.fail(f"real-SSH tests need OpenSSH's sshd: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
