@@ -115,6 +115,7 @@ def cluster(config: str | os.PathLike[str], chunk: int = DEFAULT_CHUNK) -> Clust
     if local_slots > effective:
         raise AdmissionError(
             f"cluster file {os.fspath(config)} gives local-pipe workers {local_slots} slots "
-            f"in all, more than this machine's effective CPU allocation of {effective}: lower their slots"
+            f"in all, more than this machine's effective CPU allocation of {effective}: "
+            "lower their slots"
         )
     return ClusterExecution(parsed, chunk)
