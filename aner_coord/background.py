@@ -80,33 +80,11 @@ def submit(job: PreparedJob, *, quiet: bool, ready_timeout_s: float = READY_TIME
         output=str(output),
         cluster=None if cluster is None else str(Path(cluster).absolute()),
     )
-    # The child must not answer to a systemd unit that started *us*.
-    env = {key: value for key, value in os.environ.items() if key != "NOTIFY_SOCKET"}
     read_end, write_end = os.pipe()
-    with tempfile.TemporaryFile(prefix="aner-coordinator-", suffix=".log") as early_log:
-        try:
+    try:
+        with tempfile.TemporaryFile(prefix="aner-coordinator-", suffix=".log") as early_log:
             try:
-                child = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-P",  # no working-directory entry on sys.path to shadow our packages
-                        "-m",
-                        "aner_coord",
-                        "parallel",
-                        "coordinate",
-                        "--spec-json",
-                        msgspec.json.encode(spec).decode(),
-                        "--ready-fd",
-                        str(write_end),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=early_log,
-                    stderr=early_log,
-                    pass_fds=(write_end,),
-                    start_new_session=True,
-                    cwd="/",
-                    env=env,
-                )
+                child = _spawn(spec, write_end, early_log)
             finally:
                 os.close(write_end)  # only the child holds it now: its death means EOF
             try:
@@ -114,23 +92,59 @@ def submit(job: PreparedJob, *, quiet: bool, ready_timeout_s: float = READY_TIME
             except BaseException:  # timeout or Ctrl-C: a coordinator nobody waits for must go
                 _kill_session(child)
                 raise
-            return _report_start(child, line, early_log, output, quiet)
-        finally:
-            os.close(read_end)
+            if line != READY:
+                return _report_failure(child, line, early_log)
+            pid = child.pid
+            with warnings.catch_warnings():
+                # The coordinator is meant to outlive us: Popen would warn that it still runs.
+                warnings.simplefilter("ignore", ResourceWarning)
+                del child
+    finally:
+        os.close(read_end)
+    if not quiet:
+        where = shlex.quote(str(output))
+        print(f"job started in the background: {output} (coordinator pid {pid})")
+        print(f"  watch:  aner parallel status --job {where} --watch")
+        print(f"  cancel: aner parallel cancel --job {where}")
+    return EXIT_OK
 
 
-class _NotReady(AnerError):
+def _spawn(spec: JobSpec, ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-P",  # no working-directory entry on sys.path to shadow our packages
+        *("-m", "aner_coord", "parallel", "coordinate"),
+        *("--spec-json", msgspec.json.encode(spec).decode()),
+        *("--ready-fd", str(ready_fd)),
+    ]
+    # The child must not answer to a systemd unit that started *us*.
+    env = {key: value for key, value in os.environ.items() if key != "NOTIFY_SOCKET"}
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=early_log,
+        stderr=early_log,
+        pass_fds=(ready_fd,),
+        start_new_session=True,
+        cwd="/",
+        env=env,
+    )
+
+
+class CoordinatorNotReady(AnerError):
+    """The detached coordinator did not report readiness in time; it was killed."""
+
     exit_code = EXIT_FAILED
 
 
 def _read_line(fd: int, timeout_s: float) -> bytes:
-    """The child's first line, or b"" at end of file; _NotReady after timeout_s."""
+    """The child's first line, or b"" at end of file; CoordinatorNotReady after timeout_s."""
     deadline = time.monotonic() + timeout_s
     data = b""
     while b"\n" not in data:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise _NotReady(
+            raise CoordinatorNotReady(
                 f"the background coordinator was not ready after {timeout_s:g} s and was stopped"
             )
         chunk = os.read(fd, 4096)
@@ -157,25 +171,8 @@ def _reap(child: subprocess.Popen[bytes]) -> int:
         return child.wait()
 
 
-def _report_start(
-    child: subprocess.Popen[bytes],
-    line: bytes,
-    early_log: IO[bytes],
-    output: Path,
-    quiet: bool,
-) -> int:
-    if line == READY:
-        # The coordinator is meant to outlive us; Popen would warn that it still runs.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)
-            pid = child.pid
-            del child
-        if not quiet:
-            where = shlex.quote(str(output))
-            print(f"job started in the background: {output} (coordinator pid {pid})")
-            print(f"  watch:  aner parallel status --job {where} --watch")
-            print(f"  cancel: aner parallel cancel --job {where}")
-        return EXIT_OK
+def _report_failure(child: subprocess.Popen[bytes], line: bytes, early_log: IO[bytes]) -> int:
+    """Say why the coordinator did not become ready; return the submit's exit status."""
     if line.startswith(ERROR + b" "):
         _reap(child)
         _, code, message = [*line.decode(errors="replace").split(" ", 2), ""][:3]
@@ -214,7 +211,9 @@ def coordinate_command(spec_json: str, ready_fd: int) -> int:
     except AnerError as exc:
         ready.error(exc.exit_code, str(exc))
         return exc.exit_code
-    assert job.output is not None
+    if job.output is None:
+        ready.error(EXIT_INVALID, "a background job needs an output directory")
+        return EXIT_INVALID
     log.info(
         "coordinator pid %d: %s job, %s %s, seed %d, plan %s",
         os.getpid(),

@@ -103,6 +103,7 @@ class Coordinator:
                 ):
                     driver.handle(CancelRequested("cancel requested"))
                 if self.machine.state is JobState.CANCELLING:
+                    self.publish()  # show CANCELLING while the workers stop, which may take a while
                     await self._backend.wait_stopped()
                     driver.handle(WorkersStopped())
                 self.publish()

@@ -273,7 +273,10 @@ class JobMachine:
                 if account.in_flight >= account.window:
                     continue
                 remaining = self.n_chunks - self._next_chunk
-                reserved = len(self._never_served) - (name in self._never_served)
+                # An unserved worker may always take one; a served one leaves one chunk for
+                # each unserved worker. With fewer chunks than workers (local runs allow
+                # that) holding chunks back for everyone would dispatch nothing at all.
+                reserved = 0 if name in self._never_served else len(self._never_served)
                 if remaining <= reserved:
                     continue  # the rest is held for unserved workers, who may come later
                 out.append(self._send(name))

@@ -250,13 +250,13 @@ async def follow(
         interrupted = True
         stop.set()
 
+    names = {jobdir.STATUS, jobdir.LOCK, jobdir.RESULT}
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     timer = loop.call_later(timeout_s, stop.set) if timeout_s is not None else None
-    names = {jobdir.STATUS, jobdir.LOCK, jobdir.RESULT}
-    last_key: tuple[int, str] | None = None
-    obs = observe(job)
     try:
+        obs = observe(job)
+        last_key: tuple[int, str] | None = None
         async with contextlib.aclosing(jobdir.watch_job_dir(job, names, stop)) as ticks:
             while True:
                 key = (obs.snapshot.seq, obs.state)
@@ -264,8 +264,7 @@ async def follow(
                 last_key = key
                 if obs.final or stop.is_set():
                     break
-                async for _ in ticks:
-                    break
+                await anext(ticks, None)  # the next change or tick (None once stopped)
                 if interrupted:
                     break
                 obs = observe(job)

@@ -104,6 +104,8 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
 
     def finished(task: McTask | FxTask, future: Future[McResult | FxResult]) -> None:
         queued.release()
+        if future.cancelled():
+            return  # dropped by Shutdown: nobody waits for its answer
         error = future.exception()
         if error is None:
             out.send(future.result())
@@ -117,12 +119,9 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
         future.add_done_callback(lambda f: finished(task, f))
 
     status = 0
+    data = b""  # frames that arrived together with the Hello already sit in the decoder
     try:
         while True:
-            data = os.read(stdin_fd, 1 << 16)
-            if not data:
-                decoder.close()
-                break
             stop = False
             for message in decoder.feed(data):
                 if isinstance(message, McTask | FxTask):
@@ -133,6 +132,10 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
                 else:
                     raise ProtocolError("coordinator", f"unexpected {type(message).__name__}")
             if stop:
+                break
+            data = os.read(stdin_fd, 1 << 16)
+            if not data:
+                decoder.close()
                 break
     except ProtocolError as exc:
         log.error("%s", exc)

@@ -1,0 +1,477 @@
+"""Detached background jobs, for real: `--background`, the readiness handshake, `cancel`,
+`kill -9` of a coordinator, the job lock across processes.
+
+Every test starts real `aner` processes and sends real signals; the `coordinators` fixture
+kills whatever coordinator a test leaves behind. The helpers at the top are shared with
+test_monitor.py and test_systemd.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+ANER = str(Path(sys.executable).with_name("aner"))
+# The kernels do roughly 200 M samples/s per core here; 4 M-sample chunks keep the
+# coordinator's overhead negligible, so these sizes give a job of about three seconds and
+# one that only ends when cancelled or killed.
+CHUNK = "4000000"
+FEW_SECONDS = "600000000"
+LONG = "6000000000"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def run_aner(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ANER, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def read_status(job: Path) -> dict[str, Any]:
+    status: dict[str, Any] = json.loads((job / "status.json").read_text())
+    return status
+
+
+def lock_held(job: Path) -> bool:
+    from aner_coord.jobdir import lock_is_held
+
+    held: bool = lock_is_held(job)
+    return held
+
+
+def process_gone(pid: int) -> bool:
+    """Gone, or a zombie waiting for whoever adopted it: either way it runs nothing."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_running(job: Path, min_accepted: int = 1, timeout: float = 30) -> dict[str, Any]:
+    def running() -> dict[str, Any] | None:
+        status = read_status(job)
+        ok = status["state"] == "RUNNING" and status["accepted"] >= min_accepted
+        return status if ok else None
+
+    status: dict[str, Any] = wait_for(running, timeout, f"{job} RUNNING with accepted work")
+    return status
+
+
+def submit(job: Path, samples: str, *extra: str, timeout: float = 60) -> int:
+    """`aner parallel run --background`; returns the coordinator's pid."""
+    done = run_aner(
+        "parallel", "run", "--samples", samples, "--seed", "1", "--chunk", CHUNK,
+        "--output", str(job), "--background", *extra,
+        timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pid = read_status(job)["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+def write_cluster_file(path: Path, executable: str = ANER) -> Path:
+    path.write_text(f'ANER_CLUSTER 1\nworker "w1" local "-" "{executable}" 1\n')
+    path.chmod(0o600)
+    return path
+
+
+class Coordinators:
+    """Coordinator pids a test started; any still alive at teardown are killed with their
+    session (a detached coordinator leads its own), checked by command line first so that
+    a recycled pid is never touched."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+
+    def add(self, pid: int) -> int:
+        self.pids.append(pid)
+        return pid
+
+    def cleanup(self) -> None:
+        for pid in self.pids:
+            try:
+                cmdline = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
+            if "aner" in cmdline and not process_gone(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def tracked_coordinators() -> Iterator[Coordinators]:
+    """The body of a `coordinators` fixture (each test module declares its own)."""
+    tracked = Coordinators()
+    try:
+        yield tracked
+    finally:
+        tracked.cleanup()
+
+
+@pytest.fixture
+def coordinators() -> Iterator[Coordinators]:
+    yield from tracked_coordinators()
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def test_background_run_is_ready_at_once_and_watch_follows_it_to_completion(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    started = time.monotonic()
+    done = run_aner(
+        "parallel", "run", "--samples", FEW_SECONDS, "--seed", "1", "--workers", "1",
+        "--chunk", CHUNK, "--output", str(job), "--background",
+    )  # fmt: skip
+    submit_s = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    pid = coordinators.add(read_status(job)["pid"])
+    # Ready means: locked, manifest and first status written, and the job still ahead.
+    assert lock_held(job)
+    status = read_status(job)
+    assert status["state"] in ("STARTING", "RUNNING")
+    assert status["accepted"] < int(FEW_SECONDS)
+    assert (job / "run-manifest.json").is_file()
+    assert (job / "coordinator.log").is_file()
+    assert not (job / "result.json").exists()
+    assert submit_s < 10, submit_s
+    # The submitter says where the job is and how to follow and cancel it.
+    assert str(job) in done.stdout
+    assert f"aner parallel status --job {job} --watch" in done.stdout
+    assert f"aner parallel cancel --job {job}" in done.stdout
+    assert f"coordinator pid {pid}" in done.stdout
+    # Owner-only, as SPEC section 7 says.
+    assert (job.stat().st_mode & 0o777) == 0o700
+    for name in ("run-manifest.json", "status.json", "coordinator.log", "coordinator.lock"):
+        assert ((job / name).stat().st_mode & 0o777) == 0o600, name
+    assert (job / "coordinator.lock").read_text().strip() == str(pid)
+
+    watch = run_aner("parallel", "status", "--job", str(job), "--watch", timeout=60)
+    assert watch.returncode == 0, watch.stderr
+    lines = watch.stdout.splitlines()
+    assert lines[-1].startswith(f"COMPLETED {int(FEW_SECONDS):,} of {int(FEW_SECONDS):,}")
+    result = json.loads((job / "result.json").read_text())
+    assert result["samples"] == int(FEW_SECONDS)
+    assert result["seed"] == 1
+    assert 3.14 < result["estimate"] < 3.143
+    assert read_status(job)["state"] == "COMPLETED"
+    # The coordinator let go: no lock file, no process.
+    assert not (job / "coordinator.lock").exists()
+    wait_for(lambda: process_gone(pid), 10, "the coordinator to exit")
+    log = (job / "coordinator.log").read_text()
+    assert "ready: lock held" in log
+    assert "completed:" in log
+    assert f"{int(FEW_SECONDS):,} samples" in log
+
+
+def test_background_hits_equal_the_foreground_run(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    args = ("parallel", "run", "--samples", "3000000", "--seed", "12345", "--chunk", "100000")
+    fg = run_aner(*args, "--workers", "1", "--output", str(tmp_path / "fg"))
+    assert fg.returncode == 0, fg.stderr
+    bg = run_aner(*args, "--workers", "2", "--output", str(tmp_path / "bg"), "--background")
+    assert bg.returncode == 0, bg.stderr
+    coordinators.add(read_status(tmp_path / "bg")["pid"])
+    watch = run_aner("parallel", "status", "--job", str(tmp_path / "bg"), "--watch")
+    assert watch.returncode == 0, watch.stderr
+    fg_result = json.loads((tmp_path / "fg" / "result.json").read_text())
+    bg_result = json.loads((tmp_path / "bg" / "result.json").read_text())
+    assert bg_result["samples"] == fg_result["samples"] == 3_000_000
+    assert bg_result["hits"] == fg_result["hits"]
+    assert bg_result["execution"]["workers"] == 2
+
+
+def test_cancel_mid_run_ends_cancelled_with_no_result_and_no_process(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    pid = coordinators.add(submit(job, LONG, "--workers", "1"))
+    wait_running(job)
+    cancel = run_aner("parallel", "cancel", "--job", str(job))
+    assert cancel.returncode == 4, (cancel.stdout, cancel.stderr)
+    assert "CANCELLED" in cancel.stdout
+    status = read_status(job)
+    assert status["state"] == "CANCELLED"
+    assert 0 < status["accepted"] < int(LONG)
+    assert not (job / "result.json").exists()
+    assert (job / "cancel-request").exists()
+    assert not (job / "coordinator.lock").exists()
+    wait_for(lambda: process_gone(pid), 10, "the coordinator to exit")
+    assert "cancel requested through cancel-request" in (job / "coordinator.log").read_text()
+    # Asking again reports the finished state plainly.
+    again = run_aner("parallel", "cancel", "--job", str(job))
+    assert again.returncode == 4
+    assert "already ended: CANCELLED" in again.stdout
+
+
+def test_sigterm_to_a_background_coordinator_cancels_gracefully(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    pid = coordinators.add(submit(job, LONG, "--workers", "1"))
+    wait_running(job)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: process_gone(pid), 20, "the coordinator to exit")
+    assert read_status(job)["state"] == "CANCELLED"
+    assert not (job / "result.json").exists()
+    assert "SIGTERM received: cancelling" in (job / "coordinator.log").read_text()
+    status = run_aner("parallel", "status", "--job", str(job))
+    assert status.returncode == 4
+
+
+def test_kill_9_of_the_coordinator_is_observed_as_offline(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    pid = coordinators.add(submit(job, LONG, "--workers", "1"))
+    wait_running(job)
+    watch = subprocess.Popen(
+        [ANER, "parallel", "status", "--job", str(job), "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.5)
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: process_gone(pid), 10, "the killed coordinator to disappear")
+        out, _err = watch.communicate(timeout=20)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    assert watch.returncode == 5
+    assert out.splitlines()[-1].startswith("COORDINATOR_OFFLINE: last confirmed snapshot ")
+
+    last = read_status(job)
+    status = run_aner("parallel", "status", "--job", str(job))
+    assert status.returncode == 5, status.stderr
+    assert "COORDINATOR_OFFLINE (last confirmed snapshot: RUNNING" in status.stdout
+    assert f"{last['accepted']:,} of {int(LONG):,} samples" in status.stdout
+    assert "does not resume" in status.stdout
+    as_json = run_aner("parallel", "status", "--job", str(job), "--json")
+    assert as_json.returncode == 5
+    observed = json.loads(as_json.stdout)
+    assert observed["observed_state"] == "COORDINATOR_OFFLINE"
+    assert observed["state"] == "RUNNING"
+    assert observed["seq"] == last["seq"]
+    assert observed["snapshot_age_s"] > 0
+    cancel = run_aner("parallel", "cancel", "--job", str(job))
+    assert cancel.returncode == 5
+    assert "no coordinator to cancel" in cancel.stderr
+
+
+def test_kill_9_of_a_cluster_coordinator_leaves_no_worker(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    cluster = write_cluster_file(tmp_path / "cluster")
+    job = tmp_path / "job"
+    pid = coordinators.add(submit(job, LONG, "--cluster", str(cluster)))
+    wait_running(job)
+    workers = [p for p in psutil.Process(pid).children() if "worker" in p.cmdline()]
+    assert len(workers) == 1, [p.cmdline() for p in workers]
+    worker = workers[0]
+    # The worker inherited neither the job lock nor the readiness pipe.
+    open_paths = [
+        os.readlink(f"/proc/{worker.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{worker.pid}/fd")
+    ]
+    assert not any("coordinator.lock" in path for path in open_paths), open_paths
+    try:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: process_gone(worker.pid), 10, "the orphaned worker to exit by itself")
+    finally:
+        if not process_gone(worker.pid):
+            worker.kill()
+    status = run_aner("parallel", "status", "--job", str(job))
+    assert status.returncode == 5
+    assert "w1: 1 slot" in status.stdout
+    # Public output names the worker by identity, never by executable path.
+    for name in ("coordinator.log", "status.json", "run-manifest.json"):
+        assert ANER not in (job / name).read_text(), name
+
+
+def test_submit_from_python_returns_once_ready_and_lets_the_coordinator_go(
+    tmp_path: Path, coordinators: Coordinators, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aner_coord.background import submit as submit_job
+    from aner_coord.jobs import JobSpec, prepare
+
+    job = tmp_path / "job"
+    spec = JobSpec("monte-carlo", samples=2_000_000, seed=4, output=str(job), workers=1)
+    # Warnings are errors here: a Popen left to warn "still running" would fail the test.
+    assert submit_job(prepare(spec), quiet=True) == 0
+    pid = coordinators.add(read_status(job)["pid"])
+    assert pid != os.getpid()
+    assert capsys.readouterr() == ("", "")
+    wait_for(lambda: (job / "result.json").exists() and not lock_held(job), 30, "the result")
+    assert json.loads((job / "result.json").read_text())["samples"] == 2_000_000
+
+
+# --------------------------------------------------------------------------- submit errors
+
+
+def test_background_with_an_existing_output_is_refused_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "exists"
+    job.mkdir()
+    before = sorted(os.listdir(tmp_path))
+    done = run_aner(
+        "parallel", "run", "--samples", "1000000", "--seed", "1", "--output", str(job),
+        "--background",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "is an existing directory" in done.stderr
+    assert done.stdout == ""
+    assert os.listdir(job) == []
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def _sitecustomize(tmp_path: Path, body: str) -> dict[str, str]:
+    """An environment whose Python runs `body` at start-up in the detached coordinator only
+    (recognised by its `coordinate` subcommand): a real failure injected before readiness."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys, time\n"
+        "_argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+        "if b'coordinate' in _argv:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+    return {**os.environ, "PYTHONPATH": str(hook)}
+
+
+def test_a_coordinator_failing_before_ready_fails_submit_with_its_message(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job"
+    # The output appears between the submitter's check and the coordinator's own.
+    env = _sitecustomize(tmp_path, f"os.mkdir({str(job)!r})\n")
+    done = run_aner(
+        "parallel", "run", "--samples", "1000000", "--seed", "1", "--output", str(job),
+        "--background", env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        f"aner: output {job} is an existing directory: choose a path that does not exist yet"
+    )
+    assert os.listdir(job) == []
+
+
+def test_a_coordinator_dying_before_ready_fails_submit_with_its_last_words(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job"
+    env = _sitecustomize(
+        tmp_path, "sys.stderr.write('simulated crash at start-up\\n'); os._exit(7)\n"
+    )
+    done = run_aner(
+        "parallel", "run", "--samples", "1000000", "--seed", "1", "--output", str(job),
+        "--background", env=env,
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert "exited (status 7) before it was ready: simulated crash at start-up" in done.stderr
+    assert not job.exists()
+
+
+def test_a_coordinator_never_ready_is_killed_after_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aner_coord.background import submit as submit_job
+    from aner_coord.errors import AnerError
+    from aner_coord.jobs import JobSpec, prepare
+
+    job = tmp_path / "job"
+    pid_file = tmp_path / "stuck.pid"
+    env = _sitecustomize(
+        tmp_path, f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
+    prepared = prepare(JobSpec("monte-carlo", samples=1000, seed=1, output=str(job)))
+    with pytest.raises(AnerError, match="not ready after 1 s and was stopped") as caught:
+        submit_job(prepared, quiet=True, ready_timeout_s=1.0)
+    assert caught.value.exit_code == 3
+    stuck = int(pid_file.read_text())
+    assert process_gone(stuck)
+
+
+# --------------------------------------------------------------------------- the job lock
+
+_HOLDER = """
+import subprocess, sys, time
+from pathlib import Path
+from aner_coord.jobdir import JobLock
+JobLock(Path(sys.argv[1])).acquire()
+# close_fds=False: the child inherits every inheritable descriptor, so only O_CLOEXEC
+# keeps the lock from it.
+child = subprocess.Popen(["sleep", "60"], close_fds=False)
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_one_coordinator_per_job_and_the_lock_is_never_inherited(tmp_path: Path) -> None:
+    from aner_coord.errors import RequestError
+    from aner_coord.jobdir import JobLock, lock_is_held
+
+    job = tmp_path / "job"
+    job.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(job)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    grandchild = int(holder.stdout.readline())
+    try:
+        assert lock_is_held(job)
+        assert (job / "coordinator.lock").read_text().strip() == str(holder.pid)
+        with pytest.raises(RequestError, match="already has a live coordinator"):
+            JobLock(job).acquire()
+        fds = os.listdir(f"/proc/{grandchild}/fd")
+        targets = [os.readlink(f"/proc/{grandchild}/fd/{fd}") for fd in fds]
+        assert not any(t.endswith("coordinator.lock") for t in targets), targets
+        # Its holder killed, the lock is free although the child it spawned lives on.
+        holder.kill()
+        holder.wait()
+        assert not process_gone(grandchild)
+        assert not lock_is_held(job)
+        second = JobLock(job)
+        second.acquire()
+        assert (job / "coordinator.lock").read_text().strip() == str(os.getpid())
+        second.release()
+        assert not (job / "coordinator.lock").exists()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+        if not process_gone(grandchild):
+            os.kill(grandchild, signal.SIGKILL)

@@ -1,0 +1,277 @@
+"""The systemd user unit and sd_notify, for real: `systemd-analyze verify` on the shipped unit,
+its ExecStart command line run as systemd would run it, and notifications received on real
+unix datagram sockets (a path and an abstract one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from test_background import (
+    ANER,
+    CHUNK,
+    LONG,
+    process_gone,
+    read_status,
+    wait_for,
+    wait_running,
+    write_cluster_file,
+)
+
+from aner_coord.commands import load_spec_file
+from aner_coord.jobs import prepare
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+UNIT = DEPLOY / "aner-job@.service"
+EXAMPLE = DEPLOY / "example-job.toml"
+
+
+def unit_settings() -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in UNIT.read_text().splitlines():
+        if line.strip() and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def expand(value: str, home: Path, instance: str) -> str:
+    return value.replace("%h", str(home)).replace("%i", instance)
+
+
+# --------------------------------------------------------------------------- the unit
+
+
+def _verify(unit: Path) -> tuple[int, list[str]]:
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    # It may also grumble about unrelated units of this machine: keep what concerns ours.
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if "aner-job@" in line]
+    return done.returncode, ours
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze absent")
+def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    # verify loads an instance, not a bare template; the file is copied under that name.
+    instance = tmp_path / "aner-job@demo.service"
+    shutil.copy(UNIT, instance)
+    returncode, complaints = _verify(instance)
+    assert returncode == 0, complaints
+    assert complaints == []
+    # ...and it does notice what we would get wrong.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    copy = broken / "aner-job@demo.service"
+    copy.write_text(UNIT.read_text().replace("Type=notify", "Type=notifyy"))
+    assert any("service type" in line for line in _verify(copy)[1])
+    copy.write_text(UNIT.read_text().replace("KillMode=", "KilMode="))
+    assert any("Unknown key 'KilMode'" in line for line in _verify(copy)[1])
+    copy.write_text(UNIT.read_text().replace("/usr/bin/env ", "/nonexistent/env "))
+    returncode, complaints = _verify(copy)
+    assert returncode != 0
+    assert any("is not executable" in line for line in complaints)
+
+
+def test_the_unit_says_what_the_contract_needs() -> None:
+    settings = unit_settings()
+    assert settings["Type"] == ["notify"]
+    assert settings["NotifyAccess"] == ["main"]
+    assert settings["KillSignal"] == ["SIGTERM"]
+    assert settings["KillMode"] == ["mixed"]
+    assert int(settings["TimeoutStopSec"][0]) > 0
+    assert settings["SuccessExitStatus"] == ["4"]
+    assert "Restart" not in settings  # no resume in this version
+    command = shlex.split(settings["ExecStart"][0])
+    assert command[-5:] == ["aner", "parallel", "run", "--spec", "%h/.config/aner/jobs/%i.toml"]
+
+
+def test_the_example_spec_describes_both_computations(tmp_path: Path) -> None:
+    spec = load_spec_file(str(EXAMPLE))
+    assert (spec.computation, spec.samples, spec.seed) == ("monte-carlo", 2_000_000_000, 1)
+    assert spec.output == "aner-jobs/pi-2e9-seed1"
+    text = EXAMPLE.read_text()
+    block = text[text.index("# computation = ") :]
+    regression = tmp_path / "regression.toml"
+    regression.write_text(re.sub(r"^# ", "", block, flags=re.MULTILINE))
+    spec = load_spec_file(str(regression))
+    assert spec.computation == "regression"
+    assert (spec.samples, spec.steps, spec.rate, spec.seed) == (1_000_000, 50, 0.5, 7)
+    # Both are admissible requests as they stand (given an output that may be created).
+    from msgspec.structs import replace
+
+    for path in (EXAMPLE, regression):
+        prepared = prepare(replace(load_spec_file(str(path)), output=str(tmp_path / "out")))
+        assert prepared.spec.samples > 0
+
+
+# --------------------------------------------------------------------------- sd_notify
+
+
+class NotifySocket:
+    """A bound unix datagram socket collecting what a service sends, as systemd would."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(address)
+        self.sock.settimeout(0.1)
+        self.messages: list[str] = []
+        self.ready_saw_status: bool | None = None
+        self.job: Path | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                continue
+            message = data.decode()
+            if "READY=1" in message.splitlines() and self.job is not None:
+                self.ready_saw_status = (self.job / "status.json").exists()
+            self.messages.append(message)
+
+    def fields(self) -> list[str]:
+        return [field for message in self.messages for field in message.splitlines()]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def path_socket(tmp_path: Path) -> Iterator[tuple[NotifySocket, str]]:
+    address = str(tmp_path / "notify")
+    notify = NotifySocket(address)
+    try:
+        yield notify, address
+    finally:
+        notify.close()
+
+
+@pytest.fixture
+def abstract_socket() -> Iterator[tuple[NotifySocket, str]]:
+    name = f"aner-test-{os.getpid()}-{time.monotonic_ns()}"
+    notify = NotifySocket("\0" + name)
+    try:
+        yield notify, "@" + name
+    finally:
+        notify.close()
+
+
+def test_the_units_command_runs_a_job_and_notifies_systemd(
+    tmp_path: Path, path_socket: tuple[NotifySocket, str]
+) -> None:
+    notify, address = path_socket
+    home = tmp_path / "home"
+    jobs = home / ".config" / "aner" / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "demo.toml").write_text(
+        'computation = "monte-carlo"\nsamples = 400_000_000\nseed = 5\n'
+        f'output = "aner-jobs/demo"\nworkers = 1\nchunk = {CHUNK}\n'
+    )
+    (home / "aner-jobs").mkdir()
+    settings = unit_settings()
+    # Run what systemd would: ExecStart in WorkingDirectory, with the unit's PATH and our
+    # virtualenv first (as its comment tells a virtualenv user to do).
+    command = shlex.split(expand(settings["ExecStart"][0], home, "demo"))
+    unit_path = expand(settings["Environment"][0].removeprefix("PATH="), home, "demo")
+    env = {
+        "HOME": str(home),
+        "PATH": f"{Path(ANER).parent}:{unit_path}",
+        "NOTIFY_SOCKET": address,
+    }
+    job = home / "aner-jobs" / "demo"
+    notify.job = job
+    done = subprocess.run(
+        command, cwd=expand(settings["WorkingDirectory"][0], home, "demo"), env=env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: "STOPPING=1" in notify.fields(), 5, "STOPPING=1")
+    fields = notify.fields()
+    assert fields.count("READY=1") == 1
+    assert notify.ready_saw_status is True  # READY only once the first status was written
+    statuses = [f for f in fields if f.startswith("STATUS=")]
+    assert any(s.startswith("STATUS=RUNNING ") for s in statuses), statuses
+    assert statuses[-1].startswith("STATUS=COMPLETED 400,000,000 of 400,000,000 samples")
+    assert fields.index("READY=1") < fields.index("STOPPING=1")
+    assert fields.count("STOPPING=1") == 1
+    assert json.loads((job / "result.json").read_text())["samples"] == 400_000_000
+
+
+def test_sigterm_under_systemd_is_a_graceful_cancel(
+    tmp_path: Path, abstract_socket: tuple[NotifySocket, str]
+) -> None:
+    notify, address = abstract_socket
+    cluster = write_cluster_file(tmp_path / "cluster")
+    spec = tmp_path / "job.toml"
+    job = tmp_path / "job"
+    spec.write_text(
+        f'computation = "monte-carlo"\nsamples = {LONG}\nseed = 9\noutput = "{job}"\n'
+        f'cluster = "{cluster}"\nchunk = {CHUNK}\n'
+    )
+    service = subprocess.Popen(
+        [ANER, "parallel", "run", "--spec", str(spec)],
+        env={**os.environ, "NOTIFY_SOCKET": address},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worker_pid: int | None = None
+    try:
+        wait_for(lambda: "READY=1" in notify.fields(), 30, "READY=1")
+        wait_running(job)
+        workers = [p for p in psutil.Process(service.pid).children() if "worker" in p.cmdline()]
+        assert len(workers) == 1
+        worker_pid = workers[0].pid
+        # The notify socket is the service's alone: its workers do not inherit it.
+        assert b"NOTIFY_SOCKET=" not in Path(f"/proc/{worker_pid}/environ").read_bytes()
+        service.send_signal(signal.SIGTERM)
+        _out, err = service.communicate(timeout=30)
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.wait()
+    assert service.returncode == 4, err
+    assert "job cancelled" in err
+    status = read_status(job)
+    assert status["state"] == "CANCELLED"
+    assert not (job / "result.json").exists()
+    assert "STOPPING=1" in notify.fields()
+    assert worker_pid is not None
+    wait_for(lambda: process_gone(worker_pid), 10, "the worker to be reaped")
+
+
+def test_a_regression_spec_runs_the_fixture(tmp_path: Path) -> None:
+    spec = tmp_path / "regression.toml"
+    job = tmp_path / "job"
+    spec.write_text(
+        'computation = "regression"\nsamples = 100_000\nsteps = 3\nrate = 0.5\nseed = 7\n'
+        f'output = "{job}"\nworkers = 1\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "aner_coord", "parallel", "run", "--spec", str(spec)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads((job / "result.json").read_text())
+    assert result["steps"] == 3
+    assert result["samples"] == 100_000
+    assert result["final_loss"] < result["initial_loss"]
+    assert read_status(job)["kind"] == "fixture"
