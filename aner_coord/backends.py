@@ -37,6 +37,7 @@ from protocol import (
     FxResult,
     Hello,
     McResult,
+    Message,
     ProtocolError,
     Refused,
     Shutdown,
@@ -181,6 +182,10 @@ class ProcessBackend:
         self._encoder = FrameEncoder("coordinator")
         self._transports: dict[str, Transport] = {}
         self._outgoing: dict[str, list[bytes]] = {r.identity: [] for r in self._records}
+        # Tasks written to each worker and not yet answered, and how low that may fall before
+        # buffered tasks are written: batching task frames saves both processes wake-ups.
+        self._on_wire: dict[str, int] = {r.identity: 0 for r in self._records}
+        self._low_water: dict[str, int] = {r.identity: 0 for r in self._records}
         self._write_locks = {r.identity: asyncio.Lock() for r in self._records}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -211,24 +216,33 @@ class ProcessBackend:
                     Hello(PROTOCOL_VERSION, record.identity, record.slots, self._fingerprint)
                 )
             )
-            first = await asyncio.wait_for(_read_message(transport, decoder), HANDSHAKE_TIMEOUT_S)
+            first, *messages = await asyncio.wait_for(
+                _read_messages(transport, decoder), HANDSHAKE_TIMEOUT_S
+            )
             self._check_welcome(record, first)
             window = window_for(record.slots, self._seconds_per_task)
+            identity = record.identity
+            # Write more once the worker holds no more than its slots plus half its queue.
+            self._low_water[identity] = record.slots + (window - record.slots) // 2
             phase = "run"
-            driver.handle(WorkerReady(record.identity, window))
-            await self._flush(record.identity)
+            driver.handle(WorkerReady(identity, window))
+            await self._flush(identity)
+            handle = driver.handle
+            on_wire = self._on_wire
             while True:
+                for message in messages:
+                    if not isinstance(message, _RESULTS):
+                        raise _Lost(f"unexpected {type(message).__name__} message")
+                    on_wire[identity] -= 1
+                    handle(ResultReceived(identity, message))
+                await self._flush_all()
                 data = await transport.read()
                 if not data:
                     decoder.close()
                     if self._stopping:
                         return
                     raise _Lost("the worker closed its connection (it exited or was killed)")
-                for message in decoder.feed(data):
-                    if not isinstance(message, _RESULTS):
-                        raise _Lost(f"unexpected {type(message).__name__} message")
-                    driver.handle(ResultReceived(record.identity, message))
-                await self._flush_all()
+                messages = decoder.feed(data)
         except asyncio.CancelledError:
             raise
         except _Lost as exc:
@@ -267,7 +281,7 @@ class ProcessBackend:
 
     async def _flush_all(self) -> None:
         for identity, frames in self._outgoing.items():
-            if frames:
+            if frames and self._on_wire[identity] <= self._low_water[identity]:
                 await self._flush(identity)
 
     async def _flush(self, identity: str) -> None:
@@ -276,6 +290,7 @@ class ProcessBackend:
         if not frames or transport is None:
             return
         data = b"".join(frames)
+        self._on_wire[identity] += len(frames)
         frames.clear()
         async with self._write_locks[identity]:
             try:
@@ -323,11 +338,12 @@ class _Lost(Exception):
     """A worker broke the job's contract; the message names what happened."""
 
 
-async def _read_message(transport: Transport, decoder: FrameDecoder) -> object:
+async def _read_messages(transport: Transport, decoder: FrameDecoder) -> list[Message]:
+    """The messages of the first read that completes any."""
     while True:
         data = await transport.read()
         if not data:
             decoder.close()
             raise _Lost("the worker closed its connection before the handshake completed")
-        for message in decoder.feed(data):
-            return message
+        if messages := decoder.feed(data):
+            return messages

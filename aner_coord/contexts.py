@@ -92,12 +92,12 @@ def local(workers: int = 0, chunk: int = DEFAULT_CHUNK) -> LocalExecution:
     if workers > MAX_LOCAL_WORKERS:
         raise AdmissionError(
             f"{workers} local workers exceed the limit of {MAX_LOCAL_WORKERS}: "
-            f"use --workers {min(effective, MAX_LOCAL_WORKERS)} or fewer"
+            f"use at most {min(effective, MAX_LOCAL_WORKERS)} workers (--workers)"
         )
     if workers > effective:
         raise AdmissionError(
             f"{workers} workers exceed this process's effective CPU allocation of {effective} "
-            f"(see `aner parallel inventory`): use --workers {effective} or fewer, "
+            f"(see `aner parallel inventory`): use at most {effective} workers (--workers), "
             "or 0 for automatic"
         )
     return LocalExecution(workers, chunk, automatic=False)

@@ -21,6 +21,10 @@ transition can be tested by feeding events and comparing instructions.
 - A lost worker or failed task fails the job. A cancel request stops dispatch; the shell stops
   the workers and reports `WorkersStopped`, after which the job is CANCELLED. Results that
   arrive while cancelling are still checked and counted, but only as diagnostics.
+- Once the job has ended (COMPLETED, FAILED or CANCELLED) results are ignored, and tasks still
+  outstanding are abandoned: they are no longer in flight, their work was never accepted.
+- Each worker's `items_by_pass` has one entry per pass started so far, zero where it
+  accepted nothing in that pass.
 
 Transitions (state, event -> state):
 
@@ -142,7 +146,10 @@ class JobMachine:
         self.computation = computation
         self.state = JobState.STARTING
         self.error: str | None = None
-        self.accounts = {name: WorkerAccount(slots=slots) for name, slots in workers.items()}
+        # items_by_pass gets one entry per started pass for every worker (zero if idle).
+        self.accounts = {
+            name: WorkerAccount(slots=slots, items_by_pass=[0]) for name, slots in workers.items()
+        }
         self.pass_index = 0
         self.items_done = 0  # accepted in the current pass
         self.items_total_done = 0  # accepted over all passes
@@ -194,6 +201,8 @@ class JobMachine:
         return out
 
     def _on_result(self, event: ResultReceived) -> list[Instruction]:
+        if self.state.terminal:
+            return []  # too late: a finished job accepts nothing more
         message = event.message
         pending = self._outstanding.get(message.task_id)
         if pending is None or pending.worker != event.worker:
@@ -237,6 +246,8 @@ class JobMachine:
         self.items_done = 0
         self.chunks_done = 0
         self._next_chunk = 0
+        for account in self.accounts.values():
+            account.items_by_pass.append(0)
         return [WriteStatus(), *self._dispatch()]
 
     def _on_lost(self, event: WorkerLost) -> list[Instruction]:
@@ -253,6 +264,7 @@ class JobMachine:
         if self.state is not JobState.CANCELLING:
             return []
         self.state = JobState.CANCELLED
+        self._abandon_outstanding()
         return [WriteStatus(), JobEnded(JobState.CANCELLED)]
 
     def _fail(self, worker: str, phase: str, detail: str) -> list[Instruction]:
@@ -260,7 +272,15 @@ class JobMachine:
             return []
         self.state = JobState.FAILED
         self.error = f'worker "{worker}" failed during {phase}: {detail}'
+        self._abandon_outstanding()
         return [WriteStatus(), StopWorkers(self.error), JobEnded(JobState.FAILED)]
+
+    def _abandon_outstanding(self) -> None:
+        """The job ended with tasks outstanding: the workers drop them and no result for them
+        will be accepted, so they are no longer in flight (the work was never accepted)."""
+        self._outstanding.clear()
+        for account in self.accounts.values():
+            account.in_flight = 0
 
     def _dispatch(self) -> list[Instruction]:
         """Fill ready windows in readiness order, keeping one chunk per unserved worker."""

@@ -54,13 +54,13 @@ def admit_plan(*, total: int, chunk: int, what: str, min_chunks: int = 1) -> Chu
         smallest = -(-total // MAX_CHUNKS)
         raise AdmissionError(
             f"{total:,} {what} in chunks of {chunk:,} make {plan.n_chunks:,} chunks; the limit is "
-            f"{MAX_CHUNKS:,}: use --chunk {smallest} or larger"
+            f"{MAX_CHUNKS:,}: use a chunk of at least {smallest} (--chunk)"
         )
     if plan.n_chunks < min_chunks:
         raise AdmissionError(
             f"{total:,} {what} in chunks of {chunk:,} make {plan.n_chunks} chunk(s), fewer than "
             f"the {min_chunks} configured workers (each needs at least one): "
-            f"use --chunk {max(1, total // min_chunks)} or smaller"
+            f"use a chunk of at most {max(1, total // min_chunks)} (--chunk)"
         )
     return plan
 

@@ -2,11 +2,14 @@
 
 Speaks frames on stdin/stdout and logs on stderr only. The first frame must be a `Hello`;
 the worker checks the protocol version, the source-contract fingerprint and the slots it is
-assigned against its own effective CPU allocation, and answers `Welcome` or `Refused`. Then it
-runs up to `slots` tasks at once on a fixed thread pool (the kernels release the GIL) and
-writes each result as it completes. It exits on end of input (its coordinator closed the
-pipe, or vanished, or the SSH channel dropped), on `Shutdown`, or on a protocol error. It
-never opens a socket.
+assigned against its own effective CPU allocation, and answers `Welcome` or `Refused`. Then
+`slots` long-lived threads (the kernels release the GIL) take tasks from one queue and write
+each result as it completes; results that complete while another is being written go out
+together in the next write, and the result of a very short task may wait up to a couple of
+milliseconds for company (see HOLD_TASK_S). It exits on end of input (its coordinator closed
+the pipe, or vanished, or the SSH channel dropped), on `Shutdown`, or on a protocol error,
+after finishing the tasks its slots hold and writing every pending result. It never opens a
+socket.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import queue
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
 
 from protocol import (
     PROTOCOL_VERSION,
@@ -27,6 +31,7 @@ from protocol import (
     Hello,
     McResult,
     McTask,
+    Message,
     ProtocolError,
     Refused,
     Shutdown,
@@ -38,6 +43,13 @@ log = logging.getLogger("aner.worker")
 
 # A coordinator keeps at most 64 tasks per slot in flight; more is a broken peer.
 MAX_QUEUED_PER_SLOT = 64
+# The result of a task shorter than this, with more tasks queued behind it, may wait for the
+# results that follow it, so one write (and one wake-up of the coordinator) carries several;
+# no result waits longer than HOLD_MAX_S plus one task, and the coordinator's window (about
+# 50 ms of work per slot) hides that delay.
+HOLD_TASK_S = 0.001
+HOLD_MAX_S = 0.002
+HOLD_MAX_FRAMES = 64
 
 
 def platform_identity() -> str:
@@ -48,25 +60,65 @@ def platform_identity() -> str:
 
 
 class _Output:
-    """Serialises frames from pool threads onto one file descriptor."""
+    """Serialises frames from slot threads onto one file descriptor.
+
+    Whoever finds no write in progress becomes the writer and keeps writing until nothing is
+    pending; frames that arrive meanwhile are joined into its next write. A frame sent with
+    `hold=True` may stay pending (see HOLD_TASK_S) until a later `send` or `flush`.
+    """
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._lock = threading.Lock()
         self._encoder = FrameEncoder("worker")
+        self._pending: list[bytes] = []
+        self._pending_since = 0.0
+        self._writing = False
         self.broken = False
+        self.answered = 0  # task results (or failures) handed to send()
 
-    def send(self, message: object) -> None:
+    def send(self, message: object, *, answer: bool = False, hold: bool = False) -> None:
+        now = time.monotonic()
         with self._lock:
+            if answer:
+                self.answered += 1
             if self.broken:
                 return
-            data = memoryview(self._encoder.encode(message))  # type: ignore[arg-type]
+            pending = self._pending
+            if not pending:
+                self._pending_since = now
+            pending.append(self._encoder.encode(message))  # type: ignore[arg-type]
+            if hold and len(pending) < HOLD_MAX_FRAMES and now - self._pending_since < HOLD_MAX_S:
+                return
+            if self._writing:
+                return
+            self._writing = True
+        self._drain()
+
+    def flush(self) -> None:
+        """Write whatever is pending now."""
+        with self._lock:
+            if self._writing or not self._pending:
+                return
+            self._writing = True
+        self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending or self.broken:
+                    self._pending.clear()
+                    self._writing = False
+                    return
+                data = memoryview(b"".join(self._pending))
+                self._pending.clear()
             try:
                 while data:
                     written = os.write(self._fd, data)
                     data = data[written:]
             except OSError:
-                self.broken = True  # coordinator gone; the read loop will see EOF
+                with self._lock:
+                    self.broken = True  # coordinator gone; the read loop will see EOF
 
 
 def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
@@ -78,12 +130,13 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     out = _Output(stdout_fd)
     fingerprint = source_fingerprint()
     try:
-        hello = _first_message(stdin_fd, decoder)
+        early = _first_messages(stdin_fd, decoder)
     except ProtocolError as exc:
         log.error("%s", exc)
         return 1
-    if hello is None:
+    if not early:
         return 0
+    hello = early.pop(0)
     if not isinstance(hello, Hello):
         log.error("expected Hello, got %s", type(hello).__name__)
         return 1
@@ -99,33 +152,48 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     out.send(Welcome(PROTOCOL_VERSION, fingerprint, platform_identity(), effective, hello.slots))
     log.info("worker %s ready with %d slots", hello.identity, hello.slots)
 
-    pool = ThreadPoolExecutor(max_workers=hello.slots, thread_name_prefix="aner-slot")
-    queued = threading.Semaphore(hello.slots * MAX_QUEUED_PER_SLOT)
+    # Tasks in arrival order, numbered. On Shutdown or end of input, tasks numbered from
+    # `cutoff` on (those after the ones running or about to run on every slot) are dropped:
+    # nobody waits for their answers.
+    tasks: queue.SimpleQueue[tuple[int, McTask | FxTask] | None] = queue.SimpleQueue()
+    cutoff = [sys.maxsize]
 
-    def finished(task: McTask | FxTask, future: Future[McResult | FxResult]) -> None:
-        queued.release()
-        if future.cancelled():
-            return  # dropped by Shutdown: nobody waits for its answer
-        error = future.exception()
-        if error is None:
-            out.send(future.result())
-        else:
-            out.send(TaskFailed(task.task_id, f"{type(error).__name__}: {error}"))
+    def slot() -> None:
+        while True:
+            item = tasks.get()
+            if item is None or item[0] >= cutoff[0]:
+                return
+            task = item[1]
+            began = time.monotonic()
+            try:
+                result: McResult | FxResult | TaskFailed = execute(task)
+            except Exception as error:  # the task's failure, reported to the coordinator
+                result = TaskFailed(task.task_id, f"{type(error).__name__}: {error}")
+            short = time.monotonic() - began < HOLD_TASK_S
+            out.send(result, answer=True, hold=short and not tasks.empty())
 
-    def run(task: McTask | FxTask) -> None:
-        if not queued.acquire(blocking=False):
-            raise ProtocolError("coordinator", "more tasks in flight than the window allows")
-        future = pool.submit(execute, task)
-        future.add_done_callback(lambda f: finished(task, f))
+    threads = [
+        threading.Thread(target=slot, name=f"aner-slot-{i}", daemon=True)
+        for i in range(hello.slots)
+    ]
+    for thread in threads:
+        thread.start()
+    limit = hello.slots * MAX_QUEUED_PER_SLOT
+    received = 0
 
     status = 0
-    data = b""  # frames that arrived together with the Hello already sit in the decoder
+    messages = early  # frames that arrived together with the Hello
     try:
         while True:
             stop = False
-            for message in decoder.feed(data):
+            for message in messages:
                 if isinstance(message, McTask | FxTask):
-                    run(message)
+                    if received - out.answered >= limit:
+                        raise ProtocolError(
+                            "coordinator", "more tasks in flight than the window allows"
+                        )
+                    tasks.put((received, message))
+                    received += 1
                 elif isinstance(message, Shutdown):
                     stop = True
                     break
@@ -137,22 +205,29 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
             if not data:
                 decoder.close()
                 break
+            messages = decoder.feed(data)
     except ProtocolError as exc:
         log.error("%s", exc)
         status = 1
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        cutoff[0] = out.answered + hello.slots
+        for _ in threads:
+            tasks.put(None)
+        for thread in threads:
+            thread.join()
+        out.flush()  # results that were waiting for company
     return status
 
 
-def _first_message(fd: int, decoder: FrameDecoder) -> object | None:
+def _first_messages(fd: int, decoder: FrameDecoder) -> list[Message]:
+    """The messages of the first read that completes any; empty at end of input."""
     while True:
         data = os.read(fd, 1 << 16)
         if not data:
             decoder.close()
-            return None
-        for message in decoder.feed(data):
-            return message
+            return []
+        if messages := decoder.feed(data):
+            return messages
 
 
 def _refusal(hello: Hello, fingerprint: str, effective: int) -> str | None:

@@ -6,8 +6,6 @@ peer cannot make us allocate more than that.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import msgspec
 
 from protocol.errors import LocalProtocolError, RemoteProtocolError
@@ -44,26 +42,39 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._decoder = msgspec.msgpack.Decoder(Message)
 
-    def feed(self, data: bytes) -> Iterator[Message]:
-        """Buffer `data` and yield every message it completes."""
-        self._buffer += data
-        while len(self._buffer) >= _HEADER:
-            size = int.from_bytes(self._buffer[:_HEADER], "big")
-            if size > self._max:
-                raise RemoteProtocolError(
-                    self.peer, f"frame of {size} bytes exceeds the maximum of {self._max}"
-                )
-            if size == 0:
-                raise RemoteProtocolError(self.peer, "empty frame")
-            end = _HEADER + size
-            if len(self._buffer) < end:
-                return
-            payload = bytes(self._buffer[_HEADER:end])
-            del self._buffer[:end]
-            try:
-                yield self._decoder.decode(payload)
-            except msgspec.DecodeError as exc:
-                raise RemoteProtocolError(self.peer, f"malformed message: {exc}") from None
+    def feed(self, data: bytes) -> list[Message]:
+        """Buffer `data` and return every message it completes, in order.
+
+        Eager: the bytes are consumed and any protocol error raised by this call itself. The
+        buffer is trimmed once per call, not once per frame.
+        """
+        buffer = self._buffer
+        buffer += data
+        available = len(buffer)
+        messages: list[Message] = []
+        offset = 0
+        try:
+            while available - offset >= _HEADER:
+                size = int.from_bytes(buffer[offset : offset + _HEADER], "big")
+                if size > self._max:
+                    raise RemoteProtocolError(
+                        self.peer, f"frame of {size} bytes exceeds the maximum of {self._max}"
+                    )
+                if size == 0:
+                    raise RemoteProtocolError(self.peer, "empty frame")
+                end = offset + _HEADER + size
+                if available < end:
+                    break
+                with memoryview(buffer) as view:
+                    try:
+                        messages.append(self._decoder.decode(view[offset + _HEADER : end]))
+                    except msgspec.DecodeError as exc:
+                        raise RemoteProtocolError(self.peer, f"malformed message: {exc}") from None
+                offset = end
+        finally:
+            if offset:
+                del buffer[:offset]
+        return messages
 
     def close(self) -> None:
         """Declare end of stream: leftover bytes mean the peer stopped mid-frame."""

@@ -268,7 +268,7 @@ INVALID = [
     (
         "too-many-chunks",
         ["--samples", "10000000", "--seed", "1", "--chunk", "1"],
-        "use --chunk 10 or larger",
+        "use a chunk of at least 10 (--chunk)",
     ),
 ]
 

@@ -484,3 +484,113 @@ def test_inconsistent_fixture_result_is_rejected(change: dict[str, object], word
     assert 'worker "a" failed during run: inconsistent result rejected: ' in str(machine.error)
     assert words in str(machine.error)
     assert machine.chunks_done == 0 and fixture.initial is None
+
+
+# -- after the end: late results, abandoned tasks, per-pass accounting ---------------------
+
+
+def _accounting(machine: JobMachine, computation: MonteCarlo) -> tuple[object, ...]:
+    return (
+        computation.hits,
+        machine.items_done,
+        machine.items_total_done,
+        machine.chunks_done,
+        machine.in_flight,
+        [
+            (a.items, a.chunks, a.in_flight, list(a.items_by_pass))
+            for a in machine.accounts.values()
+        ],
+    )
+
+
+def test_results_after_failure_are_ignored() -> None:
+    machine, computation = mc_machine()
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(WorkerReady("b", 2))
+    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=2))) == []
+    machine.handle(WorkerLost("b", "run", "connection reset"))
+    assert machine.state is JobState.FAILED
+    before = _accounting(machine, computation)
+    # Task 2 was outstanding on "a" when the job failed: its result is not counted.
+    assert machine.handle(ResultReceived("a", answer(mc(2, 3, 3), hits=1))) == []
+    assert machine.handle(ResultReceived("a", TaskFailed(2, "late"))) == []
+    assert _accounting(machine, computation) == before
+    assert computation.hits == 2 and machine.items_total_done == 3
+    assert state_of(machine) is JobState.FAILED
+
+
+def test_results_after_completion_are_ignored() -> None:
+    machine, computation = mc_machine(total=6, chunk=3)
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(WorkerReady("b", 2))
+    machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=1)))
+    assert machine.handle(ResultReceived("b", answer(mc(2, 3, 3), hits=1)))[-1] == JobEnded(
+        JobState.COMPLETED
+    )
+    before = _accounting(machine, computation)
+    assert machine.handle(ResultReceived("b", answer(mc(2, 3, 3), hits=1))) == []
+    assert machine.handle(ResultReceived("a", McResult(99, 0, 3, 1))) == []
+    assert _accounting(machine, computation) == before
+    assert state_of(machine) is JobState.COMPLETED and machine.error is None
+
+
+def test_workers_stopped_abandons_outstanding_tasks() -> None:
+    machine, computation = mc_machine(total=20, chunk=3)  # 7 chunks
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(WorkerReady("b", 2))
+    assert machine.in_flight == 4
+    machine.handle(CancelRequested("user"))
+    # One result still arrives while cancelling and is counted as a diagnostic.
+    assert machine.handle(ResultReceived("b", answer(mc(3, 6, 3), hits=3))) == []
+    assert machine.items_done == 3 and machine.in_flight == 3
+    assert machine.handle(WorkersStopped()) == [WriteStatus(), JobEnded(JobState.CANCELLED)]
+    # The tasks the workers dropped were never accepted: nothing is in flight any more.
+    assert machine.in_flight == 0
+    assert [a.in_flight for a in machine.accounts.values()] == [0, 0]
+    assert machine.items_done == 3 and computation.hits == 3
+    # A dropped task's result that still trickles in is ignored.
+    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3)))) == []
+    assert machine.items_done == 3 and computation.hits == 3
+
+
+def test_failure_abandons_outstanding_tasks() -> None:
+    machine, _ = mc_machine()
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(WorkerReady("b", 2))
+    assert machine.in_flight == 4
+    machine.handle(WorkerLost("a", "run", "killed"))
+    assert state_of(machine) is JobState.FAILED
+    assert machine.in_flight == 0
+    assert [a.in_flight for a in machine.accounts.values()] == [0, 0]
+
+
+def test_items_by_pass_has_an_entry_per_started_pass_for_every_worker() -> None:
+    # One chunk, two workers (local runs allow that): each pass is done by one of them, so
+    # in every pass the other worker accepts nothing, and still has an entry for it.
+    fixture = Fixture(ChunkPlan(N_ROWS, N_ROWS), seed=SEED, steps=STEPS, rate=RATE)
+    machine = JobMachine(fixture, {"a": 1, "b": 1})
+    assert [a.items_by_pass for a in machine.accounts.values()] == [[0], [0]]
+    out = machine.handle(WorkerReady("a", 1)) + machine.handle(WorkerReady("b", 1))
+    passes_seen = 0
+    while machine.state is JobState.RUNNING:
+        passes_seen += 1
+        assert [len(a.items_by_pass) for a in machine.accounts.values()] == [passes_seen] * 2
+        (item,) = [i for i in out if isinstance(i, SendTask)]
+        out = machine.handle(ResultReceived(*_pair((item.worker, item.task))))
+    assert machine.state is JobState.COMPLETED
+    # Pass 1 goes to "b", the worker that was still unserved; later passes to "a" again.
+    assert machine.accounts["a"].items_by_pass == [N_ROWS, 0, N_ROWS, N_ROWS]
+    assert machine.accounts["b"].items_by_pass == [0, N_ROWS, 0, 0]
+
+
+def test_items_by_pass_of_a_cancelled_fixture_covers_the_interrupted_pass() -> None:
+    machine, _ = fx_machine()
+    out = machine.handle(WorkerReady("a", 8)) + machine.handle(WorkerReady("b", 8))
+    for item in out:
+        if isinstance(item, SendTask):
+            machine.handle(ResultReceived(*_pair((item.worker, item.task))))
+    assert machine.pass_index == 1  # pass 1 started; nothing of it accepted yet
+    machine.handle(CancelRequested("user"))
+    machine.handle(WorkersStopped())
+    assert machine.accounts["a"].items_by_pass == [4, 0]
+    assert machine.accounts["b"].items_by_pass == [1, 0]

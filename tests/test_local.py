@@ -15,7 +15,7 @@ from aner_coord.computations import MonteCarlo, Task
 from aner_coord.coordinator import Coordinator
 from aner_coord.jobs import STREAM_ID, JobSpec, execute, prepare
 from aner_coord.jobstate import JobState
-from aner_coord.plan import MAX_CHUNKS, ChunkPlan
+from aner_coord.plan import MAX_CHUNKS, ChunkPlan, admit_plan
 from aner_coord.status import StatusSnapshot
 from aner_worker.inventory import current
 from aner_worker.philox import count_hits
@@ -123,13 +123,17 @@ def test_more_workers_than_the_allocation_names_both_numbers() -> None:
     message = str(info.value)
     assert re.search(rf"\b{effective + 1} workers\b", message)
     assert re.search(rf"allocation of {effective}\b", message)
-    assert f"--workers {effective} or fewer" in message
+    # The fix is said in words that hold for the API and the CLI alike.
+    assert f"use at most {effective} workers (--workers), or 0 for automatic" in message
+    assert f"--workers {effective}" not in message
 
 
 def test_more_than_256_local_workers() -> None:
     with pytest.raises(parallel.AdmissionError) as info:
         parallel.local(workers=257)
-    assert "257 local workers exceed the limit of 256" in str(info.value)
+    message = str(info.value)
+    assert "257 local workers exceed the limit of 256" in message
+    assert f"use at most {min(_effective(), 256)} workers (--workers)" in message
 
 
 @pytest.mark.parametrize(
@@ -155,7 +159,8 @@ def test_too_many_chunks_suggests_the_smallest_chunk() -> None:
         parallel.monte_carlo(samples=samples, seed=1, execution=parallel.local(workers=1, chunk=1))
     message = str(info.value)
     assert "3,000,001 chunks; the limit is 1,000,000" in message
-    match = re.search(r"use --chunk (\d+) or larger", message)
+    assert "use --chunk" not in message  # a flag is not what an API caller changes
+    match = re.search(r"use a chunk of at least (\d+) \(--chunk\)", message)
     assert match is not None
     smallest = int(match.group(1))
     assert smallest == 4
@@ -283,3 +288,12 @@ def test_cooperative_cancellation_joins_every_thread() -> None:
     assert [s.state for s in snapshots][-1] == "CANCELLED"
     assert "CANCELLING" in [s.state for s in snapshots]
     assert _no_local_threads() == []
+
+
+def test_too_few_chunks_for_the_workers_suggests_a_smaller_chunk() -> None:
+    with pytest.raises(parallel.AdmissionError) as info:
+        admit_plan(total=10, chunk=5, what="samples", min_chunks=3)
+    message = str(info.value)
+    assert "make 2 chunk(s), fewer than the 3 configured workers" in message
+    assert message.endswith("use a chunk of at most 3 (--chunk)")
+    assert ChunkPlan(10, 3).n_chunks >= 3

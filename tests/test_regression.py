@@ -87,6 +87,7 @@ def test_local_plans_match_the_reference(
     assert_matches(result, reference)
     assert result.steps == STEPS and result.samples == 65_539
     # Every pass accounted for every row, across all workers.
+    assert [len(s.items_by_pass) for s in result.shares] == [STEPS + 2] * len(result.shares)
     per_phase = np.sum([s.items_by_pass for s in result.shares], axis=0)
     assert per_phase.tolist() == [65_539] * (STEPS + 2)
 
@@ -175,6 +176,7 @@ def test_ssh_and_mixed_groups(
         assert abs(data["final_loss"] - reference["final_loss"]) <= 1e-10
         assert abs(data["fit_accuracy"] - reference["fit_accuracy"]) <= 1e-12
         rows = {w["identity"]: w["rows_by_phase"] for w in data["workers"]}
+        assert all(len(r) == STEPS + 2 for r in rows.values())
         assert np.sum(list(rows.values()), axis=0).tolist() == [65_539] * (STEPS + 2)
         assert sshd.alias not in (out / "status.json").read_text()
 

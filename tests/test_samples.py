@@ -1,0 +1,61 @@
+"""The programs in samples/ run as a researcher would run them, and tell the truth."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from test_cluster import ANER, write_cluster
+
+from aner_coord.clusterfile import parse_cluster_text
+from aner_worker.philox import count_hits
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+def test_local_program_runs_serial_and_parallel_with_identical_hits() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / "local_pi.py"), "--samples", "2000003", "--seed", "9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    hits = f"{count_hits(9, 0, 2_000_003):,}"
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("serial", "parallel"))]
+    assert len(rows) == 2 and all(hits in row for row in rows)
+    assert "identical hits: True" in proc.stdout
+
+
+def test_cluster_program_on_a_local_pipe_group(tmp_path: Path) -> None:
+    config = write_cluster(tmp_path / "c", [("w1", "local", "-", ANER, 1)])
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / "cluster_pi.py"), str(config), "--samples", "1000003"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"identical hits: {count_hits(42, 0, 1_000_003):,}" in proc.stdout
+    assert "w1" in proc.stdout
+
+
+def test_cluster_program_explains_a_bad_file(tmp_path: Path) -> None:
+    config = tmp_path / "c"
+    config.write_text("ANER_CLUSTER 1\n")
+    config.chmod(0o644)
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / "cluster_pi.py"), str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "cluster run failed" in proc.stderr and "chmod 600" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_example_cluster_file_parses() -> None:
+    config = parse_cluster_text((SAMPLES / "cluster.example").read_text(), "cluster.example")
+    assert [w.identity for w in config.workers] == ["this-machine", "lab-peer-1"]
