@@ -107,7 +107,7 @@ def cluster(config: str | os.PathLike[str], chunk: int = DEFAULT_CHUNK) -> Clust
     """The group described by the cluster file at `config` (SPEC section 5)."""
     chunk = _check_chunk(chunk)
     try:
-        parsed = load_cluster_file(config)
+        parsed = load_cluster_file(os.path.expanduser(config))
     except ClusterFileError as exc:
         raise RequestError(str(exc)) from None
     local_slots = sum(w.slots for w in parsed.workers if w.transport == "local")

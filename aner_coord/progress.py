@@ -33,6 +33,23 @@ def describe(snapshot: StatusSnapshot) -> str:
     )
 
 
+def _si(value: float) -> str:
+    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.2f}{suffix}"
+    return f"{value:.0f}"
+
+
+def compact(snapshot: StatusSnapshot) -> str:
+    """The live line's detail, short enough for an 80-column terminal beside the bar."""
+    unit = "rows" if snapshot.kind == "fixture" else "samples"
+    total = snapshot.total_work
+    pct = 100.0 * snapshot.accepted / total if total else 0.0
+    rate = f"{_si(snapshot.throughput)}/s" if snapshot.throughput else "--/s"
+    phase = f"{snapshot.phase}, " if snapshot.kind == "fixture" else ""
+    return f"{phase}{pct:5.1f}% of {_si(total)} {unit}, {rate}, {format_eta(snapshot.eta_s)}"
+
+
 class LiveProgress:
     """Observer drawing a progress bar on stderr while the job runs."""
 
@@ -42,7 +59,7 @@ class LiveProgress:
 
         self._progress = Progress(
             TextColumn("{task.description}"),
-            BarColumn(),
+            BarColumn(bar_width=16),
             TextColumn("{task.fields[detail]}"),
             console=Console(stderr=True),
             transient=True,
@@ -64,5 +81,5 @@ class LiveProgress:
             self._task,
             completed=snapshot.accepted,
             description=snapshot.state,
-            detail=describe(snapshot).split(" ", 1)[1],
+            detail=compact(snapshot),
         )
