@@ -106,14 +106,26 @@ def read_json(path: Path) -> Any:
 
 class StatusWriter:
     """Observer that writes snapshots to `status.json`, at most every 0.5 s unless the state
-    changed, so that a fast job does not spend its time in fsync."""
+    changed, so that a fast job does not spend its time in fsync.
+
+    A COMPLETED snapshot is held back until `commit_completed()`, which the job calls once
+    `result.json` is on disk: a reader that sees COMPLETED always finds the result."""
 
     def __init__(self, job: Path) -> None:
         self._path = job / STATUS
         self._last_state: str | None = None
         self._last_write = 0.0
+        self._completed: StatusSnapshot | None = None
+
+    def commit_completed(self) -> None:
+        if self._completed is not None:
+            write_atomic(self._path, encode_status(self._completed))
+            self._completed = None
 
     def __call__(self, snapshot: StatusSnapshot) -> None:
+        if snapshot.state == "COMPLETED":
+            self._completed = snapshot  # the latest one: its accounting is final
+            return
         now = time.monotonic()
         if snapshot.state == self._last_state and now - self._last_write < STATUS_MIN_INTERVAL_S:
             return

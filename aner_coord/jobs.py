@@ -173,13 +173,15 @@ async def execute(
     observers = list(observers)
     cancel = cancel if cancel is not None else asyncio.Event()
     lock: jobdir.JobLock | None = None
+    writer: jobdir.StatusWriter | None = None
     out = job.output
     if out is not None:
         jobdir.create_job_dir(out)
         lock = jobdir.JobLock(out)
         lock.acquire()
         jobdir.write_json(out / jobdir.MANIFEST, manifest_of(job))
-        observers.insert(0, jobdir.StatusWriter(out))
+        writer = jobdir.StatusWriter(out)
+        observers.insert(0, writer)
     try:
         # Before the Coordinator is built: it copies the list.
         if on_ready is not None:
@@ -194,6 +196,8 @@ async def execute(
         result = result_of(job, report) if report.state is JobState.COMPLETED else None
         if out is not None and result is not None:
             jobdir.write_json(out / jobdir.RESULT, result.to_dict())
+        if writer is not None and result is not None:
+            writer.commit_completed()
         return Outcome(report, result)
     finally:
         if lock is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from aner_coord.jobdir import write_atomic
+from aner_coord.jobdir import StatusWriter, write_atomic
 from aner_coord.status import STATUS_SCHEMA, StatusSnapshot, WorkerStatus, decode_status
 
 DATA = Path(__file__).parent / "data"
@@ -115,3 +115,52 @@ def test_checked_in_status_v1_still_reads() -> None:
     assert sum(w.items for w in status.workers) == 10_000_000
     assert status.terminal
     assert status.total_work == 10_000_000
+
+
+def test_completed_is_written_only_after_the_result(tmp_path: Path) -> None:
+    writer = StatusWriter(tmp_path)
+    writer(snapshot(1))
+    assert decode_status((tmp_path / "status.json").read_bytes()).state == "RUNNING"
+    done = msgspec.structs.replace(snapshot(2), state="COMPLETED")
+    final = msgspec.structs.replace(snapshot(3), state="COMPLETED")
+    writer(done)
+    writer(final)
+    # No result.json yet, so no reader may see COMPLETED.
+    assert decode_status((tmp_path / "status.json").read_bytes()).state == "RUNNING"
+    writer.commit_completed()
+    written = decode_status((tmp_path / "status.json").read_bytes())
+    assert (written.state, written.seq) == ("COMPLETED", 3)
+
+
+def test_a_completed_cli_run_has_its_result_whenever_status_says_so(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "job"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aner_coord",
+            "parallel",
+            "run",
+            "--samples",
+            "300000000",
+            "--seed",
+            "3",
+            "--workers",
+            "1",
+            "--output",
+            str(out),
+            "--quiet",
+        ],
+    )
+    while proc.poll() is None:
+        try:
+            state = decode_status((out / "status.json").read_bytes()).state
+        except FileNotFoundError:
+            continue
+        if state == "COMPLETED":
+            assert (out / "result.json").exists()
+    assert proc.wait() == 0
+    assert decode_status((out / "status.json").read_bytes()).state == "COMPLETED"
