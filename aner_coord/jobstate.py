@@ -224,8 +224,6 @@ class JobMachine:
         account.in_flight -= 1
         account.items += message.count
         account.chunks += 1
-        while len(account.items_by_pass) <= self.pass_index:
-            account.items_by_pass.append(0)
         account.items_by_pass[self.pass_index] += message.count
         self.computation.accept(pending.chunk, message)
         self.items_done += message.count
