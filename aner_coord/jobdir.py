@@ -78,7 +78,7 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with _suppress_oserror():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -86,14 +86,6 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-class _suppress_oserror:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return isinstance(exc[1], OSError)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -163,7 +155,7 @@ class JobLock:
         # Unlink before closing: while we still hold the lock nobody else can be relying on
         # this inode, and a finished job directory keeps no stale lock file.
         if self._fd is not None:
-            with _suppress_oserror():
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
             os.close(self._fd)
             self._fd = None

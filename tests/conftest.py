@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from sshd_support import SshdUnavailable, SshServer, start_sshd
+from support import Coordinators
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +26,13 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def coordinators() -> Iterator[Coordinators]:
+    """Coordinator pids a test started; whatever is still alive at teardown is killed."""
+    tracked = Coordinators()
+    try:
+        yield tracked
+    finally:
+        tracked.cleanup()

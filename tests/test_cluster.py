@@ -14,22 +14,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import ANER, write_cluster
 
 from aner_worker.inventory import current
 from aner_worker.philox import count_hits
 
 ROOT = Path(__file__).resolve().parent.parent
-ANER = str(Path(sys.executable).parent / "aner")
 SAMPLES = 3_000_017  # uneven: the last chunk keeps the remainder
-
-
-def write_cluster(path: Path, records: list[tuple[str, str, str, str, int]]) -> Path:
-    lines = ["ANER_CLUSTER 1", "# written by the test suite"]
-    for identity, transport, endpoint, executable, slots in records:
-        lines.append(f'worker "{identity}" {transport} "{endpoint}" "{executable}" {slots}')
-    path.write_text("\n".join(lines) + "\n")
-    path.chmod(0o600)
-    return path
 
 
 def run_job(

@@ -297,3 +297,21 @@ def test_too_few_chunks_for_the_workers_suggests_a_smaller_chunk() -> None:
     assert "make 2 chunk(s), fewer than the 3 configured workers" in message
     assert message.endswith("use a chunk of at most 3 (--chunk)")
     assert ChunkPlan(10, 3).n_chunks >= 3
+
+
+def test_api_raises_job_failed_with_the_task_exception_as_cause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fault injection at the one seam the coordinator imports its task runner from.
+    import aner_worker.tasks
+
+    monkeypatch.setattr(aner_worker.tasks, "execute", _failing)
+    with pytest.raises(parallel.JobFailed) as caught:
+        parallel.monte_carlo(
+            samples=1_000_000, seed=SEED, execution=parallel.local(workers=2, chunk=10_000)
+        )
+    assert re.search(
+        r'worker "local-[12]" failed during task: .*boom in the kernel', str(caught.value)
+    )
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert _no_local_threads() == []

@@ -10,11 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_background import (
+from support import (
     ANER,
     CHUNK,
     FEW_SECONDS,
@@ -25,16 +24,10 @@ from test_background import (
     read_status,
     run_aner,
     submit,
-    tracked_coordinators,
     wait_for,
     wait_running,
     write_cluster_file,
 )
-
-
-@pytest.fixture
-def coordinators() -> Iterator[Coordinators]:
-    yield from tracked_coordinators()
 
 
 def test_status_and_cancel_refuse_what_is_not_a_job_directory(tmp_path: Path) -> None:

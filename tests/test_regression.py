@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cluster import ANER, write_cluster
+from support import ANER, write_cluster
 
 from aner_coord import parallel
 

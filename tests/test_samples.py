@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_cluster import ANER, write_cluster
+from support import ANER, write_cluster
 
 from aner_coord.clusterfile import parse_cluster_text
 from aner_worker.philox import count_hits

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_background import (
+from support import (
     ANER,
     CHUNK,
     LONG,
