@@ -3,4 +3,9 @@
 The documented entry point for Python is `from aner_coord import parallel`.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("aner")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

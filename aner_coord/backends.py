@@ -1,9 +1,16 @@
-"""Backends execute the machine's instructions on real workers and feed back what happened.
+"""Backends carry out the machine's instructions on real workers and report what happened.
 
 `ThreadBackend`: local execution, one thread per worker running the nogil kernels in-process.
 `ProcessBackend`: a configured group, one persistent `aner` worker process per record, over
-local pipes or SSH, speaking framed messages. Both offer `start / send / request_stop /
-wait_stopped / close`; the `Driver` serialises events into the pure job machine.
+local pipes, SSH or Slurm, each connection a thin shell around
+`protocol.CoordinatorConnection`. Both offer `start / begin_pass / send / request_stop /
+wait_stopped / close` and report through one callable, `deliver(event)`, which is safe to
+call from any thread (the driver hands every event to the event loop).
+
+Every failure becomes an event: a worker's end of file, silence, garbage or refusal is
+`WorkerLost`; a task that raised is `TaskError`; anything unexpected inside a backend's own
+code is `WorkerLost` with phase and detail, so no job ever waits for a chunk that will not
+come.
 """
 
 from __future__ import annotations
@@ -11,137 +18,109 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
+
+import msgspec
 
 from aner_coord.clusterfile import WorkerRecord
-from aner_coord.computations import Task
-from aner_coord.jobstate import (
-    Event,
-    JobEnded,
-    JobMachine,
-    ResultReceived,
-    SendTask,
-    StopWorkers,
-    WorkerLost,
-    WorkerReady,
-    WriteStatus,
-)
-from aner_coord.transports import Transport, TransportError, open_pipe, open_ssh
+from aner_coord.jobstate import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
+from aner_coord.transports import Transport, TransportError, open_transport
+from aner_worker.kernels import Kernel, Stopped, decode, encode
 from protocol import (
-    PROTOCOL_VERSION,
-    FrameDecoder,
-    FrameEncoder,
-    FxResult,
-    Hello,
-    McResult,
-    Message,
+    Accepted,
+    Answered,
+    CoordinatorConnection,
     ProtocolError,
-    Refused,
-    Shutdown,
-    TaskFailed,
-    Welcome,
+    Rejected,
+    Result,
+    Task,
 )
 
 log = logging.getLogger("aner.coordinator")
 
+Deliver = Callable[[Event], None]
+
 HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
+# A worker answers pings from its reading thread whatever its slots are doing, so a worker
+# that sends nothing at all for this long (not a result, not a pong) is stalled or cut off.
+# ANER_WORKER_SILENCE_S lowers it (tests) or raises it (very slow links).
+DEFAULT_SILENCE_S = 30.0
+
+
+def silence_timeout() -> float:
+    try:
+        return max(0.5, float(os.environ.get("ANER_WORKER_SILENCE_S", DEFAULT_SILENCE_S)))
+    except ValueError:
+        return DEFAULT_SILENCE_S
 
 
 class Backend(Protocol):
-    def start(self, driver: Driver) -> None: ...
+    task_exception: BaseException | None
+
+    def start(self, deliver: Deliver) -> None: ...
+    def begin_pass(self, pass_id: int, params: Any) -> None: ...
     def send(self, worker: str, task: Task) -> None: ...
     def request_stop(self, reason: str) -> None: ...
     async def wait_stopped(self) -> None: ...
     async def close(self) -> None: ...
 
 
-class Driver:
-    """Feeds events to the machine under one lock and carries out its instructions."""
-
-    def __init__(self, machine: JobMachine, backend: Backend, loop: asyncio.AbstractEventLoop):
-        self.machine = machine
-        self.backend = backend
-        self._loop = loop
-        self._lock = threading.Lock()
-        self.changed = asyncio.Event()
-        self.ended = asyncio.Event()
-        self.task_exception: BaseException | None = None
-
-    def handle(self, event: Event) -> None:
-        with self._lock:
-            instructions = self.machine.handle(event)
-            notify = False
-            for instruction in instructions:
-                if isinstance(instruction, SendTask):
-                    self.backend.send(instruction.worker, instruction.task)
-                elif isinstance(instruction, StopWorkers):
-                    self.backend.request_stop(instruction.reason)
-                    notify = True
-                elif isinstance(instruction, WriteStatus | JobEnded):
-                    notify = True
-        if notify:
-            self._notify(self.machine.state.terminal)
-
-    def _notify(self, ended: bool) -> None:
-        def wake() -> None:
-            self.changed.set()
-            if ended:
-                self.ended.set()
-
-        if _on_loop_thread(self._loop):
-            wake()
-        else:
-            self._loop.call_soon_threadsafe(wake)
-
-    def locked(self) -> threading.Lock:
-        return self._lock
-
-
-def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
 class ThreadBackend:
-    """Local workers: a fixed set of threads, each with its own bounded task queue."""
+    """Local workers: a fixed set of threads, each with its own task queue."""
 
-    def __init__(self, names: Sequence[str], execute: Callable[[Task], object]) -> None:
+    def __init__(self, names: Sequence[str], kernel: Kernel) -> None:
         self._names = list(names)
-        self._execute = execute
+        self._kernel = kernel
         self._queues: dict[str, queue.SimpleQueue[Task | None]] = {
             name: queue.SimpleQueue() for name in self._names
         }
+        self._params: dict[int, Any] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
+        self.task_exception: BaseException | None = None
 
-    def start(self, driver: Driver) -> None:
+    def start(self, deliver: Deliver) -> None:
         for name in self._names:
             thread = threading.Thread(
-                target=self._run, args=(name, driver), name=f"aner-{name}", daemon=True
+                target=self._run, args=(name, deliver), name=f"aner-{name}", daemon=True
             )
             self._threads.append(thread)
             thread.start()
 
-    def _run(self, name: str, driver: Driver) -> None:
+    def _run(self, name: str, deliver: Deliver) -> None:
+        try:
+            self._serve(name, deliver)
+        except Exception as exc:  # a bug here must fail the job, not leave it waiting
+            log.exception("local worker %s", name)
+            deliver(WorkerLost(name, "run", f"internal error in the local worker: {exc!r}"))
+
+    def _serve(self, name: str, deliver: Deliver) -> None:
         tasks = self._queues[name]
-        driver.handle(WorkerReady(name, window=1))
+        kernel = self._kernel
+        # Two tasks: the next one waits in the queue while the loop handles this one's result.
+        deliver(WorkerReady(name, window=2))
         while not self._stop.is_set():
             task = tasks.get()
             if task is None or self._stop.is_set():
                 return
             try:
-                result = self._execute(task)
-            except Exception as exc:  # a task's failure is the job's failure, named
-                driver.task_exception = exc
-                failed = TaskFailed(task.task_id, f"{type(exc).__name__}: {exc}")
-                driver.handle(ResultReceived(name, failed))
+                stats = kernel.run(
+                    self._params[task.pass_id], task.start, task.count, self._stop.is_set
+                )
+            except Stopped:
                 return
-            driver.handle(ResultReceived(name, result))  # type: ignore[arg-type]
+            except Exception as exc:  # a task's failure is the job's failure, named
+                self.task_exception = exc
+                deliver(TaskError(name, task.task_id, f"{type(exc).__name__}: {exc}"))
+                return
+            deliver(ResultReceived(name, task.task_id, stats))
+
+    def begin_pass(self, pass_id: int, params: Any) -> None:
+        self._params = {pass_id: params}
 
     def send(self, worker: str, task: Task) -> None:
         self._queues[worker].put(task)
@@ -167,137 +146,177 @@ def window_for(slots: int, seconds_per_task: float) -> int:
     return slots * per_slot
 
 
+class _Lost(Exception):
+    """A worker broke the job's contract; the message names what happened."""
+
+
 class ProcessBackend:
-    """A configured group: one persistent worker process per record, over pipes or SSH."""
+    """A configured group: one persistent worker process per record."""
 
     def __init__(
         self,
         records: Sequence[WorkerRecord],
         fingerprint: str,
+        kernel: Kernel,
         seconds_per_task: float,
     ) -> None:
         self._records = list(records)
         self._fingerprint = fingerprint
+        self._kernel = kernel
         self._seconds_per_task = seconds_per_task
-        self._encoder = FrameEncoder("coordinator")
+        self._silence_s = silence_timeout()
         self._transports: dict[str, Transport] = {}
+        self._connections: dict[str, CoordinatorConnection] = {}
+        self._params: tuple[int, bytes] | None = None
         self._outgoing: dict[str, list[bytes]] = {r.identity: [] for r in self._records}
         # Tasks written to each worker and not yet answered, and how low that may fall before
         # buffered tasks are written: batching task frames saves both processes wake-ups.
         self._on_wire: dict[str, int] = {r.identity: 0 for r in self._records}
+        self._buffered_tasks: dict[str, int] = {r.identity: 0 for r in self._records}
         self._low_water: dict[str, int] = {r.identity: 0 for r in self._records}
         self._write_locks = {r.identity: asyncio.Lock() for r in self._records}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._stopped = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
-        self._driver: Driver | None = None
+        self._deliver: Deliver | None = None
+        self.task_exception: BaseException | None = None
 
-    def start(self, driver: Driver) -> None:
-        self._driver = driver
+    def start(self, deliver: Deliver) -> None:
+        self._deliver = deliver
         for record in self._records:
-            self._tasks.append(asyncio.create_task(self._serve(record, driver)))
+            self._tasks.append(asyncio.create_task(self._serve(record, deliver)))
 
-    async def _serve(self, record: WorkerRecord, driver: Driver) -> None:
+    async def _serve(self, record: WorkerRecord, deliver: Deliver) -> None:
+        identity = record.identity
         phase = "connect"
         try:
             argv = [record.executable, "parallel", "worker", "--stdio"]
-            if record.transport == "local":
-                transport = await open_pipe(record.identity, argv)
-            else:
-                transport = await open_ssh(record.identity, record.endpoint, argv)
-            self._transports[record.identity] = transport
+            transport = await open_transport(record, argv)
+            self._transports[identity] = transport
             if self._stopping:
                 return
             phase = "handshake"
-            decoder = FrameDecoder(f'worker "{record.identity}"')
-            await transport.write(
-                self._encoder.encode(
-                    Hello(PROTOCOL_VERSION, record.identity, record.slots, self._fingerprint)
-                )
-            )
-            first, *messages = await asyncio.wait_for(
-                _read_messages(transport, decoder), HANDSHAKE_TIMEOUT_S
-            )
-            self._check_welcome(record, first)
             window = window_for(record.slots, self._seconds_per_task)
-            identity = record.identity
+            connection = CoordinatorConnection(
+                identity, record.slots, self._fingerprint, (self._kernel.name,), window=window
+            )
+            self._connections[identity] = connection
+            await transport.write(connection.hello())
+            first, *events = await asyncio.wait_for(
+                _next_events(transport, connection), HANDSHAKE_TIMEOUT_S
+            )
+            if isinstance(first, Rejected):
+                raise _Lost(first.reason)
+            assert isinstance(first, Accepted)
             # Write more once the worker holds no more than its slots plus half its queue.
             self._low_water[identity] = record.slots + (window - record.slots) // 2
             phase = "run"
-            driver.handle(WorkerReady(identity, window))
+            deliver(WorkerReady(identity, window))
             await self._flush(identity)
-            handle = driver.handle
-            on_wire = self._on_wire
-            while True:
-                for message in messages:
-                    if not isinstance(message, _RESULTS):
-                        raise _Lost(f"unexpected {type(message).__name__} message")
-                    on_wire[identity] -= 1
-                    handle(ResultReceived(identity, message))
-                await self._flush_all()
-                data = await transport.read()
-                if not data:
-                    decoder.close()
-                    if self._stopping:
-                        return
-                    raise _Lost("the worker closed its connection (it exited or was killed)")
-                messages = decoder.feed(data)
+            pinger = asyncio.create_task(self._ping(identity))
+            try:
+                await self._receive(identity, transport, connection, events, deliver)
+            finally:
+                pinger.cancel()
         except asyncio.CancelledError:
             raise
         except _Lost as exc:
-            self._lost(driver, record.identity, phase, str(exc))
+            self._lost(identity, phase, str(exc))
         except TransportError as exc:
-            self._lost(driver, record.identity, exc.phase, exc.detail)
+            self._lost(identity, exc.phase, exc.detail)
         except ProtocolError as exc:
-            self._lost(driver, record.identity, phase, f"protocol error: {exc.detail}")
+            self._lost(identity, phase, f"protocol error: {exc.detail}")
         except TimeoutError:
-            self._lost(driver, record.identity, phase, "no answer in time")
+            self._lost(identity, phase, "no answer in time")
+        except Exception as exc:  # a bug here must fail the job, not leave it waiting
+            log.exception("worker %s", identity)
+            self._lost(identity, phase, f"internal error in the coordinator: {exc!r}")
 
-    def _lost(self, driver: Driver, identity: str, phase: str, detail: str) -> None:
-        if not self._stopping:
-            driver.handle(WorkerLost(identity, phase, detail))
+    async def _receive(
+        self,
+        identity: str,
+        transport: Transport,
+        connection: CoordinatorConnection,
+        events: list[Any],
+        deliver: Deliver,
+    ) -> None:
+        stats_type = self._kernel.stats_type
+        on_wire = self._on_wire
+        while True:
+            for event in events:
+                if not isinstance(event, Answered):
+                    continue  # a Pong: the worker is alive, which the read itself showed
+                on_wire[identity] -= 1
+                message = event.message
+                if isinstance(message, Result):
+                    try:
+                        stats = decode(stats_type, message.body)
+                    except msgspec.DecodeError as exc:
+                        raise _Lost(f"protocol error: malformed statistics: {exc}") from None
+                    deliver(ResultReceived(identity, message.task_id, stats))
+                else:
+                    deliver(TaskError(identity, message.task_id, message.reason))
+            await self._flush_all()
+            try:
+                data = await asyncio.wait_for(transport.read(), self._silence_s)
+            except TimeoutError:
+                raise _Lost(
+                    f"sent nothing for {self._silence_s:g} s, not even an answer to a ping "
+                    "(stalled, or its link is cut)"
+                ) from None
+            if not data:
+                connection.end_of_input()
+                if self._stopping:
+                    return
+                raise _Lost("the worker closed its connection (it exited or was killed)")
+            events = connection.receive(data)
 
-    def _check_welcome(self, record: WorkerRecord, message: object) -> None:
-        if isinstance(message, Refused):
-            raise _Lost(f"refused by the worker: {message.reason}")
-        if not isinstance(message, Welcome):
-            raise _Lost(f"expected a Welcome, got {type(message).__name__}")
-        if message.protocol != PROTOCOL_VERSION:
-            raise _Lost(
-                f"protocol version differs (coordinator {PROTOCOL_VERSION}, "
-                f"worker {message.protocol})"
-            )
-        if message.fingerprint != self._fingerprint:
-            raise _Lost(
-                f"source contract differs (coordinator {self._fingerprint}, "
-                f"worker {message.fingerprint})"
-            )
-        if message.slots != record.slots:
-            raise _Lost(f"worker accepted {message.slots} slots, {record.slots} were assigned")
+    async def _ping(self, identity: str) -> None:
+        """Keep the worker talking: a ping a third of the silence timeout after each."""
+        connection = self._connections[identity]
+        while not self._stopping:
+            await asyncio.sleep(self._silence_s / 3)
+            self._outgoing[identity].append(connection.ping())
+            await self._flush(identity, force=True)
+
+    def _lost(self, identity: str, phase: str, detail: str) -> None:
+        if not self._stopping and self._deliver is not None:
+            self._deliver(WorkerLost(identity, phase, detail))
+
+    def begin_pass(self, pass_id: int, params: Any) -> None:
+        self._params = (pass_id, encode(params))
 
     def send(self, worker: str, task: Task) -> None:
-        self._outgoing[worker].append(self._encoder.encode(task))
+        connection = self._connections[worker]
+        frames = self._outgoing[worker]
+        if not connection.has_params(task.pass_id):
+            assert self._params is not None and self._params[0] == task.pass_id
+            frames.append(connection.params(task.pass_id, self._kernel.name, self._params[1]))
+        frames.append(connection.task(task))
+        self._buffered_tasks[worker] += 1
 
     async def _flush_all(self) -> None:
         for identity, frames in self._outgoing.items():
             if frames and self._on_wire[identity] <= self._low_water[identity]:
                 await self._flush(identity)
 
-    async def _flush(self, identity: str) -> None:
+    async def _flush(self, identity: str, *, force: bool = False) -> None:
         frames = self._outgoing[identity]
         transport = self._transports.get(identity)
         if not frames or transport is None:
             return
+        if not force and self._on_wire[identity] > self._low_water[identity]:
+            return
         data = b"".join(frames)
-        self._on_wire[identity] += len(frames)
+        self._on_wire[identity] += self._buffered_tasks[identity]
+        self._buffered_tasks[identity] = 0
         frames.clear()
         async with self._write_locks[identity]:
             try:
                 await transport.write(data)
             except TransportError as exc:
-                if self._driver is not None:
-                    self._lost(self._driver, identity, "send", exc.detail)
+                self._lost(identity, "send", exc.detail)
 
     def request_stop(self, reason: str) -> None:
         if not self._stopping:
@@ -305,12 +324,14 @@ class ProcessBackend:
             self._closer = asyncio.get_running_loop().create_task(self._shutdown(reason))
 
     async def _shutdown(self, reason: str) -> None:
-        shutdown = self._encoder.encode(Shutdown(reason[:200]))
         for identity, transport in list(self._transports.items()):
             self._outgoing[identity].clear()
+            connection = self._connections.get(identity)
+            if connection is None:
+                continue
             # It is going away anyway; close() below reaps it whatever this write does.
             with contextlib.suppress(TransportError, TimeoutError):
-                await asyncio.wait_for(transport.write(shutdown), 2.0)
+                await asyncio.wait_for(transport.write(connection.shutdown(reason)), 2.0)
         await asyncio.gather(
             *(transport.close() for transport in self._transports.values()),
             return_exceptions=True,
@@ -325,25 +346,17 @@ class ProcessBackend:
 
     async def close(self) -> None:
         if not self._stopping:
-            self._stopping = True
-            self._closer = asyncio.get_running_loop().create_task(self._shutdown("closing"))
+            self.request_stop("closing")
         if self._closer is not None:
             await self._closer
 
 
-_RESULTS = (McResult, FxResult, TaskFailed)
-
-
-class _Lost(Exception):
-    """A worker broke the job's contract; the message names what happened."""
-
-
-async def _read_messages(transport: Transport, decoder: FrameDecoder) -> list[Message]:
-    """The messages of the first read that completes any."""
+async def _next_events(transport: Transport, connection: CoordinatorConnection) -> list[Any]:
+    """The events of the first read that completes any."""
     while True:
         data = await transport.read()
         if not data:
-            decoder.close()
+            connection.end_of_input()
             raise _Lost("the worker closed its connection before the handshake completed")
-        if messages := decoder.feed(data):
-            return messages
+        if events := connection.receive(data):
+            return events

@@ -39,6 +39,8 @@ from typing import IO
 import msgspec
 
 from aner_coord import jobdir
+from aner_coord.admission import Job, admit
+from aner_coord.coordinator import JobReport
 from aner_coord.errors import (
     EXIT_CANCELLED,
     EXIT_FAILED,
@@ -47,10 +49,11 @@ from aner_coord.errors import (
     AnerError,
     RequestError,
 )
-from aner_coord.jobs import JobSpec, Outcome, PreparedJob, execute, prepare
-from aner_coord.jobstate import JobState
+from aner_coord.jobs import execute
 from aner_coord.progress import describe
-from aner_coord.status import StatusSnapshot
+from aner_coord.requests import ClusterExecution, JobRequest, decode_request, encode_request
+from aner_coord.runner import CANCEL_SIGNALS
+from aner_coord.status import JobState, StatusSnapshot
 
 READY_TIMEOUT_S = 180.0  # a first run on this machine may compile the kernels
 REAP_TIMEOUT_S = 30.0
@@ -65,7 +68,7 @@ log = logging.getLogger("aner.background")
 # --------------------------------------------------------------------------- submit
 
 
-def submit(job: PreparedJob, *, quiet: bool, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
+def submit(job: Job, *, quiet: bool, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
     """Start `job` under a detached coordinator; return once it is ready (0) or has failed."""
     if job.output is None:
         raise RequestError(
@@ -74,12 +77,11 @@ def submit(job: PreparedJob, *, quiet: bool, ready_timeout_s: float = READY_TIME
     output = job.output.absolute()
     # The child starts in `/` (it must not pin the user's working directory), so every path
     # in its spec is made absolute here.
-    cluster = job.spec.cluster
-    spec = msgspec.structs.replace(
-        job.spec,
-        output=str(output),
-        cluster=None if cluster is None else str(Path(cluster).absolute()),
-    )
+    execution = job.request.execution
+    if isinstance(execution, ClusterExecution):
+        config = Path(execution.config).expanduser().absolute()
+        execution = msgspec.structs.replace(execution, config=str(config))
+    spec = msgspec.structs.replace(job.request, output=str(output), execution=execution)
     read_end, write_end = os.pipe()
     try:
         with tempfile.TemporaryFile(prefix="aner-coordinator-", suffix=".log") as early_log:
@@ -109,12 +111,12 @@ def submit(job: PreparedJob, *, quiet: bool, ready_timeout_s: float = READY_TIME
     return EXIT_OK
 
 
-def _spawn(spec: JobSpec, ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
+def _spawn(spec: JobRequest, ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
         "-P",  # no working-directory entry on sys.path to shadow our packages
         *("-m", "aner_coord", "parallel", "coordinate"),
-        *("--spec-json", msgspec.json.encode(spec).decode()),
+        *("--spec-json", encode_request(spec).decode()),
         *("--ready-fd", str(ready_fd)),
     ]
     # The child must not answer to a systemd unit that started *us*.
@@ -203,11 +205,7 @@ def coordinate_command(spec_json: str, ready_fd: int) -> int:
     logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event
     ready = _Readiness(ready_fd)
     try:
-        spec = msgspec.json.decode(spec_json, type=JobSpec)
-        job = prepare(spec)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        ready.error(EXIT_INVALID, f"invalid job spec from the submitting process: {exc}")
-        return EXIT_INVALID
+        job = admit(decode_request(spec_json.encode(), fmt="json", source="--spec-json"))
     except AnerError as exc:
         ready.error(exc.exit_code, str(exc))
         return exc.exit_code
@@ -215,16 +213,14 @@ def coordinate_command(spec_json: str, ready_fd: int) -> int:
         ready.error(EXIT_INVALID, "a background job needs an output directory")
         return EXIT_INVALID
     log.info(
-        "coordinator pid %d: %s job, %s %s, seed %d, plan %s",
+        "coordinator pid %d: %s job %s, plan %s",
         os.getpid(),
-        spec.computation,
-        f"{spec.samples:,}",
-        "rows" if spec.computation == "regression" else "samples",
-        spec.seed,
-        msgspec.json.encode(job.execution.describe()).decode(),  # identities, never endpoints
+        job.kind,
+        msgspec.json.encode(job.admitted.describe).decode(),
+        msgspec.json.encode(job.describe_execution()).decode(),  # identities, never endpoints
     )
     try:
-        outcome = _run(job, ready)
+        report = _run(job, ready)
     except AnerError as exc:
         ready.error(exc.exit_code, str(exc))
         log.error("%s", exc)
@@ -235,7 +231,7 @@ def coordinate_command(spec_json: str, ready_fd: int) -> int:
         return EXIT_FAILED
     finally:
         ready.close()
-    return _log_outcome(outcome)
+    return _log_outcome(report)
 
 
 class _Readiness:
@@ -263,7 +259,7 @@ class _Readiness:
             self._fd = None
 
 
-def _run(job: PreparedJob, ready: _Readiness) -> Outcome:
+def _run(job: Job, ready: _Readiness) -> JobReport:
     from aner_coord.runner import run_sync
 
     assert job.output is not None
@@ -274,15 +270,15 @@ def _run(job: PreparedJob, ready: _Readiness) -> Outcome:
         log.info("ready: lock held, manifest and first status written")
         ready.ready()
 
-    async def main() -> Outcome:
+    async def main() -> JobReport:
         cancel = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in CANCEL_SIGNALS:
             loop.add_signal_handler(sig, _cancel_on, sig, cancel)
         try:
             return await execute(job, observers=[_ProgressLog()], cancel=cancel, on_ready=on_ready)
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in CANCEL_SIGNALS:
                 loop.remove_signal_handler(sig)
 
     return run_sync(main())
@@ -315,7 +311,7 @@ class _ProgressLog:
     """Observer logging state changes at once and progress every PROGRESS_LOG_INTERVAL_S."""
 
     def __init__(self) -> None:
-        self._state: str | None = None
+        self._state: JobState | None = None
         self._last = 0.0
 
     def __call__(self, snapshot: StatusSnapshot) -> None:
@@ -326,11 +322,9 @@ class _ProgressLog:
             log.info("%s", describe(snapshot))
 
 
-def _log_outcome(outcome: Outcome) -> int:
-    report = outcome.report
+def _log_outcome(report: JobReport) -> int:
     if report.state is JobState.COMPLETED:
-        assert outcome.result is not None
-        log.info("completed: %s", outcome.result.summary())
+        log.info("completed: %s", report.result.summary())
         return EXIT_OK
     if report.state is JobState.CANCELLED:
         log.info("cancelled; partial counts are diagnostic only: %s", describe(report.snapshot))

@@ -1,17 +1,21 @@
-"""The `aner` command line: parse arguments into a frozen spec, call one function, map exit codes.
+"""The `aner` command line: parse arguments into a request, call one function, map exit codes.
 
-Heavy modules (numba, asyncio machinery) are imported only by the subcommands that need them,
-so `aner parallel status` and `inventory` start fast.
+Heavy modules (numba, asyncio machinery) are imported only by the subcommands that need
+them, so `aner parallel status` and `inventory` start fast. Errors are one line on stderr
+naming the flag to change; no traceback for a user's mistake.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from aner_coord.errors import EXIT_INVALID, AnerError
+from aner_coord.errors import EXIT_INVALID, AnerError, cli_name
+
+_INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -21,11 +25,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INVALID, f"aner: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _positive_or_zero_int(text: str) -> int:
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+def count(text: str) -> int:
+    """An exact non-negative integer: 1000000, 1,000,000, 1_000_000 or 1e6."""
+    text = text.strip()
+    if not _INTEGER.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number such as 1000000, 1,000,000 or 1e6; got {text!r}"
+        )
+    if "e" in text.lower():
+        mantissa, exponent = re.split("[eE]", text)
+        value: int = int(mantissa) * 10 ** int(exponent)
+        return value
+    return int(text.replace(",", "").replace("_", ""))
 
 
 def _number(text: str) -> float:
@@ -35,36 +46,56 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _fraction(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}")
+    return value
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aner")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from aner_coord import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="aner", description="Native parallel scientific computing.")
-    top = parser.add_subparsers(dest="group", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"aner {_version()}")
+    top = parser.add_subparsers(dest="group", metavar="parallel", parser_class=_Parser)
     par = top.add_parser("parallel", help="reproducible parallel computations")
-    sub = par.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = par.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     inv = sub.add_parser("inventory", help="the CPUs this process may really use")
     inv.add_argument("--json", action="store_true", help="machine-readable output")
 
     def job_arguments(p: argparse.ArgumentParser, regression: bool) -> None:
         what = "rows" if regression else "samples"
-        p.add_argument("--samples", type=_positive_or_zero_int, help=f"number of {what}")
+        p.add_argument("--samples", type=count, help=f"number of {what} (1e9, 1,000,000...)")
         if regression:
-            p.add_argument("--steps", type=_positive_or_zero_int, help="gradient steps")
+            p.add_argument("--steps", type=count, help="gradient steps")
             p.add_argument("--rate", type=_number, help="learning rate")
-        p.add_argument("--seed", type=_positive_or_zero_int, help="seed in [0, 2**64)")
+        p.add_argument("--seed", type=count, help="seed in [0, 2**64)")
         p.add_argument(
-            "--workers",
-            type=_positive_or_zero_int,
-            default=0,
-            help="local workers (0: automatic, see inventory)",
+            "--workers", type=count, default=0, help="local workers (0: automatic, see inventory)"
         )
         p.add_argument(
-            "--chunk",
-            type=_positive_or_zero_int,
-            default=65536,
-            help=f"{what} per task (default 65536)",
+            "--chunk", type=count, default=65536, help=f"{what} per task (default 65536)"
         )
         p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
         p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
+        p.add_argument(
+            "--audit",
+            type=_fraction,
+            default=0.0,
+            metavar="FRACTION",
+            help="recompute this fraction of chunks on the coordinator and fail on any mismatch",
+        )
         p.add_argument("--background", action="store_true", help="detach; watch with `status`")
         p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
@@ -86,19 +117,32 @@ def build_parser() -> argparse.ArgumentParser:
         "worker", help="serve as a worker on stdin/stdout (started by a coordinator)"
     )
     wk.add_argument("--stdio", action="store_true", required=True)
+    return parser
 
-    co = sub.add_parser("coordinate", help=argparse.SUPPRESS)
-    co.add_argument("--spec-json", required=True)
-    co.add_argument("--ready-fd", type=int, required=True)
+
+def _coordinate_parser() -> argparse.ArgumentParser:
+    """The detached coordinator's own entry (started by `--background`); never in any help."""
+    parser = _Parser(prog="aner parallel coordinate")
+    parser.add_argument("--spec-json", required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args_list[:2] == ["parallel", "coordinate"]:
+            from aner_coord.background import coordinate_command
+
+            hidden = _coordinate_parser().parse_args(args_list[2:])
+            return coordinate_command(hidden.spec_json, hidden.ready_fd)
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        if args.group is None or args.command is None:
+            parser.parse_args([*args_list, "--help"])  # prints the help and exits 0
         return _dispatch(args)
     except AnerError as exc:
-        print(f"aner: {exc}", file=sys.stderr)
+        print(f"aner: {exc.render(cli_name)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
@@ -126,10 +170,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         from aner_worker.worker import main as worker_main
 
         return worker_main()
-    if command == "coordinate":
-        from aner_coord.background import coordinate_command
-
-        return coordinate_command(args.spec_json, args.ready_fd)
     raise AssertionError(command)
 
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aner_coord.errors import RequestError
+from aner_coord.limits import MAX_WORKER_RECORDS
 
-MAX_WORKER_RECORDS = 32
 MAX_SLOTS = 256
 MAX_CLUSTER_FILE_BYTES = 1 << 20
 

@@ -6,18 +6,27 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
 
-import msgspec
-
+from aner_coord.admission import Job, admit
+from aner_coord.coordinator import JobReport
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
-from aner_coord.jobs import JobSpec, Outcome, PreparedJob, execute, prepare
-from aner_coord.jobstate import JobState
+from aner_coord.jobs import execute
 from aner_coord.progress import LiveProgress, describe
+from aner_coord.requests import (
+    ClusterExecution,
+    ComputationRequest,
+    Execution,
+    JobRequest,
+    LocalExecution,
+    MonteCarloRequest,
+    RegressionRequest,
+    decode_request,
+)
+from aner_coord.runner import CANCEL_SIGNALS
+from aner_coord.status import JobState
 
 
 def inventory_command(*, as_json: bool) -> int:
@@ -28,48 +37,47 @@ def inventory_command(*, as_json: bool) -> int:
     return EXIT_OK
 
 
-def spec_from_args(args: argparse.Namespace) -> JobSpec:
-    computation: Literal["monte-carlo", "regression"] = (
-        "monte-carlo" if args.command == "run" else "regression"
-    )
+def request_from_args(args: argparse.Namespace) -> JobRequest:
+    """The command line's job, as the one request type the API and spec files use."""
     if getattr(args, "spec", None):
-        if any(getattr(args, k) is not None for k in ("samples", "seed", "output", "cluster")):
+        given = ("samples", "seed", "output", "cluster")
+        if any(getattr(args, k) is not None for k in given):
             raise RequestError("--spec describes the whole job: give no other job options")
         return load_spec_file(args.spec)
     required = ["samples", "seed", "output"] + (["steps", "rate"] if args.command != "run" else [])
     missing = [f"--{name}" for name in required if getattr(args, name) is None]
     if missing:
         raise RequestError(f"missing {', '.join(missing)} (see `aner parallel {args.command} -h`)")
-    return JobSpec(
-        computation,
-        samples=args.samples,
-        seed=args.seed,
-        output=args.output,
-        steps=getattr(args, "steps", None),
-        rate=getattr(args, "rate", None),
-        workers=args.workers,
-        chunk=args.chunk,
-        cluster=args.cluster,
+    computation: ComputationRequest
+    if args.command == "run":
+        computation = MonteCarloRequest(samples=args.samples, seed=args.seed)
+    else:
+        computation = RegressionRequest(
+            samples=args.samples, steps=args.steps, rate=args.rate, seed=args.seed
+        )
+    execution: Execution
+    if args.cluster is not None:
+        if args.workers:
+            raise RequestError("--workers applies to local runs; a cluster file sets slots")
+        execution = ClusterExecution(config=args.cluster, chunk=args.chunk)
+    else:
+        execution = LocalExecution(workers=args.workers, chunk=args.chunk)
+    return JobRequest(
+        computation=computation, execution=execution, output=args.output, audit=args.audit
     )
 
 
-def load_spec_file(path: str) -> JobSpec:
+def load_spec_file(path: str) -> JobRequest:
     """A TOML job spec (systemd units use these); unknown keys are refused."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise RequestError(f"cannot read spec file {path}: {exc.strerror}") from None
-    try:
-        return msgspec.toml.decode(data, type=JobSpec)
-    except msgspec.DecodeError as exc:
-        raise RequestError(f"spec file {path}: {exc}") from None
-    except msgspec.ValidationError as exc:
-        raise RequestError(f"spec file {path}: {exc}") from None
+    return decode_request(data, fmt="toml", source=f"spec file {path}")
 
 
 def job_command(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
-    job = prepare(spec)
+    job = admit(request_from_args(args))
     if args.background:
         from aner_coord.background import submit
 
@@ -89,10 +97,11 @@ def job_command(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM request a graceful cancel; the old handlers come back afterwards."""
+    """SIGINT, SIGTERM and SIGHUP request a graceful cancel; the old handlers come back
+    afterwards."""
     loop = asyncio.get_running_loop()
     installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in CANCEL_SIGNALS:
         try:
             loop.add_signal_handler(sig, cancel.set)
             installed.append(sig)
@@ -106,7 +115,7 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
 
 
 def run_foreground(
-    job: PreparedJob,
+    job: Job,
     *,
     quiet: bool,
     extra_observers: tuple[Callable[..., None], ...] = (),
@@ -116,7 +125,7 @@ def run_foreground(
 
     show_live = not quiet and sys.stderr.isatty()
 
-    async def main() -> Outcome:
+    async def main() -> JobReport:
         cancel = asyncio.Event()
         with cancel_on_signals(cancel):
             if show_live:
@@ -126,17 +135,15 @@ def run_foreground(
                     )
             return await execute(job, observers=extra_observers, cancel=cancel, on_ready=on_ready)
 
-    outcome = run_sync(main())
-    return report_outcome(job, outcome, quiet=quiet)
+    report = run_sync(main())
+    return report_outcome(job, report, quiet=quiet)
 
 
-def report_outcome(job: PreparedJob, outcome: Outcome, *, quiet: bool) -> int:
-    report = outcome.report
+def report_outcome(job: Job, report: JobReport, *, quiet: bool) -> int:
     where = f" (job directory {job.output})" if job.output else ""
     if report.state is JobState.COMPLETED:
-        assert outcome.result is not None
         if not quiet:
-            print(outcome.result.summary() + where)
+            print(report.result.summary() + where)
         return EXIT_OK
     if report.state is JobState.CANCELLED:
         print(

@@ -1,7 +1,13 @@
 """The coordinator: runs one job's machine on a backend, publishing snapshots as it goes.
 
-`startup` starts the workers, `main_loop` waits for the machine to end while publishing
-status at a bounded rate and turning cancel requests into events, `shutdown` stops and reaps
+Every event reaches the machine on the event loop: backends call `deliver` from any thread
+and it hops onto the loop with `call_soon_threadsafe`. The machine's instructions are the
+only thing the coordinator acts on; a failure while acting on one (a backend bug, an
+observer that cannot write the job directory) is fed back as a `ShellFailed` event, so the
+job fails naming it instead of waiting for ever.
+
+`startup` starts the workers, `main_loop` waits for the machine to end (turning a cancel
+request into an event and publishing at least every TICK_S), `shutdown` stops and reaps
 every worker within a bounded time. Observers (the job directory, a progress display,
 systemd) only receive snapshots; they never steer the job.
 """
@@ -9,57 +15,89 @@ systemd) only receive snapshots; they never steer the job.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from aner_coord.backends import Backend, Driver, ProcessBackend, ThreadBackend
-from aner_coord.computations import Computation, Fixture
-from aner_coord.contexts import ClusterExecution, Execution, LocalExecution
-from aner_coord.jobstate import CancelRequested, JobMachine, JobState, WorkersStopped
-from aner_coord.status import STATUS_SCHEMA, StatusSnapshot, WorkerStatus
+from aner_coord.admission import Job
+from aner_coord.backends import Backend, ProcessBackend, ThreadBackend
+from aner_coord.computations import Accounting, Run
+from aner_coord.jobstate import (
+    AuditFailed,
+    BeginPass,
+    CancelRequested,
+    Event,
+    Instruction,
+    JobEnded,
+    JobMachine,
+    Progress,
+    ResultReceived,
+    SendTask,
+    ShellFailed,
+    StopWorkers,
+    WorkersStopped,
+    WriteStatus,
+)
+from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot
 
 Observer = Callable[[StatusSnapshot], None]
 
+log = logging.getLogger("aner.coordinator")
+
 TICK_S = 0.2
-# Estimated kernel cost per item, used only to size in-flight windows.
-SECONDS_PER_SAMPLE = 1 / 150e6
-SECONDS_PER_ROW = 1 / 20e6
+STATUS_INTERVAL_S = 0.2  # non-urgent snapshots are published at most this often
 
 
 @dataclass(frozen=True)
 class JobReport:
-    """How a job ended: its state, the error if any, and the final snapshot's accounting."""
+    """How a job ended: its state, the error if any, the final snapshot and the result."""
 
     state: JobState
     error: str | None
     snapshot: StatusSnapshot
     seconds: float
+    result: Any = None
     task_exception: BaseException | None = None
 
 
 class Coordinator:
     def __init__(
         self,
-        computation: Computation,
-        execution: Execution,
+        job: Job,
         *,
-        kind: str,
         observers: Sequence[Observer] = (),
         cancel: asyncio.Event | None = None,
     ) -> None:
-        self.computation = computation
-        self.execution = execution
-        self.kind = kind
+        self.job = job
         self.observers = list(observers)
         self.cancel = cancel if cancel is not None else asyncio.Event()
-        self.machine = JobMachine(computation, execution.worker_slots())
+        self._run: Run = job.computation.start(job.request.computation, job.chunk)
+        self._machine = JobMachine(
+            self._run,
+            job.workers.slots,
+            chunk=job.chunk,
+            passes=job.admitted.passes,
+            audit=job.request.audit,
+        )
         self._seq = 0
         self._created = time.time()
         self._started = time.monotonic()
-        self._driver: Driver | None = None
         self._backend: Backend | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._progress: Progress | None = None
+        self._last_publish = 0.0
+        self._state = JobState.STARTING
+        self._error: str | None = None
+        self._ended = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._params: dict[int, Any] = {}
+        self._audits: dict[int, SendTask] = {}
+        self._audit_tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> JobReport:
@@ -68,120 +106,223 @@ class Coordinator:
             await self.main_loop()
         finally:
             await self.shutdown()
-        snapshot = self.publish()
-        driver = self._driver
+        try:
+            snapshot = self._publish_now()
+        except _ObserverError as exc:
+            if not self._state.terminal or self._state is JobState.COMPLETED:
+                self._state = JobState.FAILED
+                self._error = f"{exc.where} failed: {exc.detail}"
+            snapshot = self._snapshot()
+        seconds = time.monotonic() - self._started
+        result = None
+        if self._state is JobState.COMPLETED:
+            accounting = Accounting(
+                seconds=seconds,
+                workers=tuple(snapshot.workers),
+                execution=self.job.describe_execution(),
+            )
+            result = self._run.result(accounting)
         return JobReport(
-            state=self.machine.state,
-            error=self.machine.error,
+            state=self._state,
+            error=self._error,
             snapshot=snapshot,
-            seconds=time.monotonic() - self._started,
-            task_exception=driver.task_exception if driver else None,
+            seconds=seconds,
+            result=result,
+            task_exception=self._backend.task_exception if self._backend else None,
         )
 
     def startup(self) -> None:
         self._started = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._backend = self._make_backend()
-        self._driver = Driver(self.machine, self._backend, asyncio.get_running_loop())
-        self.publish()
-        self._backend.start(self._driver)
+        self._execute(self._machine.start())
+        self._backend.start(self.deliver)
 
     async def main_loop(self) -> None:
-        driver = self._driver
-        assert driver is not None and self._backend is not None
+        backend = self._backend
+        assert backend is not None
         cancel_wait = asyncio.ensure_future(self.cancel.wait())
         try:
-            while not driver.ended.is_set():
-                driver.changed.clear()
-                changed = asyncio.ensure_future(driver.changed.wait())
+            while not self._ended.is_set():
+                self._changed.clear()
+                changed = asyncio.ensure_future(self._changed.wait())
                 await asyncio.wait(
                     {changed, cancel_wait}, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED
                 )
                 changed.cancel()
-                if self.cancel.is_set() and self.machine.state in (
-                    JobState.STARTING,
-                    JobState.RUNNING,
-                ):
-                    driver.handle(CancelRequested("cancel requested"))
-                if self.machine.state is JobState.CANCELLING:
-                    self.publish()  # show CANCELLING while the workers stop, which may take a while
-                    await self._backend.wait_stopped()
-                    driver.handle(WorkersStopped())
-                self.publish()
+                if self.cancel.is_set() and self._state.active:
+                    self.deliver(CancelRequested("cancel requested"))
+                if self._state is JobState.CANCELLING:
+                    await backend.wait_stopped()
+                    self.deliver(WorkersStopped())
+                if not self._ended.is_set():
+                    try:
+                        self._publish_now()  # keep elapsed time and ETA moving
+                    except _ObserverError as exc:
+                        self._handle(ShellFailed(exc.where, exc.detail))
         finally:
             cancel_wait.cancel()
+            for task in self._audit_tasks:
+                task.cancel()
 
     async def shutdown(self) -> None:
         if self._backend is not None:
             await self._backend.close()
 
-    # -- parts -----------------------------------------------------------------------------
-    def _make_backend(self) -> Backend:
-        execution = self.execution
-        if isinstance(execution, LocalExecution):
-            from aner_worker.tasks import execute
+    # -- events in, instructions out ---------------------------------------------------------
+    def deliver(self, event: Event) -> None:
+        """Hand `event` to the machine on the event loop, from whatever thread we are on."""
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_thread:
+            self._handle(event)
+        else:
+            loop.call_soon_threadsafe(self._handle, event)
 
-            return ThreadBackend(list(execution.worker_slots()), execute)
-        assert isinstance(execution, ClusterExecution)
+    def _handle(self, event: Event) -> None:
+        if isinstance(event, ResultReceived) and event.task_id in self._audits:
+            self._start_audit(event)
+            return
+        self._execute(self._machine.handle(event))
+
+    def _execute(self, instructions: list[Instruction]) -> None:
+        backend = self._backend
+        assert backend is not None
+        for instruction in instructions:
+            try:
+                if isinstance(instruction, SendTask):
+                    if instruction.audit:
+                        self._audits[instruction.task.task_id] = instruction
+                    backend.send(instruction.worker, instruction.task)
+                elif isinstance(instruction, BeginPass):
+                    self._params = {instruction.pass_id: instruction.params}
+                    backend.begin_pass(instruction.pass_id, instruction.params)
+                elif isinstance(instruction, WriteStatus):
+                    self._progress = instruction.progress
+                    self._state = instruction.progress.state
+                    self._error = instruction.progress.error
+                    if instruction.urgent:
+                        self._publish_now()
+                        self._changed.set()
+                    elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
+                        self._publish_now()
+                elif isinstance(instruction, StopWorkers):
+                    backend.request_stop(instruction.reason)
+                elif isinstance(instruction, JobEnded):
+                    self._ended.set()
+                    self._changed.set()
+            except _ObserverError as exc:
+                self._handle(ShellFailed(exc.where, exc.detail))
+            except Exception as exc:
+                log.exception("carrying out %s", type(instruction).__name__)
+                self._handle(
+                    ShellFailed("the coordinator", f"{type(instruction).__name__}: {exc!r}")
+                )
+
+    # -- audits ------------------------------------------------------------------------------
+    def _start_audit(self, event: ResultReceived) -> None:
+        sent = self._audits.pop(event.task_id)
+        task = asyncio.get_running_loop().create_task(self._audit(sent, event))
+        self._audit_tasks.add(task)
+        task.add_done_callback(self._audit_tasks.discard)
+
+    async def _audit(self, sent: SendTask, event: ResultReceived) -> None:
+        """Recompute an audited task here and pass the worker's result on only if it agrees."""
+        task = sent.task
+        kernel = self.job.computation.kernel
+        try:
+            own = await asyncio.to_thread(
+                kernel.run, self._params[task.pass_id], task.start, task.count, None
+            )
+            agrees = self._run.same(event.stats, own)
+        except Exception as exc:
+            self._handle(ShellFailed("the audit", repr(exc)))
+            return
+        if agrees:
+            self._handle(event)
+        else:
+            self._handle(
+                AuditFailed(event.worker, task.task_id, f"it sent {event.stats}, expected {own}")
+            )
+
+    # -- parts -------------------------------------------------------------------------------
+    def _make_backend(self) -> Backend:
+        job = self.job
+        kernel = job.computation.kernel
+        records = job.workers.records
+        if records is None:
+            return ThreadBackend(list(job.workers.slots), kernel)
         from aner_worker.contract import source_fingerprint
 
-        per_item = SECONDS_PER_ROW if isinstance(self.computation, Fixture) else SECONDS_PER_SAMPLE
         return ProcessBackend(
-            execution.config.workers,
+            records,
             source_fingerprint(),
-            seconds_per_task=per_item * self.computation.plan.chunk,
+            kernel,
+            seconds_per_task=job.computation.seconds_per_item * job.chunk,
         )
 
-    def snapshot(self) -> StatusSnapshot:
-        lock = self._driver.locked() if self._driver else None
-        if lock is not None:
-            with lock:
-                return self._snapshot()
-        return self._snapshot()
-
     def _snapshot(self) -> StatusSnapshot:
-        machine = self.machine
-        plan = self.computation.plan
+        progress = self._progress
+        assert progress is not None
         now = time.time()
         elapsed = time.monotonic() - self._started
-        done = machine.items_total_done
-        total = plan.total * machine.passes
+        done = progress.accepted
+        total = self.job.admitted.items * progress.passes
         throughput = done / elapsed if elapsed > 0 and done else None
         eta: float | None = None
         # ETA only once it means something: 1% of the work and half a second observed.
-        if throughput and done >= total / 100 and elapsed >= 0.5 and not machine.state.terminal:
+        if throughput and done >= total / 100 and elapsed >= 0.5 and not progress.state.terminal:
             eta = (total - done) / throughput
-        fixture = self.computation if isinstance(self.computation, Fixture) else None
         self._seq += 1
+        state = self._state if self._state.terminal else progress.state
         return StatusSnapshot(
             schema=STATUS_SCHEMA,
             seq=self._seq,
-            state=machine.state.value,
-            kind=self.kind,
+            state=state,
+            kind=self.job.kind,
             pid=os.getpid(),
             created_at=self._created,
             updated_at=now,
             elapsed_s=round(elapsed, 6),
-            requested=plan.total,
-            passes=machine.passes,
-            pass_index=min(machine.pass_index, machine.passes),
-            phase=self.computation.describe_pass(min(machine.pass_index, machine.passes - 1)),
+            requested=self.job.admitted.items,
+            passes=progress.passes,
+            pass_index=progress.pass_index,
+            phase=progress.phase,
             accepted=done,
-            accepted_in_pass=machine.items_done,
-            chunks_total=plan.n_chunks,
-            chunks_done=machine.chunks_done,
-            in_flight=machine.in_flight,
+            accepted_in_pass=progress.accepted_in_pass,
+            chunks_total=progress.chunks_total,
+            chunks_done=progress.chunks_done,
+            in_flight=progress.in_flight,
             throughput=throughput,
             eta_s=eta,
-            workers=[
-                WorkerStatus(name, a.slots, a.items, a.chunks, list(a.items_by_pass))
-                for name, a in machine.accounts.items()
-            ],
-            error=machine.error,
-            committed_steps=fixture.committed_steps if fixture else None,
+            workers=list(progress.workers),
+            error=self._error,
+            committed_steps=progress.committed_steps,
+            unit=self.job.computation.unit,
         )
 
-    def publish(self) -> StatusSnapshot:
-        snapshot = self.snapshot()
+    def _publish_now(self) -> StatusSnapshot:
+        snapshot = self._snapshot()
+        self._last_publish = time.monotonic()
         for observer in self.observers:
-            observer(snapshot)
+            try:
+                observer(snapshot)
+            except Exception as exc:
+                where = getattr(observer, "where", None) or type(observer).__name__
+                raise _ObserverError(where, _describe(exc)) from exc
         return snapshot
+
+
+class _ObserverError(Exception):
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(f"{where}: {detail}")
+        self.where = where
+        self.detail = detail
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        name = f" {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{name}"
+    return str(exc) or type(exc).__name__

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from aner_coord.errors import RequestError
-from aner_coord.status import StatusSnapshot, decode_status, encode_status
+from aner_coord.status import JobState, StatusSnapshot, decode_status, encode_status
 
 MANIFEST = "run-manifest.json"
 STATUS = "status.json"
@@ -105,7 +105,7 @@ class StatusWriter:
 
     def __init__(self, job: Path) -> None:
         self._path = job / STATUS
-        self._last_state: str | None = None
+        self._last_state: JobState | None = None
         self._last_write = 0.0
         self._completed: StatusSnapshot | None = None
 
@@ -115,7 +115,7 @@ class StatusWriter:
             self._completed = None
 
     def __call__(self, snapshot: StatusSnapshot) -> None:
-        if snapshot.state == "COMPLETED":
+        if snapshot.state is JobState.COMPLETED:
             self._completed = snapshot  # the latest one: its accounting is final
             return
         now = time.monotonic()

@@ -1,175 +1,34 @@
-"""From a request to a result: validation, the coordinator run, and the job directory.
+"""From an admitted job to a result: the coordinator run inside an optional job directory.
 
-`JobSpec` is the frozen description of one job, whether it came from the command line, a
-TOML spec file (systemd units) or the Python API. `prepare()` checks everything and starts
-nothing; `execute()` runs a prepared job, optionally inside a job directory.
+`execute(job)` creates the job directory (when the request names one), locks it, writes the
+manifest, runs the coordinator with the status writer as an observer, honours `aner
+parallel cancel` (a `cancel-request` file), and writes `result.json` before `status.json`
+may say COMPLETED.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import os
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
-
-import msgspec
 
 from aner_coord import jobdir
-from aner_coord.computations import Computation, Fixture, MonteCarlo
-from aner_coord.contexts import Execution, LocalExecution, cluster, local
+from aner_coord.admission import Job
 from aner_coord.coordinator import Coordinator, JobReport, Observer
-from aner_coord.errors import RequestError
-from aner_coord.jobstate import JobState
-from aner_coord.plan import DEFAULT_CHUNK, admit_plan, check_int, check_seed
-from aner_coord.results import FixtureResult, MonteCarloResult, shares_of
-
-STREAM_ID = "aner-mc/philox4x64-10/v1"
-FIXTURE_ID = "aner-fixture/logistic/v1"
-MAX_STEPS = 100_000
-
-
-class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One job, as the CLI, a spec file and the API describe it."""
-
-    computation: Literal["monte-carlo", "regression"]
-    samples: int
-    seed: int
-    output: str | None = None
-    steps: int | None = None
-    rate: float | None = None
-    workers: int = 0
-    chunk: int = DEFAULT_CHUNK
-    cluster: str | None = None
-
-
-@dataclass(frozen=True)
-class PreparedJob:
-    spec: JobSpec
-    computation: Computation
-    execution: Execution
-    output: Path | None
-
-    @property
-    def kind(self) -> str:
-        return "fixture" if isinstance(self.computation, Fixture) else "monte-carlo"
-
-
-def build_computation(spec: JobSpec, execution: Execution) -> Computation:
-    seed = check_seed(spec.seed)
-    what = "samples" if spec.computation == "monte-carlo" else "rows (--samples)"
-    plan = admit_plan(
-        total=spec.samples,
-        chunk=execution.chunk,
-        what=what,
-        min_chunks=execution.workers if not isinstance(execution, LocalExecution) else 1,
-    )
-    if spec.computation == "monte-carlo":
-        return MonteCarlo(plan, seed)
-    steps = check_int("steps", spec.steps)
-    if not 0 <= steps <= MAX_STEPS:
-        raise RequestError(f"steps must be in [0, {MAX_STEPS}], got {steps}")
-    rate = spec.rate
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate):
-        raise RequestError(f"rate must be a finite number, got {rate!r}")
-    if rate <= 0:
-        raise RequestError(f"rate must be positive, got {rate}")
-    return Fixture(plan, seed, steps, float(rate))
-
-
-def prepare(spec: JobSpec, *, execution: Execution | None = None) -> PreparedJob:
-    """Validate a job completely, creating nothing. Raises RequestError (exit 2)."""
-    if execution is None:
-        if spec.cluster is not None:
-            if spec.workers:
-                raise RequestError("--workers applies to local runs; a cluster file sets slots")
-            execution = cluster(spec.cluster, chunk=spec.chunk)
-        else:
-            execution = local(spec.workers, chunk=spec.chunk)
-    computation = build_computation(spec, execution)
-    output = jobdir.check_new_output(spec.output) if spec.output is not None else None
-    return PreparedJob(spec, computation, execution, output)
-
-
-def manifest_of(job: PreparedJob) -> dict[str, object]:
-    from aner_coord import __version__
-    from aner_worker.contract import source_fingerprint
-    from aner_worker.inventory import current
-
-    spec = job.spec
-    request: dict[str, object] = {"samples": spec.samples, "seed": spec.seed}
-    if spec.computation == "regression":
-        request.update(steps=spec.steps, rate=spec.rate)
-    return {
-        "schema": "aner-manifest/1",
-        "computation": spec.computation,
-        "identity": STREAM_ID if spec.computation == "monte-carlo" else FIXTURE_ID,
-        "request": request,
-        "plan": {
-            **job.execution.describe(),
-            "chunks": job.computation.plan.n_chunks,
-            "passes": job.computation.passes,
-        },
-        "inventory": current().to_dict(),
-        "aner_version": __version__,
-        "source_fingerprint": source_fingerprint(),
-        "created_at": time.time(),
-        "pid": os.getpid(),
-    }
-
-
-def result_of(job: PreparedJob, report: JobReport) -> MonteCarloResult | FixtureResult:
-    computation = job.computation
-    shares = shares_of(report.snapshot)
-    described = job.execution.describe()
-    if isinstance(computation, MonteCarlo):
-        return MonteCarloResult(
-            stream=STREAM_ID,
-            seed=computation.seed,
-            samples_=computation.plan.total,
-            hits_=computation.hits,
-            seconds_=report.seconds,
-            shares=shares,
-            execution=described,
-        )
-    assert isinstance(computation, Fixture)
-    assert computation.initial is not None and computation.final is not None
-    return FixtureResult(
-        fixture=FIXTURE_ID,
-        seed=computation.seed,
-        samples=computation.plan.total,
-        steps=computation.steps,
-        rate=computation.rate,
-        initial_loss=computation.initial.loss,
-        initial_accuracy=computation.initial.accuracy,
-        final_loss=computation.final.loss,
-        fit_accuracy=computation.final.accuracy,
-        theta=computation.theta,
-        seconds=report.seconds,
-        shares=shares,
-        execution=described,
-    )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    report: JobReport
-    result: MonteCarloResult | FixtureResult | None
+from aner_coord.manifest import encode_manifest, manifest_of
+from aner_coord.results import encode_result
+from aner_coord.status import JobState
 
 
 async def execute(
-    job: PreparedJob,
+    job: Job,
     *,
     observers: Sequence[Observer] = (),
     cancel: asyncio.Event | None = None,
     on_ready: Callable[[], None] | None = None,
-) -> Outcome:
-    """Run a prepared job; with an output directory, write its files as SPEC section 7 says
-    and honour `aner parallel cancel` (a `cancel-request` file) as well as `cancel`."""
+) -> JobReport:
+    """Run an admitted job; with an output directory, write its files as SPEC section 7 says
+    and honour `aner parallel cancel` as well as `cancel`."""
     observers = list(observers)
     cancel = cancel if cancel is not None else asyncio.Event()
     lock: jobdir.JobLock | None = None
@@ -179,26 +38,22 @@ async def execute(
         jobdir.create_job_dir(out)
         lock = jobdir.JobLock(out)
         lock.acquire()
-        jobdir.write_json(out / jobdir.MANIFEST, manifest_of(job))
+        jobdir.write_atomic(out / jobdir.MANIFEST, encode_manifest(manifest_of(job)))
         writer = jobdir.StatusWriter(out)
         observers.insert(0, writer)
     try:
-        # Before the Coordinator is built: it copies the list.
         if on_ready is not None:
             observers.append(_once(on_ready))
-        coordinator = Coordinator(
-            job.computation, job.execution, kind=job.kind, observers=observers, cancel=cancel
-        )
+        coordinator = Coordinator(job, observers=observers, cancel=cancel)
         async with (
             jobdir.cancel_requests(out, cancel) if out is not None else contextlib.nullcontext()
         ):
             report = await coordinator.run()
-        result = result_of(job, report) if report.state is JobState.COMPLETED else None
-        if out is not None and result is not None:
-            jobdir.write_json(out / jobdir.RESULT, result.to_dict())
-        if writer is not None and result is not None:
+        if out is not None and report.state is JobState.COMPLETED:
+            jobdir.write_atomic(out / jobdir.RESULT, encode_result(report.result))
+            assert writer is not None
             writer.commit_completed()
-        return Outcome(report, result)
+        return report
     finally:
         if lock is not None:
             lock.release()

@@ -2,66 +2,63 @@
 
 Theory of operation
 -------------------
-A job is a computation (Monte Carlo: one pass; the fixture: `steps + 2` passes) over a chunk
-plan, carried out by a fixed set of workers. The machine receives events (what happened)
-and answers with instructions (what the shell must do next); it never does I/O, so every
-transition can be tested by feeding events and comparing instructions.
+A job is a computation's run (`computations.base.Run`) carried out pass by pass by a fixed
+set of workers. The machine receives events (what happened) and answers with instructions
+(what the shell must do next); it never does I/O and never reads a clock, so every
+transition can be tested by feeding events and comparing instructions. Instructions are the
+only channel to the shell: progress leaves the machine inside `WriteStatus`, never by the
+shell reading the machine's fields.
 
+- A pass is what `run.next_pass()` returns: its items, cut into chunks of the plan's chunk
+  size (the last keeps the remainder), and its frozen parameters, which `BeginPass` hands
+  to the shell before any task of the pass.
 - A worker becomes usable with `WorkerReady`, which also says how many tasks it may hold at
-  once (its window: its slots, plus enough queued tasks to hide its link's round trip).
-- Dispatch fills ready workers' windows from the current pass, in chunk order, but always
-  holds back one chunk for every configured worker that has not yet received any: every
-  worker gets at least one chunk.
-- Each result is checked against the outstanding task it names (same worker, same range,
-  plausible statistics). A result for an unknown or already-answered task, or an
-  inconsistent one, is rejected and fails the job naming the worker: it is never counted.
-- When every chunk of a pass is accepted the computation commits the pass (the barrier) and
-  the next pass is dispatched with the committed parameters. A partial pass is never
-  committed.
-- A lost worker or failed task fails the job. A cancel request stops dispatch; the shell stops
-  the workers and reports `WorkersStopped`, after which the job is CANCELLED. Results that
-  arrive while cancelling are still checked and counted, but only as diagnostics.
-- Once the job has ended (COMPLETED, FAILED or CANCELLED) results are ignored, and tasks still
-  outstanding are abandoned: they are no longer in flight, their work was never accepted.
-- Each worker's `items_by_pass` has one entry per pass started so far, zero where it
-  accepted nothing in that pass.
+  once (its window).
+- Dispatch fills ready workers' windows in chunk order, but always holds back one chunk for
+  every configured worker that has not yet received any: every worker gets at least one.
+- Each result is checked against the outstanding task it names (same worker) and by the
+  computation. A result for a task that is not outstanding on that worker, or an
+  inconsistent one, fails the job naming the worker: it is never counted. A task chosen
+  for audit is recomputed by the shell, which reports `AuditFailed` if the worker's answer
+  differs.
+- When every chunk of a pass is accepted the run commits the pass (the barrier) and the
+  next pass begins. A partial pass is never committed.
+- Anything that goes wrong fails the job with a message saying where: a lost worker, a
+  failed task, a computation that raised (`Diverged` is the request's fault, anything else
+  a bug, both named), or a fault the shell reports as `ShellFailed`.
+- A cancel request stops dispatch; the shell stops the workers and reports
+  `WorkersStopped`, after which the job is CANCELLED. Results that arrive while cancelling
+  are checked and counted, but only as diagnostics.
+- Once the job has ended (COMPLETED, FAILED or CANCELLED) nothing more is accepted and tasks
+  still outstanding are abandoned: their work was never accepted.
 
 Transitions (state, event -> state):
 
-    STARTING   WorkerReady            -> RUNNING
-    STARTING   CancelRequested        -> CANCELLING
-    RUNNING    last result of a pass  -> RUNNING (next pass) | COMPLETED (last pass)
+    STARTING   WorkerReady              -> RUNNING
+    STARTING,
+    RUNNING    CancelRequested          -> CANCELLING
+    RUNNING    last result of a pass    -> RUNNING (next pass) | COMPLETED (no next pass)
     STARTING,
     RUNNING    WorkerLost / TaskError /
-               inconsistent result    -> FAILED
-    RUNNING    CancelRequested        -> CANCELLING
-    CANCELLING WorkersStopped         -> CANCELLED
+               AuditFailed / ShellFailed /
+               inconsistent result /
+               computation error        -> FAILED
+    CANCELLING WorkersStopped           -> CANCELLED
+    CANCELLING ShellFailed              -> CANCELLING (recorded; the stop goes on)
 """
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
-from aner_coord.computations import Computation, Result, Task
-from protocol import TaskFailed
-
-
-class JobState(enum.Enum):
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLING = "CANCELLING"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+from aner_coord.computations import Diverged, PassSpec, Run
+from aner_coord.status import JobState, WorkerAccount
+from protocol import Task
 
 
-# Events: what happened.
+# -- events: what happened ---------------------------------------------------------------
 @dataclass(frozen=True)
 class WorkerReady:
     worker: str
@@ -71,13 +68,37 @@ class WorkerReady:
 @dataclass(frozen=True)
 class ResultReceived:
     worker: str
-    message: Result | TaskFailed
+    task_id: int
+    stats: Any  # the kernel's statistics Struct
+
+
+@dataclass(frozen=True)
+class TaskError:
+    worker: str
+    task_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class AuditFailed:
+    worker: str
+    task_id: int
+    detail: str
 
 
 @dataclass(frozen=True)
 class WorkerLost:
     worker: str
     phase: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class ShellFailed:
+    """Something outside the workers failed (the job directory, an observer, a bug in
+    the shell): `where` names it."""
+
+    where: str
     detail: str
 
 
@@ -91,14 +112,30 @@ class WorkersStopped:
     pass
 
 
-Event = WorkerReady | ResultReceived | WorkerLost | CancelRequested | WorkersStopped
+Event = (
+    WorkerReady
+    | ResultReceived
+    | TaskError
+    | AuditFailed
+    | WorkerLost
+    | ShellFailed
+    | CancelRequested
+    | WorkersStopped
+)
 
 
-# Instructions: what to do.
+# -- instructions: what to do ------------------------------------------------------------
+@dataclass(frozen=True)
+class BeginPass:
+    pass_id: int
+    params: Any  # the kernel's params Struct, frozen for every task of the pass
+
+
 @dataclass(frozen=True)
 class SendTask:
     worker: str
     task: Task
+    audit: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,8 +144,30 @@ class StopWorkers:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Everything a status snapshot says about the job's work (the shell adds the times)."""
+
+    state: JobState
+    passes: int
+    pass_index: int  # passes completed
+    phase: str
+    requested: int  # items of the current pass
+    accepted: int  # items accepted over all passes
+    accepted_in_pass: int
+    chunks_total: int
+    chunks_done: int
+    in_flight: int
+    workers: tuple[WorkerAccount, ...]
+    error: str | None
+    committed_steps: int | None
+
+
+@dataclass(frozen=True)
 class WriteStatus:
-    """The state changed: write a status snapshot now, whatever the rate limit says."""
+    """Progress changed; `urgent` when the state did (write now, whatever the rate)."""
+
+    progress: Progress
+    urgent: bool
 
 
 @dataclass(frozen=True)
@@ -116,13 +175,11 @@ class JobEnded:
     state: JobState
 
 
-Instruction = SendTask | StopWorkers | WriteStatus | JobEnded
+Instruction = BeginPass | SendTask | StopWorkers | WriteStatus | JobEnded
 
 
 @dataclass
-class WorkerAccount:
-    """What one worker has done for this job; public identity only."""
-
+class _Worker:
     slots: int
     window: int = 0
     ready: bool = False
@@ -130,6 +187,11 @@ class WorkerAccount:
     items: int = 0
     chunks: int = 0
     items_by_pass: list[int] = field(default_factory=list)
+
+    def account(self, identity: str) -> WorkerAccount:
+        return WorkerAccount(
+            identity, self.slots, self.items, self.chunks, list(self.items_by_pass)
+        )
 
 
 @dataclass(frozen=True)
@@ -140,157 +202,199 @@ class _Outstanding:
 
 
 class JobMachine:
-    def __init__(self, computation: Computation, workers: dict[str, int]) -> None:
+    def __init__(
+        self, run: Run, workers: dict[str, int], *, chunk: int, passes: int, audit: float = 0.0
+    ) -> None:
         if not workers:
             raise ValueError("a job needs at least one worker")
-        self.computation = computation
+        self._run = run
+        self._chunk = chunk
+        self._passes = passes
+        self._audit = audit
+        self._audit_seq = 0
         self.state = JobState.STARTING
         self.error: str | None = None
-        # items_by_pass gets one entry per started pass for every worker (zero if idle).
-        self.accounts = {
-            name: WorkerAccount(slots=slots, items_by_pass=[0]) for name, slots in workers.items()
-        }
-        self.pass_index = 0
-        self.items_done = 0  # accepted in the current pass
-        self.items_total_done = 0  # accepted over all passes
-        self.chunks_done = 0  # accepted in the current pass
+        self._workers = {name: _Worker(slots) for name, slots in workers.items()}
+        self._pass: PassSpec | None = None
+        self._pass_id = -1
+        self._passes_done = 0
+        self._requested = 0
+        self._n_chunks = 0
+        self._items_done = 0  # accepted in the current pass
+        self._items_total = 0  # accepted over all passes
+        self._chunks_done = 0  # accepted in the current pass
         self._next_chunk = 0
         self._next_task_id = 1
         self._outstanding: dict[int, _Outstanding] = {}
         self._never_served: set[str] = set(workers)
         self._ready_order: deque[str] = deque()
 
-    # -- queries -------------------------------------------------------------------------
-    @property
-    def n_chunks(self) -> int:
-        return self.computation.plan.n_chunks
-
-    @property
-    def passes(self) -> int:
-        return self.computation.passes
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._outstanding)
-
     # -- the one entry point -------------------------------------------------------------
+    def start(self) -> list[Instruction]:
+        """The first instructions: begin the first pass and report STARTING."""
+        return [*self._begin_pass(), self._status(urgent=True)]
+
     def handle(self, event: Event) -> list[Instruction]:
         if isinstance(event, ResultReceived):
             return self._on_result(event)
         if isinstance(event, WorkerReady):
             return self._on_ready(event)
+        if isinstance(event, TaskError):
+            return self._fail(f'worker "{event.worker}" failed during task: {event.reason}')
+        if isinstance(event, AuditFailed):
+            return self._fail(
+                f'worker "{event.worker}" failed during audit: its result for task '
+                f"{event.task_id} differs from the coordinator's own: {event.detail}"
+            )
         if isinstance(event, WorkerLost):
-            return self._on_lost(event)
+            return self._fail(
+                f'worker "{event.worker}" failed during {event.phase}: {event.detail}'
+            )
+        if isinstance(event, ShellFailed):
+            return self._on_shell_failed(event)
         if isinstance(event, CancelRequested):
             return self._on_cancel(event)
         return self._on_stopped()
 
     # -- transitions ---------------------------------------------------------------------
     def _on_ready(self, event: WorkerReady) -> list[Instruction]:
-        account = self.accounts[event.worker]
-        if self.state not in (JobState.STARTING, JobState.RUNNING) or account.ready:
+        worker = self._workers[event.worker]
+        if not self.state.active or worker.ready:
             return []
-        account.ready = True
-        account.window = max(1, event.window)
+        worker.ready = True
+        worker.window = max(1, event.window)
         self._ready_order.append(event.worker)
         out: list[Instruction] = []
         if self.state is JobState.STARTING:
             self.state = JobState.RUNNING
-            out.append(WriteStatus())
+            out.append(self._status(urgent=True))
         out.extend(self._dispatch())
         return out
 
     def _on_result(self, event: ResultReceived) -> list[Instruction]:
         if self.state.terminal:
             return []  # too late: a finished job accepts nothing more
-        message = event.message
-        pending = self._outstanding.get(message.task_id)
+        pending = self._outstanding.get(event.task_id)
         if pending is None or pending.worker != event.worker:
             return self._fail(
-                event.worker,
-                "run",
-                f"sent a result for task {message.task_id}, "
-                "which is not outstanding on it (duplicate or unknown); rejected",
+                f'worker "{event.worker}" failed during run: sent a result for task '
+                f"{event.task_id}, which is not outstanding on it (duplicate or unknown); "
+                "rejected"
             )
-        if isinstance(message, TaskFailed):
-            return self._fail(
-                event.worker, "task", f"task {message.task_id} failed: {message.reason}"
-            )
-        problem = self.computation.check(pending.task, message)
+        task = pending.task
+        try:
+            problem = self._run.check(pending.chunk, task.start, task.count, event.stats)
+        except Diverged as exc:
+            return self._fail(f"numerical divergence: {exc}")
+        except Exception as exc:
+            return self._fail(f"computation error while checking a result: {exc!r}")
         if problem is not None:
-            return self._fail(event.worker, "run", f"inconsistent result rejected: {problem}")
-        del self._outstanding[message.task_id]
-        account = self.accounts[event.worker]
-        account.in_flight -= 1
-        account.items += message.count
-        account.chunks += 1
-        account.items_by_pass[self.pass_index] += message.count
-        self.computation.accept(pending.chunk, message)
-        self.items_done += message.count
-        self.items_total_done += message.count
-        self.chunks_done += 1
+            return self._fail(
+                f'worker "{event.worker}" failed during run: inconsistent result rejected: '
+                f"{problem}"
+            )
+        del self._outstanding[event.task_id]
+        worker = self._workers[event.worker]
+        worker.in_flight -= 1
+        worker.items += task.count
+        worker.chunks += 1
+        worker.items_by_pass[-1] += task.count
+        try:
+            self._run.accept(pending.chunk, event.stats)
+        except Exception as exc:
+            return self._fail(f"computation error while accepting a result: {exc!r}")
+        self._items_done += task.count
+        self._items_total += task.count
+        self._chunks_done += 1
         if self.state is not JobState.RUNNING:
             return []  # cancelling: diagnostic accounting only
-        if self.chunks_done < self.n_chunks:
-            return self._dispatch()
+        if self._chunks_done < self._n_chunks:
+            return [*self._dispatch(), self._status(urgent=False)]
         return self._end_pass()
 
     def _end_pass(self) -> list[Instruction]:
-        self.computation.end_pass()
-        self.pass_index += 1
-        if self.pass_index == self.passes:
+        label = self._pass.label if self._pass else "?"
+        try:
+            self._run.commit()
+        except Diverged as exc:
+            return self._fail(f"numerical divergence: {exc}")
+        except Exception as exc:
+            return self._fail(f"computation error while committing {label}: {exc!r}")
+        self._passes_done += 1
+        begin = self._begin_pass()
+        if self.state is not JobState.RUNNING:
+            return begin  # the computation failed to begin its next pass
+        if self._pass is None:
             self.state = JobState.COMPLETED
-            return [WriteStatus(), StopWorkers("job completed"), JobEnded(JobState.COMPLETED)]
-        self.items_done = 0
-        self.chunks_done = 0
-        self._next_chunk = 0
-        for account in self.accounts.values():
-            account.items_by_pass.append(0)
-        return [WriteStatus(), *self._dispatch()]
+            return [self._status(urgent=True), StopWorkers("job completed"), JobEnded(self.state)]
+        return [*begin, self._status(urgent=True), *self._dispatch()]
 
-    def _on_lost(self, event: WorkerLost) -> list[Instruction]:
-        return self._fail(event.worker, event.phase, event.detail)
+    def _begin_pass(self) -> list[Instruction]:
+        try:
+            spec = self._run.next_pass()
+        except Exception as exc:
+            return self._fail(f"computation error while planning the next pass: {exc!r}")
+        self._pass = spec
+        self._items_done = 0
+        self._chunks_done = 0
+        self._next_chunk = 0
+        if spec is None:
+            return []
+        self._pass_id += 1
+        self._requested = spec.items
+        self._n_chunks = -(-spec.items // self._chunk)
+        for worker in self._workers.values():
+            worker.items_by_pass.append(0)
+        return [BeginPass(self._pass_id, spec.params)]
+
+    def _on_shell_failed(self, event: ShellFailed) -> list[Instruction]:
+        if self.state is JobState.CANCELLING:
+            self.error = f"{self.error}; then {event.where} failed: {event.detail}"
+            return []
+        return self._fail(f"{event.where} failed: {event.detail}")
 
     def _on_cancel(self, event: CancelRequested) -> list[Instruction]:
-        if self.state not in (JobState.STARTING, JobState.RUNNING):
+        if not self.state.active:
             return []
         self.state = JobState.CANCELLING
         self.error = f"cancelled: {event.reason}"
-        return [WriteStatus(), StopWorkers(event.reason)]
+        return [self._status(urgent=True), StopWorkers(event.reason)]
 
     def _on_stopped(self) -> list[Instruction]:
         if self.state is not JobState.CANCELLING:
             return []
         self.state = JobState.CANCELLED
         self._abandon_outstanding()
-        return [WriteStatus(), JobEnded(JobState.CANCELLED)]
+        return [self._status(urgent=True), JobEnded(self.state)]
 
-    def _fail(self, worker: str, phase: str, detail: str) -> list[Instruction]:
+    def _fail(self, error: str) -> list[Instruction]:
         if self.state.terminal or self.state is JobState.CANCELLING:
             return []
         self.state = JobState.FAILED
-        self.error = f'worker "{worker}" failed during {phase}: {detail}'
+        self.error = error
         self._abandon_outstanding()
-        return [WriteStatus(), StopWorkers(self.error), JobEnded(JobState.FAILED)]
+        return [self._status(urgent=True), StopWorkers(error), JobEnded(self.state)]
 
     def _abandon_outstanding(self) -> None:
         """The job ended with tasks outstanding: the workers drop them and no result for them
         will be accepted, so they are no longer in flight (the work was never accepted)."""
         self._outstanding.clear()
-        for account in self.accounts.values():
-            account.in_flight = 0
+        for worker in self._workers.values():
+            worker.in_flight = 0
 
     def _dispatch(self) -> list[Instruction]:
         """Fill ready windows in readiness order, keeping one chunk per unserved worker."""
         out: list[Instruction] = []
+        if self._pass is None:
+            return out
         progressed = True
         while progressed:
             progressed = False
             for name in self._ready_order:
-                account = self.accounts[name]
-                if account.in_flight >= account.window:
+                worker = self._workers[name]
+                if worker.in_flight >= worker.window:
                     continue
-                remaining = self.n_chunks - self._next_chunk
+                remaining = self._n_chunks - self._next_chunk
                 # An unserved worker may always take one; a served one leaves one chunk for
                 # each unserved worker. With fewer chunks than workers (local runs allow
                 # that) holding chunks back for everyone would dispatch nothing at all.
@@ -302,12 +406,43 @@ class JobMachine:
         return out
 
     def _send(self, worker: str) -> SendTask:
+        assert self._pass is not None
         chunk = self._next_chunk
         self._next_chunk += 1
-        start, count = self.computation.plan.chunk_range(chunk)
-        task = self.computation.make_task(self._next_task_id, start, count)
+        start = chunk * self._chunk
+        count = min(self._chunk, self._pass.items - start)
+        task = Task(self._next_task_id, self._pass_id, start, count)
         self._next_task_id += 1
         self._outstanding[task.task_id] = _Outstanding(worker, chunk, task)
-        self.accounts[worker].in_flight += 1
+        self._workers[worker].in_flight += 1
         self._never_served.discard(worker)
-        return SendTask(worker, task)
+        return SendTask(worker, task, audit=self._audit_next())
+
+    def _audit_next(self) -> bool:
+        """Every task at a steady rate of `audit` (0.1: tasks 10, 20, ...), deterministically."""
+        if not self._audit:
+            return False
+        before = int(self._audit_seq * self._audit)
+        self._audit_seq += 1
+        return int(self._audit_seq * self._audit) > before
+
+    def _status(self, *, urgent: bool) -> WriteStatus:
+        spec = self._pass
+        return WriteStatus(
+            Progress(
+                state=self.state,
+                passes=self._passes,
+                pass_index=self._passes_done,
+                phase=spec.label if spec is not None else "done",
+                requested=self._requested,
+                accepted=self._items_total,
+                accepted_in_pass=self._items_done,
+                chunks_total=self._n_chunks,
+                chunks_done=self._chunks_done,
+                in_flight=len(self._outstanding),
+                workers=tuple(w.account(name) for name, w in self._workers.items()),
+                error=self.error,
+                committed_steps=self._run.committed_steps,
+            ),
+            urgent,
+        )

@@ -28,29 +28,17 @@ import msgspec
 
 from aner_coord import jobdir
 from aner_coord.errors import (
-    EXIT_CANCELLED,
-    EXIT_FAILED,
     EXIT_OFFLINE,
-    EXIT_OK,
     AnerError,
     RequestError,
 )
 from aner_coord.progress import describe, format_eta
-from aner_coord.status import StatusSnapshot
+from aner_coord.status import JobState, StatusSnapshot
 
-OFFLINE = "COORDINATOR_OFFLINE"
+OFFLINE = JobState.COORDINATOR_OFFLINE
 EXIT_INTERRUPTED = 130
 SETTLE_S = 2.0  # how long a one-shot look waits for an ending coordinator to let go
 CANCEL_WAIT_S = 60.0
-_EXIT_BY_STATE = {
-    "STARTING": EXIT_OK,
-    "RUNNING": EXIT_OK,
-    "CANCELLING": EXIT_OK,  # still running, as far as a script is concerned
-    "COMPLETED": EXIT_OK,
-    "FAILED": EXIT_FAILED,
-    "CANCELLED": EXIT_CANCELLED,
-    OFFLINE: EXIT_OFFLINE,
-}
 
 
 class CoordinatorOffline(AnerError):
@@ -62,14 +50,14 @@ class CoordinatorOffline(AnerError):
 @dataclass(frozen=True)
 class Observation:
     snapshot: StatusSnapshot
-    state: str  # observed: the recorded state, or COORDINATOR_OFFLINE
+    state: JobState  # observed: the recorded state, or COORDINATOR_OFFLINE
     lock_held: bool
     age_s: float  # since the snapshot was written
     note: str | None = None
 
     @property
     def exit_code(self) -> int:
-        return _EXIT_BY_STATE.get(self.state, EXIT_FAILED)
+        return self.state.exit_code
 
     @property
     def final(self) -> bool:
@@ -115,7 +103,7 @@ def observe(job: Path, *, settle_s: float = 0.0) -> Observation:
         except FileNotFoundError:
             if not held:
                 raise CoordinatorOffline(
-                    f"job {job}: {OFFLINE}: its coordinator ended before writing any status"
+                    f"job {job}: {OFFLINE.value}: its coordinator ended before writing any status"
                 ) from None
             if time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -133,7 +121,7 @@ def observe(job: Path, *, settle_s: float = 0.0) -> Observation:
 
 def _judge(job: Path, snapshot: StatusSnapshot, held: bool) -> Observation:
     age = max(0.0, time.time() - snapshot.updated_at)
-    if held or (snapshot.terminal and snapshot.state != "COMPLETED"):
+    if held or (snapshot.terminal and snapshot.state is not JobState.COMPLETED):
         return Observation(snapshot, snapshot.state, held, age)
     if snapshot.terminal:
         if (job / jobdir.RESULT).exists():
@@ -148,33 +136,31 @@ def _judge(job: Path, snapshot: StatusSnapshot, held: bool) -> Observation:
 # --------------------------------------------------------------------------- rendering
 
 
-def _unit(snapshot: StatusSnapshot) -> str:
-    return "rows" if snapshot.kind == "fixture" else "samples"
-
-
 def render_lines(job: Path, obs: Observation) -> list[str]:
     """The human view: state, work done of requested, throughput, ETA, workers, error."""
     snap = obs.snapshot
-    unit = _unit(snap)
+    unit = snap.unit
     total = snap.total_work
     pct = 100.0 * snap.accepted / total if total else 0.0
     if obs.state == OFFLINE:
         state = (
-            f"{OFFLINE} (last confirmed snapshot: {snap.state}, seq {snap.seq}, "
+            f"{OFFLINE.value} (last confirmed snapshot: {snap.state.value}, seq {snap.seq}, "
             f"{obs.age_s:.1f} s old)"
         )
     else:
-        state = f"{obs.state} (seq {snap.seq}, updated {obs.age_s:.1f} s ago)"
+        state = f"{obs.state.value} (seq {snap.seq}, updated {obs.age_s:.1f} s ago)"
     rate = f"{snap.throughput / 1e6:,.1f} M {unit}/s" if snap.throughput else f"-- {unit}/s"
+    # A job whose coordinator is gone has no ETA, whatever its last snapshot said.
+    eta = "--" if obs.state is OFFLINE else format_eta(snap.eta_s).removeprefix("ETA ")
     lines = [
         f"job       {job}",
         f"state     {state}",
         f"work      {snap.accepted:,} of {total:,} {unit} ({pct:.1f}%)",
         f"rate      {rate}",
-        f"eta       {format_eta(snap.eta_s).removeprefix('ETA ')}",
+        f"eta       {eta}",
         f"elapsed   {snap.elapsed_s:.1f} s",
     ]
-    if snap.kind == "fixture":
+    if snap.passes > 1:
         lines.append(f"pass      {snap.pass_index} of {snap.passes} ({snap.phase})")
         if snap.committed_steps is not None:
             lines.append(f"steps     {snap.committed_steps} committed")
@@ -192,15 +178,32 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         lines.append(
             "          this version does not resume jobs: start it again with a new --output"
         )
-    if obs.state == "COMPLETED":
-        lines.append(f"result    {job / jobdir.RESULT}")
+    if obs.state is JobState.COMPLETED:
+        lines.extend(_result_lines(job, snap))
     return lines
+
+
+def _result_lines(job: Path, snap: StatusSnapshot) -> list[str]:
+    """The scientific result of a completed job, as its computation summarises it."""
+    from aner_coord.computations import COMPUTATIONS
+
+    path = job / jobdir.RESULT
+    lines: list[str] = []
+    computation = COMPUTATIONS.get(snap.kind)
+    try:
+        result = jobdir.read_json(path)
+        if computation is not None:
+            lines = computation.summarize(result)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        lines = [f"result    unreadable: {exc}"]
+    return [*lines, f"result    {path}"]
 
 
 def render_line(obs: Observation) -> str:
     """One line per change, for a monitor whose stdout is not a terminal."""
     if obs.state == OFFLINE:
-        return f"{OFFLINE}: last confirmed snapshot {obs.age_s:.1f} s old: {describe(obs.snapshot)}"
+        age = f"{obs.age_s:.1f} s old"
+        return f"{OFFLINE.value}: last confirmed snapshot {age}: {describe(obs.snapshot)}"
     return describe(obs.snapshot)
 
 
@@ -256,7 +259,7 @@ async def follow(
     timer = loop.call_later(timeout_s, stop.set) if timeout_s is not None else None
     try:
         obs = observe(job)
-        last_key: tuple[int, str] | None = None
+        last_key: tuple[int, JobState] | None = None
         async with contextlib.aclosing(jobdir.watch_job_dir(job, names, stop)) as ticks:
             while True:
                 key = (obs.snapshot.seq, obs.state)
@@ -327,13 +330,14 @@ def cancel_command(job: str) -> int:
     obs = observe(path, settle_s=SETTLE_S)
     if obs.state == OFFLINE:
         print(
-            f"aner: job {path} is {OFFLINE} (last confirmed state {obs.snapshot.state}, "
+            f"aner: job {path} is {OFFLINE.value} (last confirmed state "
+            f"{obs.snapshot.state.value}, "
             f"{obs.age_s:.1f} s ago): there is no coordinator to cancel",
             file=sys.stderr,
         )
         return obs.exit_code
     if obs.snapshot.terminal:
-        print(f"job {path} has already ended: {obs.state}; nothing to cancel")
+        print(f"job {path} has already ended: {obs.state.value}; nothing to cancel")
         return obs.exit_code
     request = f"cancel requested by uid {os.getuid()} at {time.time():.3f}\n"
     jobdir.write_atomic(path / jobdir.CANCEL_REQUEST, request.encode())
@@ -347,17 +351,17 @@ def cancel_command(job: str) -> int:
 
 def _report_cancel(job: Path, obs: Observation) -> int:
     snap = obs.snapshot
-    if obs.state == "CANCELLED":
+    if obs.state is JobState.CANCELLED:
         print(f"job {job} CANCELLED; partial counts are diagnostic only: {describe(snap)}")
-    elif obs.state == "COMPLETED":
+    elif obs.state is JobState.COMPLETED:
         print(f"job {job} COMPLETED before the cancel took effect: {job / jobdir.RESULT}")
-    elif obs.state == "FAILED":
+    elif obs.state is JobState.FAILED:
         print(f"aner: job {job} FAILED: {snap.error}", file=sys.stderr)
     elif obs.state == OFFLINE:
-        print(f"aner: job {job} is {OFFLINE}: its coordinator is gone", file=sys.stderr)
+        print(f"aner: job {job} is {OFFLINE.value}: its coordinator is gone", file=sys.stderr)
     else:
         print(
-            f"aner: job {job} is still {obs.state} after {CANCEL_WAIT_S:g} s; the request "
+            f"aner: job {job} is still {obs.state.value} after {CANCEL_WAIT_S:g} s; the request "
             f"stands: follow it with `aner parallel status --job {job} --watch`",
             file=sys.stderr,
         )

@@ -2,40 +2,53 @@
 
     from aner_coord import parallel
     result = parallel.monte_carlo(samples=10**8, seed=42, execution=parallel.local(workers=2))
+    print(result.hits, result.estimate)
     print(result.summary())
 
 Calls are synchronous for the caller (they also work inside a running event loop, as in
-Jupyter). Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran),
-`JobFailed` for a failed job (its message names the worker and phase), `JobCancelled` if
-it was cancelled.
+Jupyter). Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the
+message names the argument to change, as `workers=`), `JobFailed` for a failed job (its
+message says where: the worker and phase, a divergence, the job directory), `JobCancelled`
+if it was cancelled.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from aner_coord.contexts import ClusterExecution, Execution, LocalExecution, cluster, local
+from aner_coord.admission import admit, cluster, local
 from aner_coord.errors import AdmissionError, JobCancelled, JobFailed, RequestError
-from aner_coord.jobs import JobSpec, Outcome, execute, prepare
-from aner_coord.jobstate import JobState
-from aner_coord.results import FixtureResult, MonteCarloResult, WorkerShare
+from aner_coord.jobs import execute
+from aner_coord.requests import (
+    ClusterExecution,
+    ComputationRequest,
+    Execution,
+    JobRequest,
+    LocalExecution,
+    MonteCarloRequest,
+    RegressionRequest,
+)
+from aner_coord.results import MonteCarloResult, RegressionResult
 from aner_coord.runner import run_sync
+from aner_coord.status import JobState, WorkerAccount
 
 __all__ = [
     "AdmissionError",
     "ClusterExecution",
-    "FixtureResult",
     "JobCancelled",
     "JobFailed",
     "LocalExecution",
     "MonteCarloResult",
+    "RegressionResult",
     "RequestError",
-    "WorkerShare",
+    "WorkerAccount",
     "cluster",
     "inventory",
     "local",
     "monte_carlo",
     "regression",
+    "run",
 ]
 
 
@@ -46,30 +59,53 @@ def inventory() -> dict[str, Any]:
     return current().to_dict()
 
 
-def _run(spec: JobSpec, execution: Execution | None) -> Outcome:
-    job = prepare(spec, execution=execution or local(chunk=spec.chunk))
-    outcome = run_sync(execute(job))
-    report = outcome.report
+def run(
+    computation: ComputationRequest,
+    *,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    audit: float = 0.0,
+) -> Any:
+    """Run any registered computation's request and return its result."""
+    request = JobRequest(
+        computation=computation,
+        execution=execution if execution is not None else LocalExecution(),
+        output=None if output is None else os.fspath(output),
+        audit=audit,
+    )
+    report = run_sync(execute(admit(request)))
     if report.state is JobState.COMPLETED:
-        return outcome
+        return report.result
     if report.state is JobState.CANCELLED:
         raise JobCancelled(report.error or "cancelled")
     raise JobFailed(report.error or "job failed") from report.task_exception
 
 
-def monte_carlo(*, samples: int, seed: int, execution: Execution | None = None) -> MonteCarloResult:
+def monte_carlo(
+    *,
+    samples: int,
+    seed: int,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    audit: float = 0.0,
+) -> MonteCarloResult:
     """Estimate pi from `samples` Philox samples of `seed`; the hits depend on nothing else."""
-    spec = JobSpec("monte-carlo", samples=samples, seed=seed)
-    result = _run(spec, execution).result
-    assert isinstance(result, MonteCarloResult)
+    request = MonteCarloRequest(samples=samples, seed=seed)
+    result: MonteCarloResult = run(request, execution=execution, output=output, audit=audit)
     return result
 
 
 def regression(
-    *, samples: int, steps: int, rate: float, seed: int, execution: Execution | None = None
-) -> FixtureResult:
+    *,
+    samples: int,
+    steps: int,
+    rate: float,
+    seed: int,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    audit: float = 0.0,
+) -> RegressionResult:
     """Fit the logistic-regression fixture of SPEC section 2 with full-batch steps."""
-    spec = JobSpec("regression", samples=samples, seed=seed, steps=steps, rate=rate)
-    result = _run(spec, execution).result
-    assert isinstance(result, FixtureResult)
+    request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
+    result: RegressionResult = run(request, execution=execution, output=output, audit=audit)
     return result

@@ -22,13 +22,13 @@ def format_eta(seconds: float | None) -> str:
 
 def describe(snapshot: StatusSnapshot) -> str:
     """One line: state, phase, work done of requested, throughput, ETA."""
-    unit = "rows" if snapshot.kind == "fixture" else "samples"
+    unit = snapshot.unit
     total = snapshot.total_work
     pct = 100.0 * snapshot.accepted / total if total else 0.0
     rate = f"{snapshot.throughput / 1e6:,.1f} M {unit}/s" if snapshot.throughput else f"-- {unit}/s"
-    phase = f" [{snapshot.phase}]" if snapshot.kind == "fixture" else ""
+    phase = f" [{snapshot.phase}]" if snapshot.passes > 1 else ""
     return (
-        f"{snapshot.state}{phase} {snapshot.accepted:,} of {total:,} {unit} ({pct:.1f}%), "
+        f"{snapshot.state.value}{phase} {snapshot.accepted:,} of {total:,} {unit} ({pct:.1f}%), "
         f"{rate}, {format_eta(snapshot.eta_s)}"
     )
 
@@ -42,11 +42,11 @@ def _si(value: float) -> str:
 
 def compact(snapshot: StatusSnapshot) -> str:
     """The live line's detail, short enough for an 80-column terminal beside the bar."""
-    unit = "rows" if snapshot.kind == "fixture" else "samples"
+    unit = snapshot.unit
     total = snapshot.total_work
     pct = 100.0 * snapshot.accepted / total if total else 0.0
     rate = f"{_si(snapshot.throughput)}/s" if snapshot.throughput else "--/s"
-    phase = f"{snapshot.phase}, " if snapshot.kind == "fixture" else ""
+    phase = f"{snapshot.phase}, " if snapshot.passes > 1 else ""
     return f"{phase}{pct:5.1f}% of {_si(total)} {unit}, {rate}, {format_eta(snapshot.eta_s)}"
 
 
@@ -76,10 +76,10 @@ class LiveProgress:
     def __call__(self, snapshot: StatusSnapshot) -> None:
         total = snapshot.total_work
         if self._task is None:
-            self._task = self._progress.add_task(snapshot.state, total=total, detail="")
+            self._task = self._progress.add_task(snapshot.state.value, total=total, detail="")
         self._progress.update(
             self._task,
             completed=snapshot.accepted,
-            description=snapshot.state,
+            description=snapshot.state.value,
             detail=compact(snapshot),
         )

@@ -1,87 +1,54 @@
-"""Scientific results and their accounting, kept apart from the job's state."""
+"""Scientific results and their accounting, kept apart from the job's state.
+
+Each result is a frozen msgspec Struct, tagged with its computation; `result.json` is its
+JSON encoding (schema `aner-result/2`). Results are read by attribute (`result.hits`,
+`result.theta`), and their accounting names workers by public identity only.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
-from aner_coord.status import StatusSnapshot
+import msgspec
+
+from aner_coord.status import WorkerAccount
+
+RESULT_SCHEMA = "aner-result/2"
 
 
-@dataclass(frozen=True)
-class WorkerShare:
-    """What one worker contributed: public identity, slots, accepted items and chunks."""
+class _Result(msgspec.Struct, frozen=True, kw_only=True, tag_field="computation"):
+    seconds: float
+    execution: dict[str, Any]
+    workers: list[WorkerAccount]
+    schema: str = RESULT_SCHEMA
 
-    identity: str
-    slots: int
-    items: int
-    chunks: int
-    items_by_pass: tuple[int, ...] = ()
-
-
-def shares_of(snapshot: StatusSnapshot) -> tuple[WorkerShare, ...]:
-    return tuple(
-        WorkerShare(w.identity, w.slots, w.items, w.chunks, tuple(w.items_by_pass))
-        for w in snapshot.workers
-    )
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = msgspec.to_builtins(self)
+        return data
 
 
-@dataclass(frozen=True)
-class MonteCarloResult:
+class MonteCarloResult(_Result, frozen=True, tag="monte-carlo"):
     """The estimate of pi and exactly how it was obtained."""
 
     stream: str
     seed: int
-    samples_: int
-    hits_: int
-    seconds_: float
-    shares: tuple[WorkerShare, ...]
-    execution: dict[str, Any]
+    samples: int
+    hits: int
+    estimate: float
 
-    def estimate(self) -> float:
-        return 4 * self.hits_ / self.samples_
-
-    def samples(self) -> int:
-        return self.samples_
-
-    def hits(self) -> int:
-        return self.hits_
-
-    def workers(self) -> int:
-        return len(self.shares)
-
-    def seconds(self) -> float:
-        return self.seconds_
-
+    @property
     def throughput(self) -> float:
-        return self.samples_ / self.seconds_ if self.seconds_ > 0 else float("inf")
+        return self.samples / self.seconds if self.seconds > 0 else float("inf")
 
     def summary(self) -> str:
         return (
-            f"{self.samples_:,} samples, seed {self.seed}: {self.hits_:,} hits, "
-            f"pi ~ {self.estimate():.10f} | {self.workers()} worker(s), "
-            f"{self.seconds_:.3f} s, {self.throughput() / 1e6:,.1f} M samples/s"
+            f"{self.samples:,} samples, seed {self.seed}: {self.hits:,} hits, "
+            f"pi ~ {self.estimate:.10f} | {len(self.workers)} worker(s), "
+            f"{self.seconds:.3f} s, {self.throughput / 1e6:,.1f} M samples/s"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "computation": "monte-carlo",
-            "stream": self.stream,
-            "seed": self.seed,
-            "samples": self.samples_,
-            "hits": self.hits_,
-            "estimate": self.estimate(),
-            "seconds": self.seconds_,
-            "execution": self.execution,
-            "workers": [
-                {"identity": s.identity, "slots": s.slots, "samples": s.items, "chunks": s.chunks}
-                for s in self.shares
-            ],
-        }
 
-
-@dataclass(frozen=True)
-class FixtureResult:
+class RegressionResult(_Result, frozen=True, tag="regression"):
     """The fitted fixture of SPEC section 2: metrics before and after, and the parameters."""
 
     fixture: str
@@ -93,32 +60,20 @@ class FixtureResult:
     initial_accuracy: float
     final_loss: float
     fit_accuracy: float
-    theta: tuple[float, ...]
-    seconds: float
-    shares: tuple[WorkerShare, ...]
-    execution: dict[str, Any]
+    theta: list[float]
+    committed_steps: int
 
     def summary(self) -> str:
         return (
             f"{self.samples:,} rows x {self.steps} steps at rate {self.rate}: loss "
             f"{self.initial_loss:.6f} -> {self.final_loss:.6f}, fit accuracy "
-            f"{self.fit_accuracy:.6f} (on the fitted rows) | {len(self.shares)} worker(s), "
+            f"{self.fit_accuracy:.6f} (on the fitted rows) | {len(self.workers)} worker(s), "
             f"{self.seconds:.3f} s"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["computation"] = "regression"
-        out["theta"] = list(self.theta)
-        out["workers"] = [
-            {
-                "identity": s.identity,
-                "slots": s.slots,
-                "rows": s.items,
-                "chunks": s.chunks,
-                "rows_by_phase": list(s.items_by_pass),
-            }
-            for s in self.shares
-        ]
-        del out["shares"]
-        return out
+
+JobResult = MonteCarloResult | RegressionResult
+
+
+def encode_result(result: Any) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n"

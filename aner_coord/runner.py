@@ -7,11 +7,16 @@ coroutine then runs on a fresh loop in a helper thread, and the caller blocks un
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# What a coordinator takes as a request to cancel gracefully: SIGHUP too, since a lost
+# terminal or a logged-out session sends it.
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

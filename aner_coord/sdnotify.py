@@ -16,7 +16,7 @@ import socket
 import time
 
 from aner_coord.progress import describe
-from aner_coord.status import StatusSnapshot
+from aner_coord.status import JobState, StatusSnapshot
 
 ENV = "NOTIFY_SOCKET"
 STATUS_MIN_INTERVAL_S = 1.0
@@ -40,7 +40,7 @@ class Notifier:
         self._address = address
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         self._last_status = 0.0
-        self._last_state: str | None = None
+        self._last_state: JobState | None = None
         self._stopping = False
 
     @classmethod
@@ -73,7 +73,7 @@ class Notifier:
             self._last_state = snapshot.state
             self._last_status = now
             fields = [f"STATUS={describe(snapshot)}"]
-            if not self._stopping and (snapshot.terminal or snapshot.state == "CANCELLING"):
+            if not self._stopping and (snapshot.terminal or snapshot.state is JobState.CANCELLING):
                 self._stopping = True
                 fields.append("STOPPING=1")
             self.send(*fields)

@@ -1,17 +1,68 @@
-"""The status snapshot: what `status.json` holds and what progress displays show.
+"""The job's state and its status snapshot: what `status.json` holds, what observers,
+progress displays, systemd and exit codes read.
 
-Schema `aner-status/1`. New fields are appended with defaults so that files written by an
-older version keep reading (checked-in examples live in tests/data).
+`JobState` is the one state type: the job machine moves through its written members,
+`status.json` records them, and a monitor may observe `COORDINATOR_OFFLINE`, which is never
+written (SPEC section 7). `WorkerAccount` is the one per-worker accounting type, shared by
+status snapshots and results.
+
+Schema `aner-status/2`; files of schema 1 keep reading (their kind "fixture" is today's
+"regression"). New fields are appended with defaults; checked-in examples of each schema
+live in tests/data.
 """
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
 
-STATUS_SCHEMA = "aner-status/1"
+from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OFFLINE, EXIT_OK
+
+STATUS_SCHEMA = "aner-status/2"
+_OLD_KINDS = {"fixture": "regression"}
 
 
-class WorkerStatus(msgspec.Struct, frozen=True):
+class JobState(enum.Enum):
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+    # Observed by a monitor (the recorded state is not terminal and nobody holds the lock);
+    # never entered by a job, never written.
+    COORDINATOR_OFFLINE = "COORDINATOR_OFFLINE"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def active(self) -> bool:
+        """Starting or running: work may still be dispatched."""
+        return self in (JobState.STARTING, JobState.RUNNING)
+
+    @property
+    def exit_code(self) -> int:
+        """SPEC section 8: what `status`, `cancel` and a finished command exit with."""
+        return _EXIT_CODES[self]
+
+
+_EXIT_CODES = {
+    JobState.STARTING: EXIT_OK,
+    JobState.RUNNING: EXIT_OK,
+    JobState.CANCELLING: EXIT_OK,  # still running, as far as a script is concerned
+    JobState.COMPLETED: EXIT_OK,
+    JobState.FAILED: EXIT_FAILED,
+    JobState.CANCELLED: EXIT_CANCELLED,
+    JobState.COORDINATOR_OFFLINE: EXIT_OFFLINE,
+}
+
+
+class WorkerAccount(msgspec.Struct, frozen=True):
+    """What one worker did for a job: public identity only, never an endpoint."""
+
     identity: str
     slots: int
     items: int
@@ -22,13 +73,13 @@ class WorkerStatus(msgspec.Struct, frozen=True):
 class StatusSnapshot(msgspec.Struct, frozen=True):
     schema: str
     seq: int
-    state: str
-    kind: str  # "monte-carlo" or "fixture"
+    state: JobState
+    kind: str  # the computation: "monte-carlo", "regression", ...
     pid: int
     created_at: float  # Unix time
     updated_at: float
     elapsed_s: float
-    requested: int  # samples or rows per pass
+    requested: int  # items (samples or rows) per pass
     passes: int
     pass_index: int  # passes completed
     phase: str
@@ -39,9 +90,10 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     in_flight: int
     throughput: float | None  # items per second
     eta_s: float | None
-    workers: list[WorkerStatus]
+    workers: list[WorkerAccount]
     error: str | None = None
     committed_steps: int | None = None
+    unit: str = "items"
 
     @property
     def total_work(self) -> int:
@@ -49,11 +101,19 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
 
     @property
     def terminal(self) -> bool:
-        return self.state in ("COMPLETED", "FAILED", "CANCELLED")
+        return self.state.terminal
+
+
+_decoder = msgspec.json.Decoder(StatusSnapshot)
 
 
 def decode_status(data: bytes) -> StatusSnapshot:
-    return msgspec.json.decode(data, type=StatusSnapshot)
+    snapshot = _decoder.decode(data)
+    if snapshot.schema == "aner-status/1":
+        kind = _OLD_KINDS.get(snapshot.kind, snapshot.kind)
+        unit = "rows" if kind == "regression" else "samples"
+        snapshot = msgspec.structs.replace(snapshot, kind=kind, unit=unit)
+    return snapshot
 
 
 def encode_status(snapshot: StatusSnapshot) -> bytes:

@@ -41,7 +41,7 @@ from typing import Literal, Protocol
 
 import asyncssh
 
-from aner_coord.clusterfile import parse_ssh_endpoint
+from aner_coord.clusterfile import WorkerRecord, parse_ssh_endpoint
 from aner_coord.errors import WorkerFailure
 
 Phase = Literal["connect", "start", "send", "receive", "close"]
@@ -546,3 +546,10 @@ async def open_ssh(
     resolved = [str(options.config.get("Hostname", "")), str(options.username)]
     private = [endpoint, parts.host, parts.user or "", *resolved, *argv[:1]]
     return _SshTransport(identity, connection, process, private)
+
+
+async def open_transport(record: WorkerRecord, argv: Sequence[str]) -> Transport:
+    """Start the worker of a cluster-file record over its own transport."""
+    if record.transport == "local":
+        return await open_pipe(record.identity, argv)
+    return await open_ssh(record.identity, record.endpoint, argv)

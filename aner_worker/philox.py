@@ -13,6 +13,7 @@ signed integer to ``float64``, which would silently corrupt the words, hence the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -159,14 +160,39 @@ def check_range(seed: int, start: int, count: int) -> None:
         raise ValueError(f"start + count must be <= 2**62, got {start + count}")
 
 
-def count_hits(seed: int, start: int, count: int) -> int:
+class Stopped(Exception):
+    """A kernel was asked to stop between two sub-ranges; its partial sums are discarded."""
+
+
+# Samples per uninterrupted kernel call when a caller may ask to stop: about 15 ms of one
+# core, so a worker whose coordinator has gone stops within that, whatever the chunk.
+SUB_SAMPLES = 1 << 22
+
+
+def count_hits(
+    seed: int, start: int, count: int, should_stop: Callable[[], bool] | None = None
+) -> int:
     """Number of hits among samples ``[start, start + count)`` of stream 0 (SPEC section 1).
 
-    Releases the GIL while it runs, so threads can share a process.
+    Releases the GIL while it runs, so threads can share a process. With ``should_stop``,
+    the range is counted in sub-ranges of SUB_SAMPLES and ``Stopped`` is raised at the first
+    boundary where it returns True (hits are integers: the split changes nothing).
     """
     check_range(seed, start, count)
     # Fixed argument types so exactly one specialisation is compiled and cached.
-    return int(_count_hits_kernel(np.uint64(int(seed)), np.int64(int(start)), np.int64(int(count))))
+    key = np.uint64(int(seed))
+    if should_stop is None:
+        return int(_count_hits_kernel(key, np.int64(int(start)), np.int64(int(count))))
+    hits = 0
+    first, end = int(start), int(start) + int(count)
+    while True:
+        n = min(SUB_SAMPLES, end - first)
+        hits += int(_count_hits_kernel(key, np.int64(first), np.int64(n)))
+        first += n
+        if first >= end:
+            return hits
+        if should_stop():
+            raise Stopped(f"stopped at sample {first} of [{start}, {end})")
 
 
 def warm_up() -> None:

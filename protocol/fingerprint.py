@@ -16,8 +16,9 @@ CONTRACT_FILES: tuple[str, ...] = (
     "protocol/messages.py",
     "protocol/framing.py",
     "protocol/fingerprint.py",
+    "protocol/connection.py",
     "aner_worker/worker.py",
-    "aner_worker/tasks.py",
+    "aner_worker/kernels.py",
     "aner_worker/philox.py",
     "aner_worker/fixture.py",
 )

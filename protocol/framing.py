@@ -65,11 +65,12 @@ class FrameDecoder:
                 end = offset + _HEADER + size
                 if available < end:
                     break
-                with memoryview(buffer) as view:
-                    try:
-                        messages.append(self._decoder.decode(view[offset + _HEADER : end]))
-                    except msgspec.DecodeError as exc:
-                        raise RemoteProtocolError(self.peer, f"malformed message: {exc}") from None
+                # A copy per frame: a decoded `msgspec.Raw` field keeps a reference to the
+                # bytes it was decoded from, which must not be the buffer we trim.
+                try:
+                    messages.append(self._decoder.decode(bytes(buffer[offset + _HEADER : end])))
+                except msgspec.DecodeError as exc:
+                    raise RemoteProtocolError(self.peer, f"malformed message: {exc}") from None
                 offset = end
         finally:
             if offset:

@@ -1,9 +1,13 @@
 """Wire messages: one tagged union of frozen msgspec Structs.
 
-Messages are nouns. The coordinator sends `Hello`, tasks and `Shutdown`; a worker answers
-with `Welcome` or `Refused`, then results or `TaskFailed`. Tasks carry parameters only and
-results sufficient statistics only: no code, no pickles, no paths. New fields are appended
-with defaults so that an older peer still decodes a newer message.
+Messages are nouns. The coordinator sends `Hello`, then `Params` (the frozen parameters of a
+pass, once per worker and pass), `Task`s, `Ping`s and finally `Shutdown`; a worker answers
+with `Welcome` or `Refused`, then a `Result` or `TaskFailed` per task and a `Pong` per ping.
+
+The wire knows no computation: `Params.body` and `Result.body` are MessagePack documents
+that the named kernel defines (its own Structs), so a new workload adds no message here.
+Tasks carry a pass and a range only: no code, no pickles, no paths, no row data.
+New fields are appended with defaults, so an older peer still decodes a newer message.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ class _Wire(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Hello(_Wire, frozen=True, tag="hello"):
-    """Coordinator -> worker, first frame: who it is to the job and what it may use."""
+    """Coordinator -> worker, first frame: who it is to the job, what it may use, and the
+    kernels the job will run (the worker warms up only those)."""
 
     protocol: int
     identity: str
     slots: int
     fingerprint: str
+    kernels: tuple[str, ...] = ()
 
 
 class Welcome(_Wire, frozen=True, tag="welcome"):
@@ -42,44 +48,32 @@ class Refused(_Wire, frozen=True, tag="refused"):
     fingerprint: str
 
 
-class McTask(_Wire, frozen=True, tag="mc_task"):
-    """Count Monte Carlo hits for global samples [start, start + count)."""
+class Params(_Wire, frozen=True, tag="params"):
+    """The frozen parameters of pass `pass_id` for kernel `kernel` (its own encoding)."""
+
+    pass_id: int
+    kernel: str
+    body: msgspec.Raw
+
+
+class Task(_Wire, frozen=True, tag="task"):
+    """Run the kernel of pass `pass_id` over items [start, start + count) of that pass."""
 
     task_id: int
-    seed: int
+    pass_id: int
     start: int
     count: int
 
 
-class McResult(_Wire, frozen=True, tag="mc_result"):
-    """Hits for the range named by the task it answers."""
+class Result(_Wire, frozen=True, tag="result"):
+    """The sufficient statistics of one task (the kernel's encoding) and the seconds the
+    worker's slot spent computing it."""
 
     task_id: int
     start: int
     count: int
-    hits: int
-
-
-class FxTask(_Wire, frozen=True, tag="fx_task"):
-    """Fixture pass over rows [start, start + count) with frozen parameters theta (9 floats)."""
-
-    task_id: int
-    seed: int
-    start: int
-    count: int
-    theta: tuple[float, ...]
-
-
-class FxResult(_Wire, frozen=True, tag="fx_result"):
-    """Sufficient statistics of one fixture range: gradient sums, loss sum, counts."""
-
-    task_id: int
-    start: int
-    count: int
-    grad: tuple[float, ...]
-    loss_sum: float
-    correct: int
-    valid: int
+    body: msgspec.Raw
+    busy_s: float = 0.0
 
 
 class TaskFailed(_Wire, frozen=True, tag="task_failed"):
@@ -89,10 +83,22 @@ class TaskFailed(_Wire, frozen=True, tag="task_failed"):
     reason: str
 
 
+class Ping(_Wire, frozen=True, tag="ping"):
+    """Coordinator -> worker: answer at once; silence means the worker is lost."""
+
+    nonce: int
+
+
+class Pong(_Wire, frozen=True, tag="pong"):
+    """Worker -> coordinator: the answer to `Ping` with the same nonce."""
+
+    nonce: int
+
+
 class Shutdown(_Wire, frozen=True, tag="shutdown"):
     """Coordinator -> worker: stop taking tasks, drop queued ones, exit."""
 
     reason: str = ""
 
 
-Message = Hello | Welcome | Refused | McTask | McResult | FxTask | FxResult | TaskFailed | Shutdown
+Message = Hello | Welcome | Refused | Params | Task | Result | TaskFailed | Ping | Pong | Shutdown

@@ -1,3 +1,3 @@
 """Protocol version: bumped when a message changes meaning (a defaulted field appended does not)."""
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2

@@ -1,0 +1,188 @@
+"""The one place that admits a request (SPEC section 3): every check, before anything starts.
+
+`admit(request)` validates the computation's parameters, the execution policy (worker
+counts against this machine's allocation and the limits, the cluster file), the chunk plan
+and the output path, and returns a frozen `Job`; it creates nothing. `local()` and
+`cluster()` (the API's execution contexts) run the execution part of the same checks when
+they are made, so a bad context fails where it is written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord, load_cluster_file
+from aner_coord.computations import Admitted, Computation, computation_for
+from aner_coord.errors import AdmissionError, RequestError
+from aner_coord.limits import (
+    DEFAULT_CHUNK,
+    MAX_CHUNKS,
+    MAX_LOCAL_WORKERS,
+    check_fraction,
+    check_int,
+    check_positive,
+)
+from aner_coord.requests import ClusterExecution, Execution, JobRequest, LocalExecution
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Who computes: identities and slots, and for a cluster the records (with endpoints,
+    which stay here and never reach a file)."""
+
+    slots: dict[str, int]
+    records: tuple[WorkerRecord, ...] | None
+    automatic: bool
+
+    def describe(self, execution: Execution) -> dict[str, Any]:
+        if self.records is None:
+            return {
+                "kind": "local",
+                "workers": len(self.slots),
+                "chunk": execution.chunk,
+                "automatic": self.automatic,
+            }
+        return {
+            "kind": "cluster",
+            "chunk": execution.chunk,
+            "workers": [
+                {"identity": r.identity, "transport": r.transport, "slots": r.slots}
+                for r in self.records
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Job:
+    """An admitted request: everything checked, nothing started."""
+
+    request: JobRequest
+    computation: Computation
+    admitted: Admitted
+    workers: Workers
+    output: Path | None
+
+    @property
+    def kind(self) -> str:
+        return self.computation.kind
+
+    @property
+    def chunk(self) -> int:
+        return self.request.execution.chunk
+
+    def describe_execution(self) -> dict[str, Any]:
+        return self.workers.describe(self.request.execution)
+
+
+def admit(request: JobRequest) -> Job:
+    """Check `request` completely, creating nothing. Raises RequestError (exit 2)."""
+    from aner_coord import jobdir
+
+    computation = computation_for(request.computation)
+    admitted = computation.admit(request.computation)
+    workers = admit_execution(request.execution)
+    check_fraction("audit", request.audit)
+    _check_plan(admitted, request.execution.chunk, workers)
+    output = jobdir.check_new_output(request.output) if request.output is not None else None
+    return Job(request, computation, admitted, workers, output)
+
+
+def admit_execution(execution: Execution) -> Workers:
+    check_positive("chunk", execution.chunk)
+    if isinstance(execution, LocalExecution):
+        return _admit_local(execution.workers)
+    return _admit_cluster(execution)
+
+
+def _effective_cpus() -> int:
+    from aner_worker.inventory import current
+
+    return current().effective_cpus
+
+
+def _admit_local(workers: int) -> Workers:
+    workers = check_int("workers", workers)
+    if workers < 0:
+        raise RequestError(
+            f"{{workers}} must be 0 (automatic) or positive, got {workers}", "workers"
+        )
+    automatic = workers == 0
+    if automatic:
+        from aner_worker.inventory import current
+
+        workers = current().auto_workers
+    else:
+        effective = _effective_cpus()
+        if workers > MAX_LOCAL_WORKERS:
+            raise AdmissionError(
+                f"{workers} local workers exceed the limit of {MAX_LOCAL_WORKERS}: use at most "
+                f"{min(effective, MAX_LOCAL_WORKERS)} workers ({{workers}})",
+                "workers",
+            )
+        if workers > effective:
+            raise AdmissionError(
+                f"{workers} workers exceed this process's effective CPU allocation of "
+                f"{effective} (see `aner parallel inventory`): use at most {effective} "
+                "workers ({workers}), or 0 for automatic",
+                "workers",
+            )
+    slots = {f"local-{i + 1}": 1 for i in range(workers)}
+    return Workers(slots, None, automatic)
+
+
+def load_cluster(path: str) -> ClusterConfig:
+    try:
+        return load_cluster_file(os.path.expanduser(path))
+    except ClusterFileError as exc:
+        raise RequestError(str(exc)) from None
+
+
+def _admit_cluster(execution: ClusterExecution) -> Workers:
+    config = load_cluster(execution.config)
+    local_slots = sum(w.slots for w in config.workers if w.transport == "local")
+    effective = _effective_cpus()
+    if local_slots > effective:
+        raise AdmissionError(
+            f"cluster file {execution.config} gives local-pipe workers {local_slots} slots "
+            f"in all, more than this machine's effective CPU allocation of {effective}: "
+            "lower their slots"
+        )
+    slots = {w.identity: w.slots for w in config.workers}
+    return Workers(slots, tuple(config.workers), automatic=False)
+
+
+def _check_plan(admitted: Admitted, chunk: int, workers: Workers) -> None:
+    total = admitted.items
+    n_chunks = -(-total // chunk)
+    if n_chunks > MAX_CHUNKS:
+        smallest = -(-total // MAX_CHUNKS)
+        raise AdmissionError(
+            f"{total:,} items in chunks of {chunk:,} make {n_chunks:,} chunks; the limit is "
+            f"{MAX_CHUNKS:,}: use a chunk of at least {smallest} ({{chunk}})",
+            "chunk",
+        )
+    needed = len(workers.slots) if workers.records is not None else 1
+    if n_chunks < needed:
+        raise AdmissionError(
+            f"{total:,} items in chunks of {chunk:,} make {n_chunks} chunk(s), fewer than "
+            f"the {needed} configured workers (each needs at least one): "
+            f"use a chunk of at most {max(1, total // needed)} ({{chunk}})",
+            "chunk",
+        )
+
+
+def local(workers: int = 0, chunk: int = DEFAULT_CHUNK) -> LocalExecution:
+    """A local allocation; `workers=0` means the automatic policy reported by `inventory`."""
+    execution = LocalExecution(workers=workers, chunk=chunk)
+    admit_execution(execution)
+    return execution
+
+
+def cluster(config: str | os.PathLike[str], chunk: int = DEFAULT_CHUNK) -> ClusterExecution:
+    """The group described by the cluster file at `config` (SPEC section 5)."""
+    execution = ClusterExecution(config=os.fspath(config), chunk=chunk)
+    admit_execution(execution)
+    return execution

@@ -1,0 +1,107 @@
+"""The computation interface: what every workload implements, and nothing else.
+
+A computation has two halves. Its kernel (`aner_worker.kernels`) computes the statistics of
+an item range under frozen parameters, wherever a worker runs. Its coordinator half, here,
+is pure and synchronous:
+
+- `admit(request)` checks the parameters and says how many items a pass has, how many
+  passes at most, and what the job is (identity strings for the manifest);
+- `start(request)` builds a fresh `Run`, the per-execution state (never shared between
+  two executions of the same request);
+- the job machine asks the run for each pass (`next_pass`: its items and frozen
+  parameters), hands it each result to `check` and then `accept` into the result's chunk
+  slot, and calls `commit` at the barrier when every chunk of the pass is accepted;
+- `result()` gives the scientific result once `next_pass` returns None.
+
+Nothing here knows workers, transports or files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from aner_coord.requests import ComputationRequest
+from aner_coord.status import WorkerAccount
+from aner_worker.kernels import Kernel
+
+
+class Diverged(Exception):
+    """The computation's numbers left the finite range: a property of the request (a rate
+    too large, say), not of any worker."""
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """One pass: `items` items cut into chunks, and the frozen parameters its tasks use."""
+
+    items: int
+    params: Any  # the kernel's params Struct
+    label: str
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What admission learned about a request's computation."""
+
+    items: int  # per pass (samples or rows)
+    passes: int  # at most
+    identity: str  # the stream or fixture identity of SPEC sections 1 and 2
+    describe: dict[str, Any]  # the request as the manifest records it
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """How a completed job was carried out, for its result."""
+
+    seconds: float
+    workers: tuple[WorkerAccount, ...]
+    execution: dict[str, Any]
+
+
+class Run(Protocol):
+    def next_pass(self) -> PassSpec | None:
+        """The next pass to compute, or None when the computation is complete."""
+        ...
+
+    def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
+        """None if `stats` can be the statistics of items [start, start + count), else why
+        not. May raise Diverged for non-finite statistics."""
+        ...
+
+    def accept(self, chunk: int, stats: Any) -> None: ...
+
+    def commit(self) -> None:
+        """Every chunk of the current pass is accepted: apply it (the barrier)."""
+        ...
+
+    def same(self, a: Any, b: Any) -> bool:
+        """Whether two computations of one task agree (for audits)."""
+        ...
+
+    @property
+    def committed_steps(self) -> int | None: ...
+
+    def result(self, accounting: Accounting) -> Any: ...
+
+
+class Computation(Protocol):
+    kind: ClassVar[str]
+    unit: ClassVar[str]
+
+    @property
+    def request_type(self) -> type[ComputationRequest]: ...
+
+    @property
+    def kernel(self) -> Kernel: ...
+
+    # Rough seconds per item on one core, used only to size in-flight windows.
+    seconds_per_item: ClassVar[float]
+
+    def admit(self, request: Any) -> Admitted: ...
+
+    def start(self, request: Any, chunk: int) -> Run: ...
+
+    def summarize(self, result: dict[str, Any]) -> list[str]:
+        """Lines for `status` of a completed job, from its `result.json`."""
+        ...

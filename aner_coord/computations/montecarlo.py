@@ -1,0 +1,104 @@
+"""Monte Carlo estimate of pi (SPEC section 1): one pass whose hits are integer sums, so
+neither the chunking nor the completion order can change them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from aner_coord.computations.base import Accounting, Admitted, PassSpec
+from aner_coord.errors import AdmissionError
+from aner_coord.limits import MAX_SAMPLES, check_positive, check_seed
+from aner_coord.requests import MonteCarloRequest
+from aner_coord.results import MonteCarloResult
+from aner_worker.kernels import McParams, McStats, MonteCarloKernel
+
+STREAM_ID = "aner-mc/philox4x64-10/v1"
+_P = math.pi / 4
+# A chunk's hits lie this many standard deviations from pi/4 of its samples only for a
+# worker that does not compute the stream: no honest chunk of the stream comes near it.
+_SIGMAS = 12
+
+
+class MonteCarlo:
+    kind: ClassVar[str] = "monte-carlo"
+    unit: ClassVar[str] = "samples"
+    request_type: ClassVar[type[MonteCarloRequest]] = MonteCarloRequest
+    kernel: ClassVar[MonteCarloKernel] = MonteCarloKernel()
+    seconds_per_item: ClassVar[float] = 1 / 150e6
+
+    def admit(self, request: MonteCarloRequest) -> Admitted:
+        check_seed(request.seed)
+        samples = check_positive("samples", request.samples)
+        if samples > MAX_SAMPLES:
+            raise AdmissionError(
+                f"{{samples}} is {samples:,}; the limit is {MAX_SAMPLES:,}: ask for fewer",
+                "samples",
+            )
+        return Admitted(
+            items=samples,
+            passes=1,
+            identity=STREAM_ID,
+            describe={"samples": samples, "seed": request.seed},
+        )
+
+    def start(self, request: MonteCarloRequest, chunk: int) -> _Run:
+        return _Run(request)
+
+    def summarize(self, result: dict[str, Any]) -> list[str]:
+        return [
+            f"estimate  {result['estimate']:.10f} (pi ~ 4 * hits / samples)",
+            f"hits      {result['hits']:,} of {result['samples']:,} samples",
+        ]
+
+
+class _Run:
+    def __init__(self, request: MonteCarloRequest) -> None:
+        self._request = request
+        self._hits = 0
+        self._passes_begun = 0
+
+    def next_pass(self) -> PassSpec | None:
+        if self._passes_begun:
+            return None
+        self._passes_begun = 1
+        return PassSpec(self._request.samples, McParams(self._request.seed), "sampling")
+
+    def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
+        if not isinstance(stats, McStats):
+            return f"expected Monte Carlo statistics, got {type(stats).__name__}"
+        if not 0 <= stats.hits <= count:
+            return f"{stats.hits} hits is impossible for {count} samples"
+        spread = _SIGMAS * math.sqrt(count * _P * (1 - _P)) + _SIGMAS
+        if abs(stats.hits - count * _P) > spread:
+            return (
+                f"{stats.hits:,} hits in {count:,} samples is more than {_SIGMAS} standard "
+                "deviations from pi/4: not the stream's samples"
+            )
+        return None
+
+    def accept(self, chunk: int, stats: McStats) -> None:
+        self._hits += stats.hits
+
+    def commit(self) -> None:
+        return None
+
+    def same(self, a: McStats, b: McStats) -> bool:
+        return bool(a.hits == b.hits)
+
+    @property
+    def committed_steps(self) -> int | None:
+        return None
+
+    def result(self, accounting: Accounting) -> MonteCarloResult:
+        samples = self._request.samples
+        return MonteCarloResult(
+            stream=STREAM_ID,
+            seed=self._request.seed,
+            samples=samples,
+            hits=self._hits,
+            estimate=4 * self._hits / samples,
+            seconds=accounting.seconds,
+            execution=accounting.execution,
+            workers=list(accounting.workers),
+        )

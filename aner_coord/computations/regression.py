@@ -1,0 +1,176 @@
+"""The logistic-regression training fixture (SPEC section 2): `steps + 2` passes with a
+barrier between them. Each pass keeps its chunk results by chunk index and sums them in that
+order, so the same plan always gives bitwise the same parameters, whatever completed first;
+one update per step is applied at the barrier, never a partial one."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec
+from aner_coord.errors import AdmissionError, RequestError
+from aner_coord.limits import (
+    MAX_SAMPLES,
+    MAX_STEPS,
+    check_int,
+    check_positive,
+    check_rate,
+    check_seed,
+)
+from aner_coord.requests import RegressionRequest
+from aner_coord.results import RegressionResult
+from aner_worker.kernels import RegressionKernel, RegressionParams, RegressionStats
+
+FIXTURE_ID = "aner-fixture/logistic/v1"
+N_PARAMS = 9
+# Statistics that differ by more than this (relative) are not the same computation.
+_AUDIT_RTOL = 1e-9
+
+
+class Regression:
+    kind: ClassVar[str] = "regression"
+    unit: ClassVar[str] = "rows"
+    request_type: ClassVar[type[RegressionRequest]] = RegressionRequest
+    kernel: ClassVar[RegressionKernel] = RegressionKernel()
+    seconds_per_item: ClassVar[float] = 1 / 20e6
+
+    def admit(self, request: RegressionRequest) -> Admitted:
+        check_seed(request.seed)
+        rows = check_positive("samples", request.samples)
+        if rows > MAX_SAMPLES:
+            raise AdmissionError(
+                f"{{samples}} is {rows:,} rows; the limit is {MAX_SAMPLES:,}: ask for fewer",
+                "samples",
+            )
+        steps = check_int("steps", request.steps)
+        if not 0 <= steps <= MAX_STEPS:
+            raise RequestError(f"{{steps}} must be in [0, {MAX_STEPS}], got {steps}", "steps")
+        rate = check_rate(request.rate)
+        return Admitted(
+            items=rows,
+            passes=steps + 2,
+            identity=FIXTURE_ID,
+            describe={"samples": rows, "steps": steps, "rate": rate, "seed": request.seed},
+        )
+
+    def start(self, request: RegressionRequest, chunk: int) -> _Run:
+        return _Run(request, chunk)
+
+    def summarize(self, result: dict[str, Any]) -> list[str]:
+        return [
+            f"loss      {result['initial_loss']:.6f} -> {result['final_loss']:.6f} "
+            f"after {result['steps']} steps",
+            f"accuracy  {result['fit_accuracy']:.6f} (on the fitted rows)",
+        ]
+
+
+class _Run:
+    def __init__(self, request: RegressionRequest, chunk: int) -> None:
+        self._request = request
+        self._rows = request.samples
+        self._steps = request.steps
+        self._rate = float(request.rate)
+        self._n_chunks = -(-self._rows // chunk)
+        self.theta: tuple[float, ...] = (0.0,) * N_PARAMS
+        self._committed = 0
+        self._pass = -1  # the pass in progress
+        self._slots: list[RegressionStats | None] = []
+        self._initial: tuple[float, float] | None = None
+        self._final: tuple[float, float] | None = None
+
+    def next_pass(self) -> PassSpec | None:
+        if self._pass + 1 >= self._steps + 2:
+            return None
+        self._pass += 1
+        self._slots = [None] * self._n_chunks
+        params = RegressionParams(self._request.seed, self.theta)
+        return PassSpec(self._rows, params, self._label(self._pass))
+
+    def _label(self, index: int) -> str:
+        if index == 0:
+            return "initial metrics"
+        if index <= self._steps:
+            return f"step {index} of {self._steps}"
+        return "final metrics"
+
+    def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
+        if not isinstance(stats, RegressionStats):
+            return f"expected fixture statistics, got {type(stats).__name__}"
+        if len(stats.grad) != N_PARAMS:
+            return f"{len(stats.grad)} gradient sums, expected {N_PARAMS}"
+        if not all(math.isfinite(g) for g in (*stats.grad, stats.loss_sum)):
+            raise Diverged(
+                f"non-finite loss or gradient in {self._label(self._pass)}: the fit diverged; "
+                "lower --rate"
+            )
+        if stats.valid != count:
+            return f"{stats.valid} valid rows reported for a range of {count}"
+        if not 0 <= stats.correct <= count:
+            return f"{stats.correct} correct predictions is impossible for {count} rows"
+        if stats.loss_sum < 0:
+            return f"negative loss sum {stats.loss_sum}"
+        # |p - y| <= 1 and every feature lies in [-1, 1): no gradient sum exceeds the rows.
+        if any(abs(g) > count for g in stats.grad):
+            return f"a gradient sum exceeds the {count} rows it sums over"
+        return None
+
+    def accept(self, chunk: int, stats: RegressionStats) -> None:
+        self._slots[chunk] = stats
+
+    def commit(self) -> None:
+        grad = [0.0] * N_PARAMS
+        loss = 0.0
+        correct = valid = 0
+        for slot in self._slots:  # fixed chunk order: the same plan gives the same bits
+            assert slot is not None
+            for j in range(N_PARAMS):
+                grad[j] += slot.grad[j]
+            loss += slot.loss_sum
+            correct += slot.correct
+            valid += slot.valid
+        if valid != self._rows:
+            raise AssertionError(f"reduction accepted {valid} rows, expected {self._rows}")
+        metrics = (loss / valid, correct / valid)
+        if self._pass == 0:
+            self._initial = metrics
+        if 0 < self._pass <= self._steps:
+            theta = tuple(t - self._rate * g / valid for t, g in zip(self.theta, grad, strict=True))
+            if not all(math.isfinite(t) for t in theta):
+                raise Diverged(
+                    f"the parameters left the finite range at step {self._pass} of "
+                    f"{self._steps}: the fit diverged; lower --rate"
+                )
+            self.theta = theta
+            self._committed += 1
+        if self._pass == self._steps + 1:
+            self._final = metrics
+
+    def same(self, a: RegressionStats, b: RegressionStats) -> bool:
+        if (a.correct, a.valid) != (b.correct, b.valid):
+            return False
+        pairs = zip((*a.grad, a.loss_sum), (*b.grad, b.loss_sum), strict=True)
+        return all(math.isclose(x, y, rel_tol=_AUDIT_RTOL, abs_tol=1e-12) for x, y in pairs)
+
+    @property
+    def committed_steps(self) -> int | None:
+        return self._committed
+
+    def result(self, accounting: Accounting) -> RegressionResult:
+        assert self._initial is not None and self._final is not None
+        return RegressionResult(
+            fixture=FIXTURE_ID,
+            seed=self._request.seed,
+            samples=self._rows,
+            steps=self._steps,
+            rate=self._rate,
+            initial_loss=self._initial[0],
+            initial_accuracy=self._initial[1],
+            final_loss=self._final[0],
+            fit_accuracy=self._final[1],
+            theta=list(self.theta),
+            committed_steps=self._committed,
+            seconds=accounting.seconds,
+            execution=accounting.execution,
+            workers=list(accounting.workers),
+        )

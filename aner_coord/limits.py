@@ -1,0 +1,55 @@
+"""Admission limits (SPEC section 3) and the checks every request field goes through.
+
+Each limit is defined here once; `aner_coord.admission` applies them, and the protocol's
+`MAX_ITEMS` (what a worker accepts in one task) is the same number as `MAX_SAMPLES`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from aner_coord.errors import RequestError
+from protocol import MAX_ITEMS
+
+MAX_SAMPLES = MAX_ITEMS
+MAX_CHUNKS = 1_000_000
+MAX_LOCAL_WORKERS = 256
+MAX_WORKER_RECORDS = 32
+SEED_LIMIT = 2**64
+DEFAULT_CHUNK = 65_536
+MAX_STEPS = 100_000
+
+
+def check_int(name: str, value: object) -> int:
+    # bool is an int subclass; True samples is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"{{{name}}} must be an integer, got {value!r}", name)
+    return value
+
+
+def check_positive(name: str, value: object) -> int:
+    value = check_int(name, value)
+    if value <= 0:
+        raise RequestError(f"{{{name}}} must be positive, got {value}", name)
+    return value
+
+
+def check_seed(value: object) -> int:
+    seed = check_int("seed", value)
+    if not 0 <= seed < SEED_LIMIT:
+        raise RequestError(f"{{seed}} must be in [0, 2**64), got {seed}", "seed")
+    return seed
+
+
+def check_rate(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RequestError(f"{{rate}} must be a finite number, got {value!r}", "rate")
+    if value <= 0:
+        raise RequestError(f"{{rate}} must be positive, got {value}", "rate")
+    return float(value)
+
+
+def check_fraction(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise RequestError(f"{{{name}}} must be a fraction in [0, 1], got {value!r}", name)
+    return float(value)

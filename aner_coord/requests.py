@@ -1,0 +1,95 @@
+"""The one request type: what to compute, where, and where to keep the job's files.
+
+A `JobRequest` comes from the command line, a TOML spec file (systemd units), a background
+coordinator's argument or the Python API, and goes unchanged to `admission.admit()`, the
+one place that checks it. It is plain data: the computation's parameters (a tagged Struct
+per computation, registered in `aner_coord.computations`) and an execution policy, which
+alone holds the chunk size.
+
+    output = "aner-jobs/pi"          # optional; must not exist
+    audit = 0.0                      # fraction of chunks the coordinator recomputes
+
+    [computation]
+    kind = "monte-carlo"
+    samples = 2_000_000_000
+    seed = 1
+
+    [execution]
+    kind = "local"                   # or "cluster", with config = "PATH"
+    workers = 0                      # 0: the automatic policy (see `inventory`)
+    chunk = 4_000_000
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from aner_coord.errors import RequestError
+from aner_coord.limits import DEFAULT_CHUNK
+
+
+class _Data(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
+    """`workers` threads of this process (0: the automatic policy), `chunk` items a task."""
+
+    workers: int = 0
+    chunk: int = DEFAULT_CHUNK
+
+
+class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):
+    """The workers of the cluster file at `config` (SPEC section 5), `chunk` items a task."""
+
+    config: str
+    chunk: int = DEFAULT_CHUNK
+
+
+Execution = LocalExecution | ClusterExecution
+
+
+class ComputationRequest(_Data, frozen=True, tag_field="kind"):
+    """Base of each computation's parameters; subclasses are tagged with their kind."""
+
+    seed: int
+
+
+class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
+    samples: int
+
+
+class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
+    samples: int  # rows
+    steps: int
+    rate: float
+
+
+class JobRequest(_Data, frozen=True):
+    computation: ComputationRequest
+    execution: Execution = LocalExecution()
+    output: str | None = None
+    audit: float = 0.0
+
+
+def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
+    """A request from TOML or JSON bytes; unknown keys and kinds are refused."""
+    from aner_coord.computations import request_types
+
+    decode = msgspec.toml.decode if fmt == "toml" else msgspec.json.decode
+    try:
+        raw: dict[str, Any] = decode(data, type=dict[str, Any])
+        computation = raw.pop("computation", None)
+        if computation is None:
+            raise RequestError(f"{source}: missing [computation]")
+        union: Any = request_types()
+        raw["computation"] = msgspec.convert(computation, type=union)
+        return msgspec.convert(raw, type=JobRequest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise RequestError(f"{source}: {exc}") from None
+
+
+def encode_request(request: JobRequest) -> bytes:
+    return msgspec.json.encode(request)

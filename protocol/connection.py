@@ -1,0 +1,410 @@
+"""The connection rules, one sans-IO object per side (in the manner of h11).
+
+`CoordinatorConnection` and `WorkerConnection` turn bytes received into events and calls
+into bytes to send, and enforce what may happen when:
+
+    coordinator                              worker
+    hello()            -- Hello -->          receive(): HelloReceived (checked here)
+    receive(): Accepted | Rejected  <-- Welcome | Refused -- reply()
+    params(), task()   -- Params, Task -->   receive(): ParamsReceived, TaskReceived
+    receive(): Answered <-- Result | TaskFailed -- result(), failed()
+    ping()             -- Ping -->           receive(): PingReceived
+    receive(): Ponged  <-- Pong --           pong()
+    shutdown()         -- Shutdown -->       receive(): ShutdownReceived
+
+Checked here, so that every shell gets them right: the handshake comes first and only once;
+protocol versions and source fingerprints must match; a worker takes no more slots than its
+effective CPUs and no kernel it does not have; a task names a pass whose parameters were
+sent; at most `window` tasks are in flight on the coordinator's side and at most
+`slots * MAX_QUEUED_PER_SLOT` are accepted on the worker's; a result names a task that is
+outstanding on this connection. Bytes that break these rules raise `RemoteProtocolError`
+naming the peer; calls that would break them raise `LocalProtocolError`.
+
+Nothing here reads or writes: the shells (`aner_worker.worker`, the coordinator's process
+backend) own the pipes and threads. The objects are not thread-safe; a shell that calls
+them from several threads holds one lock around them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import msgspec
+
+from protocol.errors import LocalProtocolError, RemoteProtocolError
+from protocol.framing import MAX_FRAME_BYTES, FrameDecoder, FrameEncoder
+from protocol.messages import (
+    Hello,
+    Message,
+    Params,
+    Ping,
+    Pong,
+    Refused,
+    Result,
+    Shutdown,
+    Task,
+    TaskFailed,
+    Welcome,
+)
+from protocol.version import PROTOCOL_VERSION
+
+# A coordinator keeps at most this many tasks per slot in flight; more is a broken peer.
+MAX_QUEUED_PER_SLOT = 64
+# No task may reach beyond the largest job the coordinator admits (SPEC section 3).
+MAX_ITEMS = 10_000_000_000
+
+
+class Phase(enum.Enum):
+    HANDSHAKE = "HANDSHAKE"
+    READY = "READY"
+    CLOSED = "CLOSED"
+
+
+# -- events seen by the coordinator ------------------------------------------------------
+@dataclass(frozen=True)
+class Accepted:
+    welcome: Welcome
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Answered:
+    message: Result | TaskFailed
+    task: Task
+
+
+@dataclass(frozen=True)
+class Ponged:
+    nonce: int
+
+
+CoordinatorEvent = Accepted | Rejected | Answered | Ponged
+
+
+# -- events seen by the worker -----------------------------------------------------------
+@dataclass(frozen=True)
+class HelloReceived:
+    hello: Hello
+    refusal: str | None  # None: accepted; else why the worker refuses
+
+
+@dataclass(frozen=True)
+class ParamsReceived:
+    params: Params
+
+
+@dataclass(frozen=True)
+class TaskReceived:
+    task: Task
+
+
+@dataclass(frozen=True)
+class PingReceived:
+    nonce: int
+
+
+@dataclass(frozen=True)
+class ShutdownReceived:
+    reason: str
+
+
+WorkerEvent = HelloReceived | ParamsReceived | TaskReceived | PingReceived | ShutdownReceived
+
+
+class _Side:
+    def __init__(self, peer: str, local: str, max_frame: int) -> None:
+        self.peer = peer
+        self.phase = Phase.HANDSHAKE
+        self._decoder = FrameDecoder(peer, max_frame)
+        self._encoder = FrameEncoder(local, max_frame)
+
+    def _encode(self, message: Message) -> bytes:
+        return self._encoder.encode(message)
+
+    def end_of_input(self) -> None:
+        """The peer closed its side: leftover bytes mean it stopped inside a frame."""
+        self.phase = Phase.CLOSED
+        self._decoder.close()
+
+    def _remote(self, detail: str) -> RemoteProtocolError:
+        self.phase = Phase.CLOSED
+        return RemoteProtocolError(self.peer, detail)
+
+
+class CoordinatorConnection(_Side):
+    """The coordinator's end of one worker connection."""
+
+    def __init__(
+        self,
+        identity: str,
+        slots: int,
+        fingerprint: str,
+        kernels: tuple[str, ...] = (),
+        *,
+        window: int | None = None,
+        max_frame: int = MAX_FRAME_BYTES,
+    ) -> None:
+        super().__init__(f'worker "{identity}"', "coordinator", max_frame)
+        self.identity = identity
+        self.slots = slots
+        self.fingerprint = fingerprint
+        self.kernels = kernels
+        self.window = window if window is not None else slots
+        self._said_hello = False
+        self._params_sent: set[int] = set()
+        self._outstanding: dict[int, Task] = {}
+        self._nonce = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._outstanding)
+
+    def has_params(self, pass_id: int) -> bool:
+        return pass_id in self._params_sent
+
+    def hello(self) -> bytes:
+        if self._said_hello:
+            raise LocalProtocolError(self.peer, "Hello sent twice")
+        self._said_hello = True
+        return self._encode(
+            Hello(PROTOCOL_VERSION, self.identity, self.slots, self.fingerprint, self.kernels)
+        )
+
+    def params(self, pass_id: int, kernel: str, body: bytes) -> bytes:
+        self._require_ready("Params")
+        # Only the latest pass matters to a worker; forget older ones.
+        self._params_sent = {pass_id}
+        return self._encode(Params(pass_id, kernel, msgspec.Raw(body)))
+
+    def task(self, task: Task) -> bytes:
+        self._require_ready("Task")
+        if task.pass_id not in self._params_sent:
+            raise LocalProtocolError(self.peer, f"task for pass {task.pass_id} before its Params")
+        if len(self._outstanding) >= self.window:
+            raise LocalProtocolError(
+                self.peer, f"window of {self.window} tasks full: task {task.task_id} not sent"
+            )
+        if task.task_id in self._outstanding:
+            raise LocalProtocolError(self.peer, f"task {task.task_id} is already in flight")
+        self._outstanding[task.task_id] = task
+        return self._encode(task)
+
+    def ping(self) -> bytes:
+        self._nonce += 1
+        return self._encode(Ping(self._nonce))
+
+    def shutdown(self, reason: str = "") -> bytes:
+        self.phase = Phase.CLOSED
+        return self._encode(Shutdown(reason[:200]))
+
+    def forget(self) -> list[Task]:
+        """Drop every outstanding task (the job abandoned them) and return them."""
+        tasks = list(self._outstanding.values())
+        self._outstanding.clear()
+        return tasks
+
+    def receive(self, data: bytes) -> list[CoordinatorEvent]:
+        events: list[CoordinatorEvent] = []
+        for message in self._decoder.feed(data):
+            events.append(self._on_message(message))
+            if self.phase is Phase.CLOSED:
+                break
+        return events
+
+    def _require_ready(self, what: str) -> None:
+        if self.phase is not Phase.READY:
+            raise LocalProtocolError(self.peer, f"{what} in phase {self.phase.value}")
+
+    def _on_message(self, message: Message) -> CoordinatorEvent:
+        if self.phase is Phase.HANDSHAKE:
+            if not self._said_hello:
+                raise self._remote(f"sent {type(message).__name__} before our Hello")
+            return self._on_handshake(message)
+        if self.phase is Phase.CLOSED:
+            raise self._remote(f"sent {type(message).__name__} after the connection closed")
+        if isinstance(message, Result | TaskFailed):
+            task = self._outstanding.pop(message.task_id, None)
+            if task is None:
+                raise self._remote(
+                    f"answered task {message.task_id}, which is not outstanding on it "
+                    "(duplicate or unknown)"
+                )
+            if isinstance(message, Result) and (
+                message.start != task.start or message.count != task.count
+            ):
+                raise self._remote(
+                    f"result for task {task.task_id} covers [{message.start}, +{message.count}) "
+                    f"but the task was [{task.start}, +{task.count})"
+                )
+            return Answered(message, task)
+        if isinstance(message, Pong):
+            if not 0 < message.nonce <= self._nonce:
+                raise self._remote(f"Pong {message.nonce} answers no Ping")
+            return Ponged(message.nonce)
+        raise self._remote(f"unexpected {type(message).__name__} message")
+
+    def _on_handshake(self, message: Message) -> CoordinatorEvent:
+        if isinstance(message, Refused):
+            self.phase = Phase.CLOSED
+            return Rejected(f"refused by the worker: {message.reason}")
+        if not isinstance(message, Welcome):
+            raise self._remote(f"expected Welcome, got {type(message).__name__}")
+        reason = None
+        if message.protocol != PROTOCOL_VERSION:
+            reason = (
+                f"protocol version differs (coordinator {PROTOCOL_VERSION}, "
+                f"worker {message.protocol})"
+            )
+        elif message.fingerprint != self.fingerprint:
+            reason = (
+                f"source contract differs (coordinator {self.fingerprint}, "
+                f"worker {message.fingerprint})"
+            )
+        elif message.slots != self.slots:
+            reason = f"worker accepted {message.slots} slots, {self.slots} were assigned"
+        if reason is not None:
+            self.phase = Phase.CLOSED
+            return Rejected(reason)
+        self.phase = Phase.READY
+        return Accepted(message)
+
+
+class WorkerConnection(_Side):
+    """The worker's end of its one connection to a coordinator."""
+
+    def __init__(
+        self,
+        fingerprint: str,
+        effective_cpus: int,
+        platform: str,
+        kernels: Collection[str],
+        *,
+        max_frame: int = MAX_FRAME_BYTES,
+    ) -> None:
+        super().__init__("coordinator", "worker", max_frame)
+        self.fingerprint = fingerprint
+        self.effective_cpus = effective_cpus
+        self.platform = platform
+        self.kernels = frozenset(kernels)
+        self.hello_message: Hello | None = None
+        self._refusal: str | None = None
+        self._params: dict[int, Params] = {}
+        self._accepted = 0
+        self._answered = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks received and not yet answered."""
+        return self._accepted - self._answered
+
+    @property
+    def limit(self) -> int:
+        slots = self.hello_message.slots if self.hello_message else 0
+        return slots * MAX_QUEUED_PER_SLOT
+
+    def params_for(self, pass_id: int) -> Params:
+        return self._params[pass_id]
+
+    def receive(self, data: bytes) -> list[WorkerEvent]:
+        events: list[WorkerEvent] = []
+        for message in self._decoder.feed(data):
+            events.append(self._on_message(message))
+            if self.phase is Phase.CLOSED:
+                break
+        return events
+
+    def reply(self) -> bytes:
+        """The answer to the Hello: Welcome, or Refused (after which the connection is closed)."""
+        hello = self.hello_message
+        if hello is None:
+            raise LocalProtocolError(self.peer, "no Hello to answer")
+        if self._refusal is not None:
+            self.phase = Phase.CLOSED
+            return self._encode(Refused(self._refusal, PROTOCOL_VERSION, self.fingerprint))
+        return self._encode(
+            Welcome(
+                PROTOCOL_VERSION, self.fingerprint, self.platform, self.effective_cpus, hello.slots
+            )
+        )
+
+    def result(self, task: Task, body: bytes, busy_s: float) -> bytes:
+        self._answered += 1
+        return self._encode(Result(task.task_id, task.start, task.count, msgspec.Raw(body), busy_s))
+
+    def failed(self, task_id: int, reason: str) -> bytes:
+        self._answered += 1
+        return self._encode(TaskFailed(task_id, reason[:2000]))
+
+    def pong(self, nonce: int) -> bytes:
+        return self._encode(Pong(nonce))
+
+    def _on_message(self, message: Message) -> WorkerEvent:
+        if self.phase is Phase.HANDSHAKE:
+            if not isinstance(message, Hello):
+                raise self._remote(f"expected Hello, got {type(message).__name__}")
+            self.hello_message = message
+            self._refusal = self._judge(message)
+            if self._refusal is None:
+                self.phase = Phase.READY
+            return HelloReceived(message, self._refusal)
+        if self.phase is Phase.CLOSED:
+            raise self._remote(f"sent {type(message).__name__} after the connection closed")
+        if isinstance(message, Task):
+            if message.pass_id not in self._params:
+                raise self._remote(
+                    f"task {message.task_id} names pass {message.pass_id}, "
+                    "whose parameters were never sent"
+                )
+            if self.in_flight >= self.limit:
+                raise self._remote(
+                    f"more than {self.limit} tasks in flight, beyond the window it may use"
+                )
+            if not (
+                message.start >= 0
+                and message.count > 0
+                and message.start + message.count <= MAX_ITEMS
+            ):
+                raise self._remote(
+                    f"task {message.task_id} range [{message.start}, +{message.count}) is "
+                    f"outside the admitted limit of {MAX_ITEMS:,} items"
+                )
+            self._accepted += 1
+            return TaskReceived(message)
+        if isinstance(message, Params):
+            if message.kernel not in self.kernels:
+                raise self._remote(f"parameters for unknown kernel {message.kernel!r}")
+            self._params = {message.pass_id: message}  # tasks of older passes are over
+            return ParamsReceived(message)
+        if isinstance(message, Ping):
+            return PingReceived(message.nonce)
+        if isinstance(message, Shutdown):
+            self.phase = Phase.CLOSED
+            return ShutdownReceived(message.reason)
+        raise self._remote(f"unexpected {type(message).__name__} message")
+
+    def _judge(self, hello: Hello) -> str | None:
+        if hello.protocol != PROTOCOL_VERSION:
+            return (
+                f"protocol version differs (coordinator {hello.protocol}, "
+                f"worker {PROTOCOL_VERSION})"
+            )
+        if hello.fingerprint != self.fingerprint:
+            return (
+                f"source contract differs (coordinator {hello.fingerprint}, "
+                f"worker {self.fingerprint})"
+            )
+        if not 1 <= hello.slots <= self.effective_cpus:
+            return (
+                f"assigned {hello.slots} slots but this worker's effective CPU allocation is "
+                f"{self.effective_cpus}: lower its slots in the cluster file"
+            )
+        unknown = sorted(set(hello.kernels) - self.kernels)
+        if unknown:
+            return f"this worker has no kernel {', '.join(unknown)} (a different aner version?)"
+        return None
