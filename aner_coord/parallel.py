@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from aner_coord.admission import admit, cluster, local
-from aner_coord.errors import AdmissionError, JobCancelled, JobFailed, RequestError
+from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
 from aner_coord.jobs import execute
 from aner_coord.requests import (
     ClusterExecution,
@@ -35,6 +35,7 @@ from aner_coord.status import JobState, WorkerAccount
 
 __all__ = [
     "AdmissionError",
+    "AnerError",
     "ClusterExecution",
     "JobCancelled",
     "JobFailed",

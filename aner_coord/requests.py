@@ -74,6 +74,14 @@ class JobRequest(_Data, frozen=True):
     audit: float = 0.0
 
 
+class _Placement(_Data, frozen=True):
+    """A request file's fields besides its computation, which is decoded by kind."""
+
+    execution: Execution = LocalExecution()
+    output: str | None = None
+    audit: float = 0.0
+
+
 def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
     """A request from TOML or JSON bytes; unknown keys and kinds are refused."""
     from aner_coord.computations import request_types
@@ -85,8 +93,13 @@ def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
         if computation is None:
             raise RequestError(f"{source}: missing [computation]")
         union: Any = request_types()
-        raw["computation"] = msgspec.convert(computation, type=union)
-        return msgspec.convert(raw, type=JobRequest)
+        rest = msgspec.convert(raw, type=_Placement)
+        return JobRequest(
+            computation=msgspec.convert(computation, type=union),
+            execution=rest.execution,
+            output=rest.output,
+            audit=rest.audit,
+        )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(f"{source}: {exc}") from None
 

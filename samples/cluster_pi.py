@@ -23,20 +23,20 @@ def main() -> None:
     try:
         group = parallel.cluster(config=args.cluster)
         on_group = parallel.monte_carlo(samples=args.samples, seed=args.seed, execution=group)
-    except (parallel.RequestError, parallel.JobFailed) as exc:
+    except parallel.AnerError as exc:
         raise SystemExit(f"cluster run failed: {exc}") from None
     here = parallel.monte_carlo(samples=args.samples, seed=args.seed)
 
     for name, result in (("this machine", here), ("group", on_group)):
         print(f"{name:<13} {result.summary()}")
-    for share in on_group.shares:
+    for worker in on_group.workers:
         print(
-            f"  {share.identity:<20} {share.slots} slot(s) {share.items:>15,} samples "
-            f"in {share.chunks:,} chunks"
+            f"  {worker.identity:<20} {worker.slots} slot(s) {worker.items:>15,} samples "
+            f"in {worker.chunks:,} chunks"
         )
-    if here.hits() != on_group.hits():
+    if here.hits != on_group.hits:
         raise SystemExit("hits differ between this machine and the group: this is a bug")
-    print(f"identical hits: {on_group.hits():,}")
+    print(f"identical hits: {on_group.hits:,}")
 
 
 if __name__ == "__main__":

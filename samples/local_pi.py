@@ -18,32 +18,38 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1_000_000_000)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
+    try:
+        run(args.samples, args.seed)
+    except parallel.AnerError as exc:  # a bad number: one line, no traceback
+        raise SystemExit(f"local_pi: {exc}") from None
 
+
+def run(samples: int, seed: int) -> None:
     inventory = parallel.inventory()
     print(f"effective CPUs: {inventory['effective_cpus']}  ({inventory['auto_rule']})")
     # Load (or compile, the first time) the kernels before timing anything.
-    parallel.monte_carlo(samples=1_000, seed=args.seed, execution=parallel.local(workers=1))
+    parallel.monte_carlo(samples=1_000, seed=seed, execution=parallel.local(workers=1))
 
     serial = parallel.monte_carlo(
-        samples=args.samples, seed=args.seed, execution=parallel.local(workers=1)
+        samples=samples, seed=seed, execution=parallel.local(workers=1)
     )
-    para = parallel.monte_carlo(samples=args.samples, seed=args.seed, execution=parallel.local())
+    para = parallel.monte_carlo(samples=samples, seed=seed, execution=parallel.local())
 
     print(
         f"{'run':<10}{'workers':>8}{'hits':>16}{'estimate':>15}{'seconds':>10}{'M samples/s':>13}"
     )
     for name, r in (("serial", serial), ("parallel", para)):
         print(
-            f"{name:<10}{r.workers():>8}{r.hits():>16,}{r.estimate():>15.10f}"
-            f"{r.seconds():>10.3f}{r.throughput() / 1e6:>13.1f}"
+            f"{name:<10}{len(r.workers):>8}{r.hits:>16,}{r.estimate:>15.10f}"
+            f"{r.seconds:>10.3f}{r.throughput / 1e6:>13.1f}"
         )
-    speedup = serial.seconds() / para.seconds()
+    speedup = serial.seconds / para.seconds
+    workers = len(para.workers)
     print(
-        f"speedup {speedup:.2f}x on {para.workers()} workers "
-        f"(efficiency {speedup / para.workers():.2f}); identical hits: "
-        f"{serial.hits() == para.hits()}"
+        f"speedup {speedup:.2f}x on {workers} workers "
+        f"(efficiency {speedup / workers:.2f}); identical hits: {serial.hits == para.hits}"
     )
-    if serial.hits() != para.hits():
+    if serial.hits != para.hits:
         raise SystemExit("hits differ between serial and parallel runs: this is a bug")
 
 
