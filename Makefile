@@ -34,7 +34,7 @@ pytest: $(VENV)/.test
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.base
-	$(PY) bench/bench.py --json bench-results.json
+	$(PY) -m bench --json bench-results.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

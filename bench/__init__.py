@@ -1,0 +1,1 @@
+"""Benchmarks of aner, measured side by side in one run: `python -m bench --help`."""
