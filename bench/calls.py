@@ -36,7 +36,7 @@ class Count:
 
 def monte_carlo(samples: int, seed: int, execution: Any) -> Count:
     result = parallel.monte_carlo(samples=samples, seed=seed, execution=execution)
-    return Count(result.hits(), result.seconds())
+    return Count(result.hits, result.seconds)
 
 
 @dataclass(frozen=True)

@@ -233,7 +233,7 @@ def report(
         "it stops, so not per run (on loopback they share the same cores)"
     )
     note(
-        "'job s' (result.seconds()) starts when the coordinator starts, so for a group it "
+        "'job s' (result.seconds) starts when the coordinator starts, so for a group it "
         "also includes the worker start-up; 'vs local - fixed' subtracts each execution's "
         "fixed cost from its wall time and compares the remainder"
     )

@@ -105,7 +105,7 @@ def run(sizes: Sizes) -> dict[str, Any]:
             f"(computed once, not in this run); measured {same}"
         )
     note(
-        "'job s' is the coordinator's own elapsed (result.seconds()); speedup and "
+        "'job s' is the coordinator's own elapsed (result.seconds); speedup and "
         "efficiency use the median wall time around the API call"
     )
     goal(f"efficiency >= {GOAL_EFFICIENCY} with {n_all} workers", out["goal_met"])
