@@ -109,7 +109,9 @@ class _ToyRun:
         self._pass += 1
         self._current = 0
         shift = self._totals[0] % SHIFT_MODULUS if self._totals else 0
-        return PassSpec(self._request.items, ToyParams(shift, self._request.fault), f"pass {self._pass}")
+        return PassSpec(
+            self._request.items, ToyParams(shift, self._request.fault), f"pass {self._pass}"
+        )
 
     def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
         if self._request.fault == "check":

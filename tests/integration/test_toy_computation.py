@@ -170,7 +170,9 @@ def test_an_observer_that_fails_fails_the_job_naming_it() -> None:
             if len(calls) == 3:
                 raise OSError(28, "No space left on device")
 
-    job = admit(JobRequest(computation=ToyRequest(items=5000, seed=0), execution=LocalExecution(1, 10)))
+    job = admit(
+        JobRequest(computation=ToyRequest(items=5000, seed=0), execution=LocalExecution(1, 10))
+    )
     report = run_sync(execute(job, observers=[Disk()], cancel=asyncio.Event()))
     assert report.state is JobState.FAILED
     assert report.error == "the job directory failed: No space left on device"

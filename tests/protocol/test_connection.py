@@ -1,0 +1,289 @@
+"""The connection rules of protocol/connection.py, byte by byte and without processes: both
+sides driven against each other, then each fed bytes a broken or hostile peer would send."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from protocol import (
+    MAX_ITEMS,
+    MAX_QUEUED_PER_SLOT,
+    PROTOCOL_VERSION,
+    Accepted,
+    Answered,
+    CoordinatorConnection,
+    FrameEncoder,
+    Hello,
+    HelloReceived,
+    LocalProtocolError,
+    Params,
+    ParamsReceived,
+    Phase,
+    Ping,
+    PingReceived,
+    Pong,
+    Ponged,
+    Refused,
+    Rejected,
+    RemoteProtocolError,
+    Result,
+    Shutdown,
+    ShutdownReceived,
+    Task,
+    TaskFailed,
+    TaskReceived,
+    Welcome,
+    WorkerConnection,
+)
+
+FP = "sha256:" + "ab" * 32
+OTHER_FP = "sha256:" + "cd" * 32
+BODY = msgspec.msgpack.encode([42])
+
+
+def pair(
+    slots: int = 2, effective: int = 2, window: int = 4, worker_fp: str = FP
+) -> tuple[CoordinatorConnection, WorkerConnection]:
+    coordinator = CoordinatorConnection("w1", slots, FP, ("mc",), window=window)
+    worker = WorkerConnection(worker_fp, effective, "test-platform", {"mc"})
+    return coordinator, worker
+
+
+def handshake(coordinator: CoordinatorConnection, worker: WorkerConnection) -> None:
+    [hello] = worker.receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived) and hello.refusal is None
+    [accepted] = coordinator.receive(worker.reply())
+    assert isinstance(accepted, Accepted)
+
+
+def frame(message: object) -> bytes:
+    return FrameEncoder("test").encode(message)  # type: ignore[arg-type]
+
+
+def test_a_whole_conversation_one_byte_at_a_time() -> None:
+    coordinator, worker = pair()
+    seen: list[object] = []
+    for byte in coordinator.hello():
+        seen.extend(worker.receive(bytes([byte])))
+    assert [type(e) for e in seen] == [HelloReceived]
+    assert worker.phase is Phase.READY
+    events: list[object] = []
+    for byte in worker.reply():
+        events.extend(coordinator.receive(bytes([byte])))
+    assert isinstance(events[0], Accepted)
+    assert events[0].welcome.platform == "test-platform"
+    assert coordinator.phase is Phase.READY
+
+    task = Task(7, 0, 100, 50)
+    data = coordinator.params(0, "mc", BODY) + coordinator.task(task) + coordinator.ping()
+    got: list[object] = []
+    for byte in data:
+        got.extend(worker.receive(bytes([byte])))
+    assert [type(e) for e in got] == [ParamsReceived, TaskReceived, PingReceived]
+    assert got[1] == TaskReceived(task)
+    assert bytes(worker.params_for(0).body) == BODY
+    assert coordinator.in_flight == 1 and worker.in_flight == 1
+
+    answer = worker.result(task, BODY, 0.25) + worker.pong(1)
+    events = coordinator.receive(answer)
+    assert isinstance(events[0], Answered) and events[0].task == task
+    assert isinstance(events[0].message, Result) and events[0].message.busy_s == 0.25
+    assert events[1] == Ponged(1)
+    assert coordinator.in_flight == 0 and worker.in_flight == 0
+
+    assert worker.receive(coordinator.shutdown("done")) == [ShutdownReceived("done")]
+    assert worker.phase is Phase.CLOSED
+
+
+def test_the_worker_refuses_a_different_fingerprint_naming_both() -> None:
+    coordinator, worker = pair(worker_fp=OTHER_FP)
+    [hello] = worker.receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived)
+    assert hello.refusal == f"source contract differs (coordinator {FP}, worker {OTHER_FP})"
+    [rejected] = coordinator.receive(worker.reply())
+    assert rejected == Rejected(f"refused by the worker: {hello.refusal}")
+    assert worker.phase is Phase.CLOSED and coordinator.phase is Phase.CLOSED
+
+
+def test_the_worker_refuses_more_slots_than_its_cpus() -> None:
+    coordinator, worker = pair(slots=4, effective=2)
+    [hello] = worker.receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived)
+    assert hello.refusal is not None and "assigned 4 slots" in hello.refusal
+    assert "effective CPU allocation is 2" in hello.refusal
+
+
+def test_the_worker_refuses_a_kernel_it_does_not_have() -> None:
+    coordinator = CoordinatorConnection("w1", 1, FP, ("dense",))
+    worker = WorkerConnection(FP, 2, "p", {"mc"})
+    [hello] = worker.receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived) and hello.refusal is not None
+    assert "no kernel dense" in hello.refusal
+
+
+def test_the_worker_refuses_another_protocol_version() -> None:
+    worker = WorkerConnection(FP, 2, "p", {"mc"})
+    [hello] = worker.receive(frame(Hello(PROTOCOL_VERSION + 1, "w1", 1, FP)))
+    assert isinstance(hello, HelloReceived)
+    assert hello.refusal == (
+        f"protocol version differs (coordinator {PROTOCOL_VERSION + 1}, worker {PROTOCOL_VERSION})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("welcome", "reason"),
+    [
+        (Welcome(PROTOCOL_VERSION + 1, FP, "p", 2, 2), "protocol version differs"),
+        (Welcome(PROTOCOL_VERSION, OTHER_FP, "p", 2, 2), f"worker {OTHER_FP})"),
+        (Welcome(PROTOCOL_VERSION, FP, "p", 2, 1), "worker accepted 1 slots, 2 were assigned"),
+    ],
+)
+def test_the_coordinator_rejects_a_welcome_that_does_not_match(
+    welcome: Welcome, reason: str
+) -> None:
+    coordinator, _ = pair()
+    coordinator.hello()
+    [event] = coordinator.receive(frame(welcome))
+    assert isinstance(event, Rejected) and reason in event.reason
+    assert coordinator.phase is Phase.CLOSED
+
+
+def test_a_worker_must_start_with_hello() -> None:
+    worker = WorkerConnection(FP, 2, "p", {"mc"})
+    with pytest.raises(RemoteProtocolError, match="expected Hello, got Task"):
+        worker.receive(frame(Task(1, 0, 0, 1)))
+
+
+def test_a_coordinator_must_hear_welcome_first() -> None:
+    coordinator, _ = pair()
+    coordinator.hello()
+    with pytest.raises(RemoteProtocolError, match="expected Welcome, got Result"):
+        coordinator.receive(frame(Result(1, 0, 1, msgspec.Raw(BODY))))
+
+
+def test_nothing_may_arrive_before_our_hello() -> None:
+    coordinator, _ = pair()
+    with pytest.raises(RemoteProtocolError, match="before our Hello"):
+        coordinator.receive(frame(Welcome(PROTOCOL_VERSION, FP, "p", 2, 2)))
+
+
+def test_a_task_before_its_params_is_a_local_error_and_a_remote_one() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    with pytest.raises(LocalProtocolError, match="before its Params"):
+        coordinator.task(Task(1, 0, 0, 1))
+    with pytest.raises(RemoteProtocolError, match="whose parameters were never sent"):
+        worker.receive(frame(Task(1, 3, 0, 1)))
+
+
+def test_the_coordinator_never_overfills_the_window() -> None:
+    coordinator, worker = pair(window=2)
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(1, 0, 0, 1))
+    coordinator.task(Task(2, 0, 1, 1))
+    with pytest.raises(LocalProtocolError, match="window of 2 tasks full"):
+        coordinator.task(Task(3, 0, 2, 1))
+
+
+def test_the_worker_refuses_more_tasks_than_its_slots_allow() -> None:
+    coordinator, worker = pair(slots=1, effective=1)
+    handshake(coordinator, worker)
+    data = frame(Params(0, "mc", msgspec.Raw(BODY)))
+    data += b"".join(frame(Task(i + 1, 0, i, 1)) for i in range(MAX_QUEUED_PER_SLOT))
+    assert len(worker.receive(data)) == MAX_QUEUED_PER_SLOT + 1
+    with pytest.raises(RemoteProtocolError, match="more than 64 tasks in flight"):
+        worker.receive(frame(Task(999, 0, 0, 1)))
+
+
+@pytest.mark.parametrize(
+    ("start", "count"), [(-1, 5), (0, 0), (MAX_ITEMS - 1, 2), (0, MAX_ITEMS + 1)]
+)
+def test_the_worker_refuses_a_range_beyond_the_admission_limits(start: int, count: int) -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    worker.receive(frame(Params(0, "mc", msgspec.Raw(BODY))))
+    with pytest.raises(RemoteProtocolError, match="outside the admitted limit"):
+        worker.receive(frame(Task(1, 0, start, count)))
+
+
+def test_params_for_an_unknown_kernel_are_refused() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    with pytest.raises(RemoteProtocolError, match="unknown kernel 'dense'"):
+        worker.receive(frame(Params(0, "dense", msgspec.Raw(BODY))))
+
+
+def test_a_duplicate_result_is_rejected_never_counted_twice() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    task = Task(5, 0, 0, 10)
+    worker.receive(coordinator.params(0, "mc", BODY) + coordinator.task(task))
+    answer = worker.result(task, BODY, 0.0)
+    assert len(coordinator.receive(answer)) == 1
+    with pytest.raises(RemoteProtocolError, match="task 5, which is not outstanding"):
+        coordinator.receive(answer)
+
+
+def test_a_result_for_another_range_is_rejected() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(5, 0, 0, 10))
+    with pytest.raises(RemoteProtocolError, match=r"covers \[0, \+11\) but the task was"):
+        coordinator.receive(frame(Result(5, 0, 11, msgspec.Raw(BODY))))
+
+
+def test_a_failed_task_is_an_answer() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    task = Task(5, 0, 0, 10)
+    coordinator.task(task)
+    [event] = coordinator.receive(worker.failed(5, "ValueError: boom"))
+    assert event == Answered(TaskFailed(5, "ValueError: boom"), task)
+
+
+def test_a_pong_that_answers_no_ping_is_a_protocol_error() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    with pytest.raises(RemoteProtocolError, match="Pong 3 answers no Ping"):
+        coordinator.receive(frame(Pong(3)))
+    _, worker = pair()
+    with pytest.raises(RemoteProtocolError, match="expected Hello, got Ping"):
+        worker.receive(frame(Ping(1)))
+
+
+def test_end_of_input_inside_a_frame_is_an_error() -> None:
+    coordinator, worker = pair()
+    data = coordinator.hello()
+    worker.receive(data[:-3])
+    with pytest.raises(RemoteProtocolError, match="stream ended inside a frame"):
+        worker.end_of_input()
+
+
+def test_nothing_is_accepted_after_shutdown() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    assert worker.receive(frame(Shutdown("bye"))) == [ShutdownReceived("bye")]
+    with pytest.raises(RemoteProtocolError, match="after the connection closed"):
+        worker.receive(frame(Ping(1)))
+
+
+def test_a_refused_worker_closes() -> None:
+    coordinator, _ = pair()
+    coordinator.hello()
+    [event] = coordinator.receive(frame(Refused("busy", PROTOCOL_VERSION, FP)))
+    assert event == Rejected("refused by the worker: busy")
+    with pytest.raises(LocalProtocolError, match="Params in phase CLOSED"):
+        coordinator.params(0, "mc", BODY)
+
+
+def test_hello_names_the_kernels_the_job_needs() -> None:
+    coordinator, worker = pair()
+    [hello] = worker.receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived)
+    assert hello.hello == Hello(PROTOCOL_VERSION, "w1", 2, FP, ("mc",))
+    with pytest.raises(LocalProtocolError, match="Hello sent twice"):
+        coordinator.hello()
