@@ -49,6 +49,7 @@ HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
 # that sends nothing at all for this long (not a result, not a pong) is stalled or cut off.
 # ANER_WORKER_SILENCE_S lowers it (tests) or raises it (very slow links).
 DEFAULT_SILENCE_S = 30.0
+LOST_CLOSE_S = 1.0  # how long a lost worker may take to exit once its stdin is closed
 
 
 def silence_timeout() -> float:
@@ -176,6 +177,7 @@ class ProcessBackend:
         self._low_water: dict[str, int] = {r.identity: 0 for r in self._records}
         self._write_locks = {r.identity: asyncio.Lock() for r in self._records}
         self._tasks: list[asyncio.Task[None]] = []
+        self._lost_workers: set[str] = set()
         self._stopping = False
         self._stopped = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
@@ -281,6 +283,7 @@ class ProcessBackend:
             await self._flush(identity, force=True)
 
     def _lost(self, identity: str, phase: str, detail: str) -> None:
+        self._lost_workers.add(identity)
         if not self._stopping and self._deliver is not None:
             self._deliver(WorkerLost(identity, phase, detail))
 
@@ -332,8 +335,12 @@ class ProcessBackend:
             # It is going away anyway; close() below reaps it whatever this write does.
             with contextlib.suppress(TransportError, TimeoutError):
                 await asyncio.wait_for(transport.write(connection.shutdown(reason)), 2.0)
+        # A lost worker gets no grace: it has already broken its side of the conversation.
         await asyncio.gather(
-            *(transport.close() for transport in self._transports.values()),
+            *(
+                transport.close(timeout=LOST_CLOSE_S if identity in self._lost_workers else 5.0)
+                for identity, transport in self._transports.items()
+            ),
             return_exceptions=True,
         )
         for task in self._tasks:
