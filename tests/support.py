@@ -1,20 +1,32 @@
-"""Helpers shared by the tests that start real `aner` processes: the executable, cluster
-files, waiting on job directories, background submission, and the `Coordinators` tracker
-behind the `coordinators` fixture (conftest.py)."""
+"""Helpers shared by every layer of the suite (tests/unit, protocol, contract, integration):
+the paths of the tree, the executable, cluster files, the one `wait_for` and `read_status`,
+the one way to run and reap a subprocess, background submission, and the `Coordinators`
+tracker behind the `coordinators` fixture (conftest.py).
+
+Nothing here sleeps to synchronise: every wait polls a condition with `wait_for`.
+"""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from aner_coord.status import JobState, StatusSnapshot, decode_status
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+DATA = TESTS / "data"
+DEPLOY = ROOT / "deploy"
+SAMPLES = ROOT / "samples"
 
 ANER = str(Path(sys.executable).with_name("aner"))
 # The kernels do roughly 200 M samples/s per core here; 4 M-sample chunks keep the
@@ -24,31 +36,61 @@ CHUNK = "4000000"
 FEW_SECONDS = "600000000"
 LONG = "6000000000"
 
+POLL_S = 0.02
 
-# --------------------------------------------------------------------------- helpers
 
-
-def run_aner(
-    *args: str, timeout: float = 60, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [ANER, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
+# --------------------------------------------------------------------------- waiting
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `predicate` until it returns something true (returned) or `timeout` passes."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(POLL_S)
 
 
-def read_status(job: Path) -> dict[str, Any]:
-    status: dict[str, Any] = json.loads((job / "status.json").read_text())
+def read_status(job: Path) -> StatusSnapshot | None:
+    """The job's status.json, decoded; None while the job has not written one yet."""
+    try:
+        data = (job / "status.json").read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode_status(data)
+
+
+def status_of(job: Path) -> StatusSnapshot:
+    """The job's status.json, which must exist."""
+    status = read_status(job)
+    assert status is not None, f"{job} has no status.json"
     return status
+
+
+def wait_status(
+    job: Path,
+    predicate: Callable[[StatusSnapshot], bool],
+    timeout: float,
+    what: str,
+) -> StatusSnapshot:
+    def check() -> StatusSnapshot | None:
+        status = read_status(job)
+        return status if status is not None and predicate(status) else None
+
+    snapshot: StatusSnapshot = wait_for(check, timeout, f"{job}: {what}")
+    return snapshot
+
+
+def wait_running(job: Path, min_accepted: int = 1, timeout: float = 30) -> StatusSnapshot:
+    return wait_status(
+        job,
+        lambda s: s.state is JobState.RUNNING and s.accepted >= min_accepted,
+        timeout,
+        "RUNNING with accepted work",
+    )
 
 
 def lock_held(job: Path) -> bool:
@@ -66,14 +108,60 @@ def process_gone(pid: int) -> bool:
         return True
 
 
-def wait_running(job: Path, min_accepted: int = 1, timeout: float = 30) -> dict[str, Any]:
-    def running() -> dict[str, Any] | None:
-        status = read_status(job)
-        ok = status["state"] == "RUNNING" and status["accepted"] >= min_accepted
-        return status if ok else None
+# --------------------------------------------------------------------------- processes
 
-    status: dict[str, Any] = wait_for(running, timeout, f"{job} RUNNING with accepted work")
-    return status
+
+def run_aner(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ANER, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+@contextlib.contextmanager
+def spawned(
+    argv: Sequence[str], *, stdin: int | None = subprocess.DEVNULL, **options: Any
+) -> Iterator[subprocess.Popen[str]]:
+    """A text-mode subprocess with piped output that is always reaped: killed if it is
+    still running when the block ends, whatever happened inside."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=stdin,
+        stdout=options.pop("stdout", subprocess.PIPE),
+        stderr=options.pop("stderr", subprocess.PIPE),
+        text=True,
+        **options,
+    )
+    try:
+        yield proc
+    finally:
+        reap(proc)
+
+
+def reap(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """Kill `proc` if it still runs, then collect it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=timeout)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
+    """Wait for `proc` to exit on its own within `timeout` (a hang fails the test)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"{proc.args} did not exit within {timeout} s: {err}") from None
+    return proc.returncode, out, err
 
 
 def submit(job: Path, samples: str, *extra: str, timeout: float = 60) -> int:
@@ -84,9 +172,10 @@ def submit(job: Path, samples: str, *extra: str, timeout: float = 60) -> int:
         timeout=timeout,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    pid = read_status(job)["pid"]
-    assert isinstance(pid, int)
-    return pid
+    return status_of(job).pid
+
+
+# --------------------------------------------------------------------------- cluster files
 
 
 def write_cluster(path: Path, records: list[tuple[str, str, str, str, int]]) -> Path:

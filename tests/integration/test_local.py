@@ -8,6 +8,8 @@ import re
 import threading
 
 import pytest
+from aner_coord.plan import MAX_CHUNKS, ChunkPlan, admit_plan
+from aner_worker.tasks import execute as execute_task
 
 from aner_coord import parallel
 from aner_coord.backends import Backend, ThreadBackend
@@ -15,11 +17,9 @@ from aner_coord.computations import MonteCarlo, Task
 from aner_coord.coordinator import Coordinator
 from aner_coord.jobs import STREAM_ID, JobSpec, execute, prepare
 from aner_coord.jobstate import JobState
-from aner_coord.plan import MAX_CHUNKS, ChunkPlan, admit_plan
 from aner_coord.status import StatusSnapshot
 from aner_worker.inventory import current
 from aner_worker.philox import count_hits
-from aner_worker.tasks import execute as execute_task
 
 SAMPLES = 10_000_000
 SEED = 42

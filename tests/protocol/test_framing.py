@@ -8,24 +8,27 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec import Raw
 
 from aner_worker.contract import source_fingerprint
+from aner_worker.kernels import McParams, McStats, RegressionParams, RegressionStats, encode
 from protocol import (
     CONTRACT_FILES,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     FrameDecoder,
     FrameEncoder,
-    FxResult,
-    FxTask,
     Hello,
     LocalProtocolError,
-    McResult,
-    McTask,
     Message,
+    Params,
+    Ping,
+    Pong,
     Refused,
     RemoteProtocolError,
+    Result,
     Shutdown,
+    Task,
     TaskFailed,
     Welcome,
     fingerprint_sources,
@@ -34,29 +37,26 @@ from protocol import (
 PEER = 'worker "Atlas-01"'
 FP = "sha256:" + "ab" * 32
 
+THETA = (0.0, -0.0, 1.5, -2.25, 5e-324, 1.7976931348623157e308, 0.1, -1e-300, 3.0)
+GRAD = (0.1, 0.2, 0.30000000000000004, -1.0, 1e-17, 2.0, -3.5, 4.0, 1e300)
+
 MESSAGES: list[Message] = [
-    Hello(PROTOCOL_VERSION, "Atlas-01", 2, FP),
+    Hello(PROTOCOL_VERSION, "Atlas-01", 2, FP, ("monte-carlo", "regression")),
     Welcome(PROTOCOL_VERSION, FP, "Linux-x86_64/CPython-3.11.7/little", 16, 2),
     Refused("source contract differs (coordinator a, worker b)", PROTOCOL_VERSION, FP),
-    McTask(task_id=1, seed=42, start=0, count=65_536),
-    McResult(task_id=1, start=0, count=65_536, hits=51_472),
-    FxTask(
-        task_id=2,
-        seed=7,
-        start=1_000,
-        count=500,
-        theta=(0.0, -0.0, 1.5, -2.25, 5e-324, 1.7976931348623157e308, 0.1, -1e-300, 3.0),
-    ),
-    FxResult(
+    Params(pass_id=0, kernel="monte-carlo", body=Raw(encode(McParams(seed=42)))),
+    Task(task_id=1, pass_id=0, start=0, count=65_536),
+    Result(task_id=1, start=0, count=65_536, body=Raw(encode(McStats(hits=51_472))), busy_s=0.25),
+    Params(pass_id=3, kernel="regression", body=Raw(encode(RegressionParams(7, THETA)))),
+    Result(
         task_id=2,
         start=1_000,
         count=500,
-        grad=(0.1, 0.2, 0.30000000000000004, -1.0, 1e-17, 2.0, -3.5, 4.0, 1e300),
-        loss_sum=346.5735902799727,
-        correct=412,
-        valid=500,
+        body=Raw(encode(RegressionStats(GRAD, 346.5735902799727, 412, 500))),
     ),
     TaskFailed(task_id=3, reason="ValueError: boom"),
+    Ping(nonce=17),
+    Pong(nonce=17),
     Shutdown(),
     Shutdown("job completed"),
 ]
@@ -94,7 +94,7 @@ def test_several_frames_in_one_feed() -> None:
 
 
 def test_frame_split_across_feeds() -> None:
-    first, second = MESSAGES[3], MESSAGES[5]
+    first, second = MESSAGES[4], MESSAGES[5]
     data = _stream([first, second])
     cut = len(FrameEncoder().encode(first)) + 7  # inside the second frame's payload
     decoder = FrameDecoder(PEER)
@@ -113,7 +113,7 @@ def test_split_inside_the_header() -> None:
 
 @pytest.mark.parametrize("keep", [1, 3, 4, 10])
 def test_truncated_stream_names_the_peer(keep: int) -> None:
-    data = _stream([MESSAGES[6]])
+    data = _stream([MESSAGES[7]])
     decoder = FrameDecoder(PEER)
     assert list(decoder.feed(data[:keep])) == []
     with pytest.raises(RemoteProtocolError) as info:
@@ -165,10 +165,11 @@ def test_malformed_msgpack() -> None:
     [
         {"samples": 10},  # a map, not a tagged array
         ["launch_missiles", 1, 2],  # unknown tag
-        ["mc_task", 1, 2],  # known tag, missing fields
-        ["mc_task", "one", 2, 3, 4],  # known tag, wrong field type
-        ["mc_task", 1, -1, 3, 4.5],  # known tag, a float count
+        ["task", 1, 2],  # known tag, missing fields
+        ["task", "one", 2, 3, 4],  # known tag, wrong field type
+        ["task", 1, 0, 3, 4.5],  # known tag, a float count
         ["hello", 1, "w", 2],  # Hello without its fingerprint
+        ["result", 1, 0, 3, "body", "slow"],  # a string where busy seconds go
         42,
         None,
     ],
@@ -179,6 +180,7 @@ def test_malformed_msgpack() -> None:
         "wrong-type",
         "float",
         "short-hello",
+        "result-busy",
         "int",
         "nil",
     ],
@@ -192,11 +194,27 @@ def test_valid_msgpack_that_is_not_a_message(value: object) -> None:
 
 
 def test_largest_seed_round_trips_exactly() -> None:
-    task = McTask(task_id=1, seed=2**64 - 1, start=2**62 - 10, count=10)
-    (decoded,) = FrameDecoder(PEER).feed(FrameEncoder().encode(task))
-    assert isinstance(decoded, McTask)
-    assert decoded.seed == 2**64 - 1
-    assert decoded == task
+    params = Params(pass_id=0, kernel="monte-carlo", body=Raw(encode(McParams(2**64 - 1))))
+    task = Task(task_id=1, pass_id=0, start=2**62 - 10, count=10)
+    decoded = FrameDecoder(PEER).feed(FrameEncoder().encode(params) + FrameEncoder().encode(task))
+    assert decoded == [params, task]
+    first = decoded[0]
+    assert isinstance(first, Params)
+    assert msgspec.msgpack.decode(first.body, type=McParams).seed == 2**64 - 1
+
+
+def test_bodies_are_opaque_bytes_on_the_wire() -> None:
+    """The wire knows no computation: a body is the kernel's own MessagePack document, carried
+    bit for bit (negative zero, subnormals and the largest double included)."""
+    stats = RegressionStats(GRAD, -0.0, 0, 500)
+    result = Result(task_id=9, start=0, count=500, body=Raw(encode(stats)))
+    (decoded,) = FrameDecoder(PEER).feed(FrameEncoder().encode(result))
+    assert isinstance(decoded, Result)
+    assert bytes(decoded.body) == encode(stats)
+    back = msgspec.msgpack.decode(decoded.body, type=RegressionStats)
+    assert back == stats
+    assert str(back.loss_sum) == "-0.0"
+    assert decoded.busy_s == 0.0  # a defaulted field appended to the message
 
 
 def test_encoding_over_the_maximum_is_a_local_error() -> None:
@@ -287,3 +305,18 @@ def test_installed_source_fingerprint_is_stable() -> None:
     int(first.removeprefix("sha256:"), 16)
     source_fingerprint.cache_clear()
     assert source_fingerprint() == first
+
+
+def test_a_task_frame_byte_by_byte() -> None:
+    """The exact bytes: a big-endian length, then the tagged array ["task", id, pass, start,
+    count] in MessagePack."""
+    frame = FrameEncoder().encode(Task(task_id=1, pass_id=0, start=256, count=3))
+    assert frame == (
+        b"\x00\x00\x00\x0c"  # 12 bytes follow
+        b"\x95"  # an array of five
+        b"\xa4task"  # the tag
+        b"\x01\x00"  # task_id 1, pass_id 0
+        b"\xcd\x01\x00"  # start 256 as uint16
+        b"\x03"  # count 3
+    )
+    assert FrameDecoder(PEER).feed(frame) == [Task(1, 0, 256, 3)]

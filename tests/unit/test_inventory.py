@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
 from aner_worker import inventory
 from aner_worker.inventory import LOCAL_WORKER_LIMIT, Inventory, collect, format_table
 
-REPO = Path(__file__).resolve().parents[1]
 V1_UNLIMITED = "9223372036854771712"
 GIB = 2**30
 
@@ -406,7 +406,7 @@ def test_quota_without_affinity_uses_logical_count(
 
 def run_child(code: str) -> object:
     """Run `code` in a fresh interpreter and return the JSON it prints."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )

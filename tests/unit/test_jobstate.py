@@ -1,464 +1,812 @@
-"""The pure job state machine: events in, exact instructions out, no threads or I/O."""
+"""The pure job state machine: events in, exact instructions out, no threads, no I/O.
+
+The machine runs real computations' runs (`MonteCarlo().start(...)`, `Regression().start(...)`)
+wrapped in `Recorded`, which records what the machine accepted and committed. Progress is read
+only from the `WriteStatus` instructions, as the shell reads it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
-from aner_coord.computations import N_PARAMS, Fixture, MonteCarlo
+from aner_coord.computations import Accounting, Diverged, PassSpec, Run
+from aner_coord.computations.montecarlo import MonteCarlo
+from aner_coord.computations.regression import N_PARAMS, Regression
 from aner_coord.jobstate import (
+    AuditFailed,
+    BeginPass,
     CancelRequested,
+    Instruction,
     JobEnded,
     JobMachine,
-    JobState,
+    Progress,
     ResultReceived,
     SendTask,
+    ShellFailed,
     StopWorkers,
+    TaskError,
     WorkerLost,
     WorkerReady,
     WorkersStopped,
     WriteStatus,
 )
-from aner_coord.plan import ChunkPlan
-from protocol import FxResult, FxTask, McResult, McTask, TaskFailed
+from aner_coord.requests import MonteCarloRequest, RegressionRequest
+from aner_coord.status import JobState, WorkerAccount
+from aner_worker.kernels import McParams, McStats, RegressionParams, RegressionStats
+from protocol import Task
 
 SEED = 7
+S, R, CG, F, CD = (
+    JobState.STARTING,
+    JobState.RUNNING,
+    JobState.CANCELLING,
+    JobState.FAILED,
+    JobState.CANCELLED,
+)
+
+
+class Recorded:
+    """A real run, with a record of every result the machine accepted and every commit."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.accepted: list[tuple[int, Any]] = []
+        self.commits = 0
+
+    def next_pass(self) -> PassSpec | None:
+        return self.run.next_pass()
+
+    def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
+        return self.run.check(chunk, start, count, stats)
+
+    def accept(self, chunk: int, stats: Any) -> None:
+        self.accepted.append((chunk, stats))
+        self.run.accept(chunk, stats)
+
+    def commit(self) -> None:
+        self.commits += 1
+        self.run.commit()
+
+    def same(self, a: Any, b: Any) -> bool:
+        return self.run.same(a, b)
+
+    @property
+    def committed_steps(self) -> int | None:
+        return self.run.committed_steps
+
+    def result(self, accounting: Accounting) -> Any:
+        return self.run.result(accounting)
+
+    @property
+    def hits(self) -> int:
+        return sum(stats.hits for _, stats in self.accepted)
+
+
+NO_ACCOUNTING = Accounting(seconds=1.0, workers=(), execution={})
+
+
+def plain(out: Sequence[Instruction]) -> list[object]:
+    """Instructions with each WriteStatus shown as (state, urgent): progress is checked apart."""
+    return [
+        ("status", i.progress.state, i.urgent) if isinstance(i, WriteStatus) else i for i in out
+    ]
+
+
+def status(state: JobState, urgent: bool = True) -> tuple[str, JobState, bool]:
+    return ("status", state, urgent)
+
+
+def progress(out: Sequence[Instruction]) -> Progress:
+    """The progress of the last WriteStatus in `out`."""
+    written = [i.progress for i in out if isinstance(i, WriteStatus)]
+    assert written, f"no WriteStatus in {out}"
+    return written[-1]
+
+
+def failed(error: str) -> list[object]:
+    return [status(F), StopWorkers(error), JobEnded(F)]
+
+
+def task(task_id: int, start: int, count: int, pass_id: int = 0) -> Task:
+    return Task(task_id, pass_id, start, count)
 
 
 def mc_machine(
-    total: int = 10, chunk: int = 3, workers: tuple[str, ...] = ("a", "b")
-) -> tuple[JobMachine, MonteCarlo]:
-    computation = MonteCarlo(ChunkPlan(total, chunk), SEED)
-    return JobMachine(computation, dict.fromkeys(workers, 1)), computation
+    total: int = 10, chunk: int = 3, workers: tuple[str, ...] = ("a", "b"), audit: float = 0.0
+) -> tuple[JobMachine, Recorded]:
+    run = Recorded(MonteCarlo().start(MonteCarloRequest(samples=total, seed=SEED), chunk))
+    machine = JobMachine(run, dict.fromkeys(workers, 1), chunk=chunk, passes=1, audit=audit)
+    return machine, run
 
 
-def state_of(machine: JobMachine) -> JobState:
-    """The machine's state, read through a call so that type checkers do not narrow it."""
-    return machine.state
+def started(total: int = 10, chunk: int = 3, **kwargs: Any) -> tuple[JobMachine, Recorded]:
+    machine, run = mc_machine(total, chunk, **kwargs)
+    machine.start()
+    return machine, run
 
 
-def mc(task_id: int, start: int, count: int) -> McTask:
-    return McTask(task_id=task_id, seed=SEED, start=start, count=count)
+def hits(count: int) -> McStats:
+    """A plausible honest answer for `count` samples (the machine checks plausibility)."""
+    return McStats(round(count * math.pi / 4))
 
 
-def answer(task: McTask, hits: int | None = None) -> McResult:
-    return McResult(task.task_id, task.start, task.count, task.count // 2 if hits is None else hits)
+def answer(worker: str, t: Task, stats: Any = None) -> ResultReceived:
+    return ResultReceived(worker, t.task_id, hits(t.count) if stats is None else stats)
 
 
-def failed(message: str) -> list[object]:
-    return [WriteStatus(), StopWorkers(message), JobEnded(JobState.FAILED)]
+def accounts(p: Progress) -> dict[str, tuple[int, int, list[int]]]:
+    return {w.identity: (w.items, w.chunks, w.items_by_pass) for w in p.workers}
+
+
+# -- starting ------------------------------------------------------------------------------
+
+
+def test_start_begins_the_first_pass_and_reports_starting() -> None:
+    machine, _ = mc_machine()
+    out = machine.start()
+    assert plain(out) == [BeginPass(0, McParams(SEED)), status(S)]
+    p = progress(out)
+    assert (p.passes, p.pass_index, p.phase, p.requested) == (1, 0, "sampling", 10)
+    assert (p.chunks_total, p.chunks_done, p.accepted, p.in_flight) == (4, 0, 0, 0)
+    assert p.error is None and p.committed_steps is None
+    assert p.workers == (WorkerAccount("a", 1, 0, 0, [0]), WorkerAccount("b", 1, 0, 0, [0]))
+
+
+def test_a_machine_needs_workers() -> None:
+    run = MonteCarlo().start(MonteCarloRequest(samples=10, seed=1), 3)
+    with pytest.raises(ValueError, match="at least one worker"):
+        JobMachine(run, {}, chunk=3, passes=1)
 
 
 # -- Monte Carlo: dispatch -----------------------------------------------------------------
 
 
 def test_two_workers_dispatch_order_and_windows() -> None:
-    machine, _ = mc_machine()
-    assert machine.state is JobState.STARTING
-    assert machine.handle(WorkerReady("a", 2)) == [
-        WriteStatus(),
-        SendTask("a", mc(1, 0, 3)),
-        SendTask("a", mc(2, 3, 3)),
-    ]
-    assert state_of(machine) is JobState.RUNNING
+    machine, _ = started()
+    out = machine.handle(WorkerReady("a", 2))
+    assert plain(out) == [status(R), SendTask("a", task(1, 0, 3)), SendTask("a", task(2, 3, 3))]
+    assert progress(out).state is R
     assert machine.handle(WorkerReady("b", 2)) == [
-        SendTask("b", mc(3, 6, 3)),
-        SendTask("b", mc(4, 9, 1)),  # the last chunk keeps the remainder
+        SendTask("b", task(3, 6, 3)),
+        SendTask("b", task(4, 9, 1)),  # the last chunk keeps the remainder
     ]
-    assert machine.in_flight == 4
     assert machine.handle(WorkerReady("b", 2)) == []  # a repeated ready changes nothing
 
 
 def test_window_is_refilled_as_results_arrive() -> None:
-    machine, _ = mc_machine(total=12, chunk=2)
-    assert machine.handle(WorkerReady("a", 1)) == [WriteStatus(), SendTask("a", mc(1, 0, 2))]
-    assert machine.handle(WorkerReady("b", 1)) == [SendTask("b", mc(2, 2, 2))]
-    assert machine.handle(ResultReceived("b", answer(mc(2, 2, 2)))) == [SendTask("b", mc(3, 4, 2))]
-    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 2)))) == [SendTask("a", mc(4, 6, 2))]
+    machine, _ = started(total=12, chunk=2)
+    assert plain(machine.handle(WorkerReady("a", 1))) == [status(R), SendTask("a", task(1, 0, 2))]
+    assert machine.handle(WorkerReady("b", 1)) == [SendTask("b", task(2, 2, 2))]
+    out = machine.handle(answer("b", task(2, 2, 2)))
+    assert plain(out) == [SendTask("b", task(3, 4, 2)), status(R, urgent=False)]
+    assert progress(out).in_flight == 2 and progress(out).accepted == 2
+    out = machine.handle(answer("a", task(1, 0, 2)))
+    assert plain(out) == [SendTask("a", task(4, 6, 2)), status(R, urgent=False)]
 
 
 @pytest.mark.parametrize("window", [3, 100])
 def test_every_worker_gets_a_chunk_despite_a_huge_first_window(window: int) -> None:
-    machine, _ = mc_machine(workers=("a", "b", "c"))  # 4 chunks, 3 workers
-    assert machine.handle(WorkerReady("a", window)) == [
-        WriteStatus(),
-        SendTask("a", mc(1, 0, 3)),
-        SendTask("a", mc(2, 3, 3)),
+    machine, _ = started(workers=("a", "b", "c"))  # 4 chunks, 3 workers
+    assert plain(machine.handle(WorkerReady("a", window))) == [
+        status(R),
+        SendTask("a", task(1, 0, 3)),
+        SendTask("a", task(2, 3, 3)),
     ]
-    assert machine.handle(WorkerReady("b", window)) == [SendTask("b", mc(3, 6, 3))]
-    assert machine.handle(WorkerReady("c", window)) == [SendTask("c", mc(4, 9, 1))]
+    assert machine.handle(WorkerReady("b", window)) == [SendTask("b", task(3, 6, 3))]
+    assert machine.handle(WorkerReady("c", window)) == [SendTask("c", task(4, 9, 1))]
 
 
 def test_reservation_with_two_workers_and_a_huge_window() -> None:
-    machine, _ = mc_machine()  # 4 chunks
-    assert machine.handle(WorkerReady("a", 64)) == [
-        WriteStatus(),
-        SendTask("a", mc(1, 0, 3)),
-        SendTask("a", mc(2, 3, 3)),
-        SendTask("a", mc(3, 6, 3)),
+    machine, _ = started()  # 4 chunks
+    assert plain(machine.handle(WorkerReady("a", 64))) == [
+        status(R),
+        SendTask("a", task(1, 0, 3)),
+        SendTask("a", task(2, 3, 3)),
+        SendTask("a", task(3, 6, 3)),
     ]
-    assert machine.handle(WorkerReady("b", 64)) == [SendTask("b", mc(4, 9, 1))]
+    assert machine.handle(WorkerReady("b", 64)) == [SendTask("b", task(4, 9, 1))]
 
 
 def test_reserved_chunk_is_not_given_away_when_the_first_worker_finishes() -> None:
-    machine, _ = mc_machine()
+    machine, _ = started()
     machine.handle(WorkerReady("a", 64))
     for task_id, start in ((1, 0), (2, 3), (3, 6)):
-        assert machine.handle(ResultReceived("a", answer(mc(task_id, start, 3)))) == []
-    assert machine.handle(WorkerReady("b", 1)) == [SendTask("b", mc(4, 9, 1))]
+        out = machine.handle(answer("a", task(task_id, start, 3)))
+        assert plain(out) == [status(R, urgent=False)]  # nothing sent: chunk 4 waits for b
+    assert machine.handle(WorkerReady("b", 1)) == [SendTask("b", task(4, 9, 1))]
+
+
+def test_a_window_below_one_still_takes_one_task() -> None:
+    machine, _ = started()
+    assert plain(machine.handle(WorkerReady("a", 0))) == [status(R), SendTask("a", task(1, 0, 3))]
+
+
+def test_fewer_chunks_than_workers_dispatches_to_whoever_is_ready() -> None:
+    machine, _ = started(total=2, chunk=3)  # one chunk, two workers (local runs allow it)
+    out = machine.handle(WorkerReady("a", 2))
+    assert plain(out) == [status(R), SendTask("a", task(1, 0, 2))]
+    assert machine.handle(WorkerReady("b", 2)) == []
+    assert plain(machine.handle(answer("a", task(1, 0, 2))))[-1] == JobEnded(JobState.COMPLETED)
 
 
 # -- Monte Carlo: results ------------------------------------------------------------------
 
 
 def test_accepted_results_update_counts_and_the_last_one_completes() -> None:
-    machine, computation = mc_machine()
+    machine, run = started()
     machine.handle(WorkerReady("a", 2))
     machine.handle(WorkerReady("b", 2))
-    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=3))) == []
-    assert (machine.items_done, machine.chunks_done, computation.hits) == (3, 1, 3)
-    assert machine.handle(ResultReceived("b", answer(mc(4, 9, 1), hits=0))) == []
-    assert machine.handle(ResultReceived("b", answer(mc(3, 6, 3), hits=2))) == []
-    assert machine.accounts["b"].items == 4 and machine.accounts["b"].chunks == 2
-    assert machine.handle(ResultReceived("a", answer(mc(2, 3, 3), hits=1))) == [
-        WriteStatus(),
+    out = machine.handle(answer("a", task(1, 0, 3), McStats(3)))
+    p = progress(out)
+    assert (p.accepted, p.accepted_in_pass, p.chunks_done, p.in_flight) == (3, 3, 1, 3)
+    assert run.hits == 3
+    machine.handle(answer("b", task(4, 9, 1), McStats(0)))
+    out = machine.handle(answer("b", task(3, 6, 3), McStats(2)))
+    assert accounts(progress(out))["b"] == (4, 2, [4])
+    out = machine.handle(answer("a", task(2, 3, 3), McStats(1)))
+    assert plain(out) == [
+        status(JobState.COMPLETED),
         StopWorkers("job completed"),
         JobEnded(JobState.COMPLETED),
     ]
-    assert machine.state is JobState.COMPLETED
-    assert computation.hits == 6
-    assert machine.items_total_done == 10
-    assert machine.accounts["a"].items == 6 and machine.accounts["a"].chunks == 2
-    assert machine.accounts["a"].items_by_pass == [6]
-    assert machine.in_flight == 0
-    assert machine.error is None
+    p = progress(out)
+    assert (p.accepted, p.chunks_total, p.in_flight, p.pass_index) == (10, 4, 0, 1)
+    assert p.phase == "done" and p.error is None
+    assert accounts(p) == {"a": (6, 2, [6]), "b": (4, 2, [4])}
+    assert run.hits == 6 and run.commits == 1
+    result = run.result(NO_ACCOUNTING)
+    assert (result.hits, result.samples, result.estimate) == (6, 10, 4 * 6 / 10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="product bug: JobMachine._begin_pass resets accepted_in_pass and chunks_done before "
+    "it learns there is no next pass, so the COMPLETED status says 0 of N chunks done",
+)
+def test_the_completed_status_counts_the_last_pass_chunks() -> None:
+    machine, _ = started(total=6, chunk=3)
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(answer("a", task(1, 0, 3)))
+    out = machine.handle(answer("a", task(2, 3, 3)))
+    p = progress(out)
+    assert p.state is JobState.COMPLETED
+    assert (p.chunks_done, p.chunks_total, p.accepted_in_pass, p.requested) == (2, 2, 6, 6)
 
 
 def test_duplicate_result_fails_the_job_and_is_not_counted_twice() -> None:
-    machine, computation = mc_machine()
+    machine, run = started()
     machine.handle(WorkerReady("a", 2))
     machine.handle(WorkerReady("b", 2))
-    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=2))) == []
-    out = machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=2)))
-    assert machine.state is JobState.FAILED
-    assert machine.error is not None
-    assert out == failed(machine.error)
-    assert machine.error.startswith('worker "a" failed during run: ')
-    assert "task 1" in machine.error and "duplicate" in machine.error
-    assert computation.hits == 2
-    assert machine.items_done == 3 and machine.chunks_done == 1
-    assert machine.accounts["a"].items == 3
+    machine.handle(answer("a", task(1, 0, 3), McStats(2)))
+    out = machine.handle(answer("a", task(1, 0, 3), McStats(2)))
+    error = progress(out).error
+    assert error is not None
+    assert plain(out) == failed(error)
+    assert error.startswith('worker "a" failed during run: ')
+    assert "task 1" in error and "duplicate" in error
+    assert run.hits == 2 and len(run.accepted) == 1
+    p = progress(out)
+    assert (p.accepted, p.chunks_done) == (3, 1)
+    assert accounts(p)["a"][0] == 3
 
 
 def test_result_from_the_wrong_worker() -> None:
-    machine, computation = mc_machine()
+    machine, run = started()
     machine.handle(WorkerReady("a", 2))
     machine.handle(WorkerReady("b", 2))
-    out = machine.handle(ResultReceived("b", answer(mc(1, 0, 3))))  # task 1 is on "a"
-    assert machine.state is JobState.FAILED
-    assert out == failed(str(machine.error))
-    assert str(machine.error).startswith('worker "b" failed during run: ')
-    assert "task 1" in str(machine.error)
-    assert computation.hits == 0 and machine.items_done == 0
+    out = machine.handle(answer("b", task(1, 0, 3)))  # task 1 is on "a"
+    error = str(progress(out).error)
+    assert plain(out) == failed(error)
+    assert error.startswith('worker "b" failed during run: ') and "task 1" in error
+    assert run.accepted == [] and progress(out).accepted == 0
 
 
 def test_result_for_an_unknown_task() -> None:
-    machine, _ = mc_machine()
+    machine, _ = started()
     machine.handle(WorkerReady("a", 2))
-    out = machine.handle(ResultReceived("a", McResult(99, 0, 3, 1)))
-    assert out == failed(str(machine.error))
-    assert 'worker "a"' in str(machine.error) and "task 99" in str(machine.error)
+    out = machine.handle(ResultReceived("a", 99, McStats(1)))
+    error = str(progress(out).error)
+    assert plain(out) == failed(error)
+    assert 'worker "a"' in error and "task 99" in error
 
 
 @pytest.mark.parametrize(
-    ("result", "words"),
+    ("total", "stats", "words"),
     [
-        (McResult(1, 1, 3, 1), "covers [1, +3) but the task was [0, +3)"),
-        (McResult(1, 0, 2, 1), "covers [0, +2) but the task was [0, +3)"),
-        (McResult(1, 0, 3, 4), "4 hits is impossible for 3 samples"),
-        (McResult(1, 0, 3, -1), "-1 hits is impossible for 3 samples"),
+        (10, McStats(4), "4 hits is impossible for 3 samples"),
+        (10, McStats(-1), "-1 hits is impossible for 3 samples"),
+        (
+            10**6,
+            McStats(10**6),  # every sample a hit: a lying worker
+            "1,000,000 hits in 1,000,000 samples is more than 12 standard deviations",
+        ),
+        (10**6, McStats(0), "0 hits in 1,000,000 samples is more than 12 standard deviations"),
+        (10, RegressionStats((0.0,) * 9, 0.0, 0, 3), "expected Monte Carlo statistics"),
     ],
-    ids=["start", "count", "hits>count", "negative-hits"],
+    ids=["hits>count", "negative-hits", "all-hits", "no-hits", "wrong-kind"],
 )
-def test_inconsistent_result_is_rejected(result: McResult, words: str) -> None:
-    machine, computation = mc_machine()
+def test_inconsistent_result_is_rejected(total: int, stats: Any, words: str) -> None:
+    machine, run = started(total=total, chunk=total if total > 10 else 3)
     machine.handle(WorkerReady("a", 2))
-    out = machine.handle(ResultReceived("a", result))
-    assert machine.state is JobState.FAILED
-    assert out == failed(str(machine.error))
-    assert str(machine.error).startswith('worker "a" failed during run: inconsistent result')
-    assert words in str(machine.error)
-    assert computation.hits == 0 and machine.items_done == 0 and machine.chunks_done == 0
+    out = machine.handle(ResultReceived("a", 1, stats))
+    error = str(progress(out).error)
+    assert plain(out) == failed(error)
+    assert error.startswith('worker "a" failed during run: inconsistent result rejected: ')
+    assert words in error
+    assert run.accepted == []
+    assert (progress(out).accepted, progress(out).chunks_done) == (0, 0)
 
 
-def test_fixture_result_for_a_monte_carlo_task_is_rejected() -> None:
-    machine, _ = mc_machine()
+def test_an_honest_chunk_passes_the_plausibility_check() -> None:
+    from aner_worker.philox import count_hits
+
+    machine, _ = started(total=10**6, chunk=10**6, workers=("a",))
     machine.handle(WorkerReady("a", 1))
-    machine.handle(ResultReceived("a", FxResult(1, 0, 3, (0.0,) * 9, 0.0, 0, 3)))
-    assert machine.state is JobState.FAILED
-    assert "expected a Monte Carlo result, got FxResult" in str(machine.error)
+    out = machine.handle(ResultReceived("a", 1, McStats(count_hits(SEED, 0, 10**6))))
+    assert plain(out)[-1] == JobEnded(JobState.COMPLETED)
 
 
-def test_task_failed_fails_the_job_naming_worker_and_phase() -> None:
-    machine, _ = mc_machine()
+def test_task_error_fails_the_job_naming_worker_and_phase() -> None:
+    machine, _ = started()
     machine.handle(WorkerReady("a", 1))
     machine.handle(WorkerReady("b", 1))
-    out = machine.handle(ResultReceived("b", TaskFailed(2, "ValueError: boom")))
-    assert machine.state is JobState.FAILED
-    error = 'worker "b" failed during task: task 2 failed: ValueError: boom'
-    assert machine.error == error
-    assert out == [WriteStatus(), StopWorkers(error), JobEnded(JobState.FAILED)]
-    # After the failure, nothing more is dispatched and a second failure changes nothing.
-    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3)))) == []
+    out = machine.handle(TaskError("b", 2, "ValueError: boom"))
+    error = 'worker "b" failed during task: ValueError: boom'
+    assert plain(out) == failed(error)
+    assert progress(out).error == error
+    # After the failure nothing more is dispatched, and a second failure changes nothing.
+    assert machine.handle(answer("a", task(1, 0, 3))) == []
     assert machine.handle(WorkerLost("a", "run", "gone")) == []
     assert machine.handle(WorkerReady("a", 1)) == []
-    assert machine.error == error
+    assert machine.handle(CancelRequested("late")) == []
+    assert machine.handle(WorkersStopped()) == []
 
 
 def test_worker_lost_fails_the_job() -> None:
-    machine, _ = mc_machine()
+    machine, _ = started()
     machine.handle(WorkerReady("a", 1))
     out = machine.handle(WorkerLost("b", "connect", "connection refused"))
-    error = 'worker "b" failed during connect: connection refused'
-    assert out == [WriteStatus(), StopWorkers(error), JobEnded(JobState.FAILED)]
-    assert machine.state is JobState.FAILED and machine.error == error
+    assert plain(out) == failed('worker "b" failed during connect: connection refused')
 
 
 def test_worker_lost_before_anyone_is_ready() -> None:
-    machine, _ = mc_machine()
+    machine, _ = started()
     out = machine.handle(WorkerLost("a", "handshake", "refused by the worker"))
-    assert out[-1] == JobEnded(JobState.FAILED)
-    assert machine.state is JobState.FAILED
+    assert plain(out) == failed('worker "a" failed during handshake: refused by the worker')
+
+
+def test_audit_failed_names_the_worker_and_the_task() -> None:
+    machine, run = started(audit=1.0)
+    out = machine.handle(WorkerReady("a", 1))
+    (send,) = [i for i in out if isinstance(i, SendTask)]
+    assert send.audit is True
+    out = machine.handle(AuditFailed("a", send.task.task_id, "it sent 3 hits, expected 2"))
+    assert plain(out) == failed(
+        'worker "a" failed during audit: its result for task 1 differs from the '
+        "coordinator's own: it sent 3 hits, expected 2"
+    )
+    assert run.accepted == []
+
+
+@pytest.mark.parametrize(("audit", "flagged"), [(0.0, []), (0.25, [4, 8]), (0.5, [2, 4, 6, 8])])
+def test_audit_flags_tasks_at_a_steady_deterministic_rate(audit: float, flagged: list[int]) -> None:
+    machine, _ = started(total=8, chunk=1, workers=("a",), audit=audit)
+    out = machine.handle(WorkerReady("a", 8))
+    sends = [i for i in out if isinstance(i, SendTask)]
+    assert [s.task.task_id for s in sends] == list(range(1, 9))
+    assert [s.task.task_id for s in sends if s.audit] == flagged
+
+
+def test_shell_failure_fails_the_job_naming_where() -> None:
+    machine, _ = started()
+    machine.handle(WorkerReady("a", 1))
+    out = machine.handle(ShellFailed("the job directory", "No space left on device"))
+    assert plain(out) == failed("the job directory failed: No space left on device")
+
+
+# -- cancellation --------------------------------------------------------------------------
 
 
 def test_cancel_stops_dispatch_and_counts_late_results_as_diagnostics() -> None:
-    machine, computation = mc_machine(total=20, chunk=3)  # 7 chunks
+    machine, run = started(total=20, chunk=3)  # 7 chunks
     machine.handle(WorkerReady("a", 2))
     machine.handle(WorkerReady("b", 1))
-    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=2))) == [
-        SendTask("a", mc(4, 9, 3))
-    ]
-    assert machine.handle(CancelRequested("user pressed Ctrl-C")) == [
-        WriteStatus(),
-        StopWorkers("user pressed Ctrl-C"),
-    ]
-    assert machine.state is JobState.CANCELLING
+    out = machine.handle(answer("a", task(1, 0, 3), McStats(2)))
+    assert plain(out) == [SendTask("a", task(4, 9, 3)), status(R, urgent=False)]
+    out = machine.handle(CancelRequested("user pressed Ctrl-C"))
+    assert plain(out) == [status(CG), StopWorkers("user pressed Ctrl-C")]
+    assert progress(out).error == "cancelled: user pressed Ctrl-C"
     assert machine.handle(CancelRequested("again")) == []
     # In-flight results still arrive: counted for diagnostics, but nothing new is sent.
-    assert machine.handle(ResultReceived("b", answer(mc(3, 6, 3), hits=3))) == []
-    assert machine.handle(ResultReceived("a", answer(mc(2, 3, 3), hits=1))) == []
+    assert machine.handle(answer("b", task(3, 6, 3), McStats(3))) == []
+    assert machine.handle(answer("a", task(2, 3, 3), McStats(1))) == []
     assert machine.handle(WorkerReady("b", 5)) == []
-    assert computation.hits == 6 and machine.items_done == 9
-    assert machine.state is JobState.CANCELLING
+    assert run.hits == 6
     # A failure while cancelling does not turn the job into FAILED.
     assert machine.handle(WorkerLost("a", "run", "killed")) == []
-    assert machine.handle(WorkersStopped()) == [WriteStatus(), JobEnded(JobState.CANCELLED)]
-    assert state_of(machine) is JobState.CANCELLED
+    assert machine.handle(TaskError("a", 4, "late")) == []
+    out = machine.handle(WorkersStopped())
+    assert plain(out) == [status(CD), JobEnded(CD)]
+    p = progress(out)
+    assert p.accepted == 9 and p.chunks_done == 3
+    assert p.error == "cancelled: user pressed Ctrl-C"
     assert machine.handle(WorkersStopped()) == []
-    assert machine.error == "cancelled: user pressed Ctrl-C"
+    assert run.commits == 0  # a partial pass is never committed
 
 
 def test_cancel_before_any_worker_is_ready() -> None:
-    machine, _ = mc_machine()
-    assert machine.handle(CancelRequested("shutdown")) == [WriteStatus(), StopWorkers("shutdown")]
+    machine, _ = started()
+    assert plain(machine.handle(CancelRequested("shutdown"))) == [
+        status(CG),
+        StopWorkers("shutdown"),
+    ]
     assert machine.handle(WorkerReady("a", 4)) == []
-    assert machine.handle(WorkersStopped()) == [WriteStatus(), JobEnded(JobState.CANCELLED)]
+    assert plain(machine.handle(WorkersStopped())) == [status(CD), JobEnded(CD)]
+
+
+def test_shell_failure_while_cancelling_is_recorded_and_the_stop_goes_on() -> None:
+    machine, _ = started()
+    machine.handle(WorkerReady("a", 1))
+    machine.handle(CancelRequested("user"))
+    assert machine.handle(ShellFailed("the status writer", "disk full")) == []
+    out = machine.handle(WorkersStopped())
+    assert plain(out) == [status(CD), JobEnded(CD)]
+    assert progress(out).error == "cancelled: user; then the status writer failed: disk full"
 
 
 def test_workers_stopped_outside_cancelling_is_ignored() -> None:
-    machine, _ = mc_machine()
+    machine, _ = started()
     machine.handle(WorkerReady("a", 1))
     assert machine.handle(WorkersStopped()) == []
-    assert machine.state is JobState.RUNNING
+    assert machine.handle(WorkerReady("b", 1)) == [SendTask("b", task(2, 3, 3))]  # still running
 
 
 def test_single_worker_runs_every_chunk() -> None:
-    machine, computation = mc_machine(total=10, chunk=3, workers=("solo",))
+    machine, run = started(total=10, chunk=3, workers=("solo",))
     out = machine.handle(WorkerReady("solo", 1))
     sent = 0
-    while machine.state is JobState.RUNNING:
+    while not isinstance(out[-1], JobEnded):
         tasks = [i.task for i in out if isinstance(i, SendTask)]
         assert len(tasks) == 1
         sent += 1
-        out = machine.handle(ResultReceived("solo", answer(tasks[0], hits=1)))  # type: ignore[arg-type]
+        out = machine.handle(answer("solo", tasks[0], McStats(1)))
     assert sent == 4
-    assert computation.hits == 4
-    assert machine.state is JobState.COMPLETED
+    assert run.hits == 4
+    assert out[-1] == JobEnded(JobState.COMPLETED)
 
 
-def test_a_machine_needs_workers() -> None:
-    with pytest.raises(ValueError, match="at least one worker"):
-        JobMachine(MonteCarlo(ChunkPlan(10, 3), 1), {})
+# -- after the end: late results, abandoned tasks -----------------------------------------
 
 
-# -- the fixture: passes, barrier, ordered reduction ---------------------------------------
+def test_results_after_failure_are_ignored() -> None:
+    machine, run = started()
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(WorkerReady("b", 2))
+    machine.handle(answer("a", task(1, 0, 3), McStats(2)))
+    out = machine.handle(WorkerLost("b", "run", "connection reset"))
+    before = progress(out)
+    assert before.in_flight == 0  # the outstanding tasks were abandoned
+    assert [w.items for w in before.workers] == [3, 0]
+    # Task 2 was outstanding on "a" when the job failed: its result is not counted.
+    assert machine.handle(answer("a", task(2, 3, 3), McStats(1))) == []
+    assert machine.handle(TaskError("a", 2, "late")) == []
+    assert run.hits == 2 and len(run.accepted) == 1
+
+
+def test_results_after_completion_are_ignored() -> None:
+    machine, run = started(total=6, chunk=3)
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(WorkerReady("b", 2))
+    machine.handle(answer("a", task(1, 0, 3), McStats(1)))
+    out = machine.handle(answer("b", task(2, 3, 3), McStats(1)))
+    assert out[-1] == JobEnded(JobState.COMPLETED)
+    assert machine.handle(answer("b", task(2, 3, 3), McStats(1))) == []
+    assert machine.handle(ResultReceived("a", 99, McStats(1))) == []
+    assert machine.handle(WorkerLost("a", "run", "exited")) == []
+    assert machine.handle(CancelRequested("late")) == []
+    assert run.hits == 2 and run.commits == 1
+
+
+def test_workers_stopped_abandons_outstanding_tasks() -> None:
+    machine, run = started(total=20, chunk=3)  # 7 chunks
+    machine.handle(WorkerReady("a", 2))
+    out = machine.handle(WorkerReady("b", 2))
+    assert len([i for i in out if isinstance(i, SendTask)]) == 2
+    machine.handle(CancelRequested("user"))
+    # One result still arrives while cancelling and is counted as a diagnostic.
+    assert machine.handle(answer("b", task(3, 6, 3), McStats(3))) == []
+    out = machine.handle(WorkersStopped())
+    p = progress(out)
+    # The tasks the workers dropped were never accepted: nothing is in flight any more.
+    assert p.in_flight == 0 and p.accepted == 3
+    assert accounts(p) == {"a": (0, 0, [0]), "b": (3, 1, [3])}
+    # A dropped task's result that still trickles in is ignored.
+    assert machine.handle(answer("a", task(1, 0, 3))) == []
+    assert run.hits == 3
+
+
+# -- computation errors --------------------------------------------------------------------
+
+
+class Faulty(Recorded):
+    """A Monte Carlo run that raises `error` from the method named `where`."""
+
+    def __init__(self, where: str, error: Exception) -> None:
+        super().__init__(MonteCarlo().start(MonteCarloRequest(samples=6, seed=SEED), 3))
+        self.where = where
+        self.error = error
+
+    def _maybe(self, where: str) -> None:
+        if where == self.where:
+            raise self.error
+
+    def next_pass(self) -> PassSpec | None:
+        if self.commits:  # the next pass is planned after the first commit
+            self._maybe("plan")
+        return super().next_pass()
+
+    def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
+        self._maybe("check")
+        return super().check(chunk, start, count, stats)
+
+    def accept(self, chunk: int, stats: Any) -> None:
+        self._maybe("accept")
+        super().accept(chunk, stats)
+
+    def commit(self) -> None:
+        self._maybe("commit")
+        super().commit()
+
+
+@pytest.mark.parametrize(
+    ("where", "error", "message"),
+    [
+        ("check", KeyError("k"), "computation error while checking a result: KeyError('k')"),
+        ("accept", ValueError("v"), "computation error while accepting a result: ValueError('v')"),
+        ("commit", RuntimeError("r"), "computation error while committing sampling: "),
+        ("plan", RuntimeError("p"), "computation error while planning the next pass: "),
+        ("commit", Diverged("it blew up"), "numerical divergence: it blew up"),
+        ("check", Diverged("nan"), "numerical divergence: nan"),
+    ],
+)
+def test_a_computation_error_fails_the_job_naming_it(
+    where: str, error: Exception, message: str
+) -> None:
+    run = Faulty(where, error)
+    machine = JobMachine(run, {"a": 1}, chunk=3, passes=1)
+    machine.start()
+    machine.handle(WorkerReady("a", 2))
+    machine.handle(answer("a", task(1, 0, 3)))
+    out = machine.handle(answer("a", task(2, 3, 3)))
+    if where in ("check", "accept"):
+        # The first result already failed the job; the second is ignored.
+        assert out == []
+        return
+    error_text = str(progress(out).error)
+    assert plain(out) == failed(error_text)
+    assert error_text.startswith(message)
+
+
+def test_a_computation_error_on_the_first_result() -> None:
+    run = Faulty("accept", ValueError("v"))
+    machine = JobMachine(run, {"a": 1}, chunk=3, passes=1)
+    machine.start()
+    machine.handle(WorkerReady("a", 2))
+    out = machine.handle(answer("a", task(1, 0, 3)))
+    assert plain(out) == failed("computation error while accepting a result: ValueError('v')")
+
+
+def test_a_run_that_cannot_plan_its_first_pass_fails_at_start() -> None:
+    class NoPlan(Recorded):
+        def next_pass(self) -> PassSpec | None:
+            raise OSError("no plan")
+
+    run = NoPlan(MonteCarlo().start(MonteCarloRequest(samples=6, seed=SEED), 3))
+    machine = JobMachine(run, {"a": 1}, chunk=3, passes=1)
+    out = machine.start()
+    error = "computation error while planning the next pass: OSError('no plan')"
+    # The failure, then the start's own status (FAILED, not STARTING).
+    assert plain(out) == [*failed(error), status(F)]
+    assert machine.handle(WorkerReady("a", 1)) == []
+
+
+# -- the regression fixture: passes, barrier, ordered reduction ---------------------------
 
 N_ROWS = 5
 FX_CHUNK = 2  # chunks [0,2) [2,4) [4,5): the last one is uneven
 STEPS = 2
 RATE = 0.5
+BASE = {0: 0.1, 2: 0.2, 4: 0.3}
+LOSS = {0: 1.1, 2: 2.2, 4: 0.7}
 
-GradFn = Callable[[FxTask], tuple[float, ...]]
 
-
-def fake_grad(task: FxTask) -> tuple[float, ...]:
+def fake_grad(start: int, theta: tuple[float, ...]) -> tuple[float, ...]:
     """Sums that depend on the range and the frozen theta, chosen so that float order shows:
-    (0.1 + 0.2) + 0.3 != (0.3 + 0.2) + 0.1."""
-    base = {0: 0.1, 2: 0.2, 4: 0.3}[task.start]
-    return tuple(base * (j + 1) + 0.25 * task.theta[j] for j in range(N_PARAMS))
+    (0.1 + 0.2) + 0.3 != (0.3 + 0.2) + 0.1. Each stays below the rows it sums over."""
+    return tuple(BASE[start] * (j + 1) / N_PARAMS + 0.25 * theta[j] for j in range(N_PARAMS))
 
 
-def fx_result(task: FxTask) -> FxResult:
-    return FxResult(
-        task_id=task.task_id,
-        start=task.start,
-        count=task.count,
-        grad=fake_grad(task),
-        loss_sum={0: 1.1, 2: 2.2, 4: 0.7}[task.start] * task.count,
-        correct=task.count - 1,
-        valid=task.count,
+def fx_stats(t: Task, theta: tuple[float, ...]) -> RegressionStats:
+    return RegressionStats(
+        grad=fake_grad(t.start, theta),
+        loss_sum=LOSS[t.start] * t.count,
+        correct=t.count - 1,
+        valid=t.count,
     )
 
 
-def fx_machine() -> tuple[JobMachine, Fixture]:
-    fixture = Fixture(ChunkPlan(N_ROWS, FX_CHUNK), seed=SEED, steps=STEPS, rate=RATE)
-    return JobMachine(fixture, {"a": 1, "b": 1}), fixture
+class Fixture:
+    """A regression machine and the theta of the pass in progress (from BeginPass)."""
+
+    def __init__(self, rows: int = N_ROWS, chunk: int = FX_CHUNK) -> None:
+        request = RegressionRequest(samples=rows, steps=STEPS, rate=RATE, seed=SEED)
+        self.run = Recorded(Regression().start(request, chunk))
+        self.machine = JobMachine(self.run, {"a": 1, "b": 1}, chunk=chunk, passes=STEPS + 2)
+        self.thetas: list[tuple[float, ...]] = []
+        self.last: Progress | None = None
+
+    def feed(self, out: list[Instruction]) -> list[Instruction]:
+        for i in out:
+            if isinstance(i, BeginPass):
+                assert isinstance(i.params, RegressionParams) and i.params.seed == SEED
+                assert i.pass_id == len(self.thetas)
+                self.thetas.append(i.params.theta)
+            if isinstance(i, WriteStatus):
+                self.last = i.progress
+        return out
+
+    def start(self) -> list[Instruction]:
+        return self.feed(self.machine.start())
+
+    def handle(self, event: Any) -> list[Instruction]:
+        return self.feed(self.machine.handle(event))
+
+    def answer(self, worker: str, t: Task) -> list[Instruction]:
+        return self.handle(ResultReceived(worker, t.task_id, fx_stats(t, self.thetas[t.pass_id])))
+
+    @property
+    def theta(self) -> tuple[float, ...]:
+        theta: tuple[float, ...] = self.run.run.theta  # type: ignore[attr-defined]
+        return theta
 
 
 def reference_theta(steps: int) -> tuple[float, ...]:
     """The update of SPEC section 2 written out: chunk-order sums, divided by all rows."""
     theta = (0.0,) * N_PARAMS
     for _ in range(steps):
-        ranges = [(0, 2), (2, 2), (4, 1)]
-        grads = [fake_grad(FxTask(0, SEED, s, c, theta)) for s, c in ranges]
+        grads = [fake_grad(s, theta) for s in (0, 2, 4)]
         total = [((0.0 + grads[0][j]) + grads[1][j]) + grads[2][j] for j in range(N_PARAMS)]
         theta = tuple(t - RATE * g / N_ROWS for t, g in zip(theta, total, strict=True))
     return theta
 
 
-def tasks_of(out: Sequence[object]) -> list[FxTask]:
-    tasks = [i.task for i in out if isinstance(i, SendTask)]
-    assert all(isinstance(t, FxTask) for t in tasks)
-    return tasks  # type: ignore[return-value]
+def sends(out: Sequence[Instruction]) -> list[SendTask]:
+    return [i for i in out if isinstance(i, SendTask)]
 
 
-def run_fixture(reverse: bool) -> tuple[JobMachine, Fixture, list[list[FxTask]]]:
+def run_fixture(reverse: bool) -> tuple[Fixture, list[list[Task]]]:
     """Run the whole fixture with windows big enough for a pass, completing each pass's
     chunks in chunk order or in reverse; return the tasks sent per pass."""
-    machine, fixture = fx_machine()
-    out = machine.handle(WorkerReady("a", 8)) + machine.handle(WorkerReady("b", 8))
-    per_pass: list[list[FxTask]] = []
-    while machine.state is JobState.RUNNING:
-        tasks = tasks_of(out)
-        assert [t.start for t in tasks] == [0, 2, 4]  # one whole pass, and nothing more
-        per_pass.append(tasks)
-        owners = {i.task.task_id: i.worker for i in out if isinstance(i, SendTask)}
+    fx = Fixture()
+    fx.start()
+    out = fx.handle(WorkerReady("a", 8)) + fx.handle(WorkerReady("b", 8))
+    per_pass: list[list[Task]] = []
+    while not (out and isinstance(out[-1], JobEnded)):
+        sent = sends(out)
+        assert [s.task.start for s in sent] == [0, 2, 4]  # one whole pass, and nothing more
+        assert {s.task.pass_id for s in sent} == {len(per_pass)}
+        per_pass.append([s.task for s in sent])
         out = []
-        for task in reversed(tasks) if reverse else tasks:
-            out = machine.handle(ResultReceived(owners[task.task_id], fx_result(task)))
-    return machine, fixture, per_pass
+        for s in reversed(sent) if reverse else sent:
+            out = fx.answer(s.worker, s.task)
+    assert out[-1] == JobEnded(JobState.COMPLETED)
+    return fx, per_pass
 
 
 def test_fixture_makes_steps_plus_two_passes() -> None:
-    machine, fixture, per_pass = run_fixture(reverse=False)
-    assert machine.state is JobState.COMPLETED
-    assert len(per_pass) == STEPS + 2 == machine.passes
-    assert fixture.committed_steps == STEPS
-    assert machine.items_total_done == N_ROWS * (STEPS + 2)
+    fx, per_pass = run_fixture(reverse=False)
+    assert len(per_pass) == STEPS + 2
+    assert fx.run.commits == STEPS + 2
+    assert fx.run.committed_steps == STEPS
+    p = fx.last
+    assert p is not None
+    assert (p.passes, p.pass_index, p.accepted, p.committed_steps) == (
+        STEPS + 2, STEPS + 2, N_ROWS * (STEPS + 2), STEPS,
+    )  # fmt: skip
     # Pass 0: "a" is ready first and takes all but the chunk held for "b"; later passes
     # deal chunks round robin over the ready workers: a gets [0,2) and [4,5), b [2,4).
-    assert machine.accounts["a"].items_by_pass == [4, 3, 3, 3]
-    assert machine.accounts["b"].items_by_pass == [1, 2, 2, 2]
+    assert accounts(p)["a"][2] == [4, 3, 3, 3]
+    assert accounts(p)["b"][2] == [1, 2, 2, 2]
 
 
 def test_theta_of_each_pass_is_the_committed_update() -> None:
-    _, fixture, per_pass = run_fixture(reverse=False)
+    fx, _ = run_fixture(reverse=False)
     zero = (0.0,) * N_PARAMS
-    assert [t.theta for t in per_pass[0]] == [zero] * 3  # initial metrics
-    assert [t.theta for t in per_pass[1]] == [zero] * 3  # step 1 uses the start
-    assert [t.theta for t in per_pass[2]] == [reference_theta(1)] * 3
-    assert [t.theta for t in per_pass[3]] == [reference_theta(2)] * 3  # final metrics
-    assert fixture.theta == reference_theta(2)
+    assert fx.thetas == [zero, zero, reference_theta(1), reference_theta(2)]
+    assert fx.theta == reference_theta(2)
     assert reference_theta(1) != zero and reference_theta(2) != reference_theta(1)
 
 
 def test_reduction_is_in_chunk_order_whatever_completes_first() -> None:
-    _, forward, _ = run_fixture(reverse=False)
-    _, backward, _ = run_fixture(reverse=True)
+    forward, _ = run_fixture(reverse=False)
+    backward, _ = run_fixture(reverse=True)
     assert forward.theta == backward.theta == reference_theta(STEPS)  # bitwise
-    assert forward.initial == backward.initial
-    assert forward.final == backward.final
+    a, b = forward.run.result(NO_ACCOUNTING), backward.run.result(NO_ACCOUNTING)
+    assert (a.initial_loss, a.final_loss, a.theta) == (b.initial_loss, b.final_loss, b.theta)
     # The choice of sums makes order visible: a reversed reduction would differ.
-    reversed_sum = ((0.0 + 0.3) + 0.2) + 0.1
-    assert reversed_sum != ((0.0 + 0.1) + 0.2) + 0.3
+    grads = [fake_grad(s, (0.0,) * N_PARAMS) for s in (0, 2, 4)]
+    forward_sums = [((0.0 + grads[0][j]) + grads[1][j]) + grads[2][j] for j in range(N_PARAMS)]
+    reverse_sums = [((0.0 + grads[2][j]) + grads[1][j]) + grads[0][j] for j in range(N_PARAMS)]
+    assert forward_sums != reverse_sums
 
 
 def test_uneven_last_chunk_is_weighted_by_rows_not_chunks() -> None:
-    _, fixture, _ = run_fixture(reverse=False)
-    assert fixture.initial is not None and fixture.final is not None
+    fx, _ = run_fixture(reverse=False)
+    result = fx.run.result(NO_ACCOUNTING)
     loss_sum = (1.1 * 2 + 2.2 * 2) + 0.7 * 1
-    assert fixture.initial.loss == loss_sum / N_ROWS
-    assert fixture.initial.loss != (1.1 + 2.2 + 0.7) / 3  # not a mean of chunk means
-    assert fixture.initial.accuracy == (1 + 1 + 0) / N_ROWS
-    g0 = ((0.0 + 0.1) + 0.2) + 0.3
+    assert result.initial_loss == loss_sum / N_ROWS
+    assert result.initial_loss != (1.1 + 2.2 + 0.7) / 3  # not a mean of chunk means
+    assert result.initial_accuracy == (1 + 1 + 0) / N_ROWS
+    assert result.committed_steps == STEPS and result.steps == STEPS
+    g0 = ((0.0 + 0.1 / N_PARAMS) + 0.2 / N_PARAMS) + 0.3 / N_PARAMS
     assert reference_theta(1)[0] == 0.0 - RATE * g0 / N_ROWS
 
 
 def test_barrier_no_task_of_the_next_pass_before_the_pass_is_accepted() -> None:
-    machine, fixture = fx_machine()
-    assert machine.handle(WorkerReady("a", 1)) == [
-        WriteStatus(),
-        SendTask("a", FxTask(1, SEED, 0, 2, (0.0,) * N_PARAMS)),
-    ]
-    assert machine.handle(WorkerReady("b", 1)) == [
-        SendTask("b", FxTask(2, SEED, 2, 2, (0.0,) * N_PARAMS))
-    ]
-    assert machine.handle(WorkerReady("a", 1)) == []  # already ready: nothing changes
-    out = machine.handle(ResultReceived("a", fx_result(FxTask(1, SEED, 0, 2, (0.0,) * 9))))
-    assert out == [SendTask("a", FxTask(3, SEED, 4, 1, (0.0,) * N_PARAMS))]
+    fx = Fixture()
+    assert plain(fx.start()) == [BeginPass(0, RegressionParams(SEED, (0.0,) * 9)), status(S)]
+    assert plain(fx.handle(WorkerReady("a", 1))) == [status(R), SendTask("a", task(1, 0, 2))]
+    assert fx.handle(WorkerReady("b", 1)) == [SendTask("b", task(2, 2, 2))]
+    assert fx.handle(WorkerReady("a", 1)) == []  # already ready: nothing changes
+    out = fx.answer("a", task(1, 0, 2))
+    assert plain(out) == [SendTask("a", task(3, 4, 1)), status(R, urgent=False)]
     # "a" has a free slot once task 3 is back, but pass 0 still waits for task 2 on "b".
-    assert machine.handle(ResultReceived("a", fx_result(FxTask(3, SEED, 4, 1, (0.0,) * 9)))) == []
-    assert machine.pass_index == 0 and machine.chunks_done == 2
-    out = machine.handle(ResultReceived("b", fx_result(FxTask(2, SEED, 2, 2, (0.0,) * 9))))
-    assert out == [
-        WriteStatus(),
-        SendTask("a", FxTask(4, SEED, 0, 2, (0.0,) * N_PARAMS)),
-        SendTask("b", FxTask(5, SEED, 2, 2, (0.0,) * N_PARAMS)),
+    out = fx.answer("a", task(3, 4, 1))
+    assert plain(out) == [status(R, urgent=False)]
+    assert (progress(out).pass_index, progress(out).chunks_done) == (0, 2)
+    assert fx.run.commits == 0
+    out = fx.answer("b", task(2, 2, 2))
+    theta = (0.0,) * N_PARAMS  # step 1 computes its gradient at the initial parameters
+    assert plain(out) == [
+        BeginPass(1, RegressionParams(SEED, theta)),
+        status(R),
+        SendTask("a", task(4, 0, 2, pass_id=1)),
+        SendTask("b", task(5, 2, 2, pass_id=1)),
     ]
-    assert machine.pass_index == 1 and machine.chunks_done == 0
-    assert fixture.initial is not None and fixture.committed_steps == 0
+    p = progress(out)
+    assert (p.pass_index, p.chunks_done, p.phase, p.committed_steps) == (1, 0, "step 1 of 2", 0)
+    assert fx.run.commits == 1
 
 
 def test_cancel_mid_step_keeps_the_last_committed_theta() -> None:
-    machine, fixture = fx_machine()
-    out = machine.handle(WorkerReady("a", 8)) + machine.handle(WorkerReady("b", 8))
+    fx = Fixture()
+    fx.start()
+    out = fx.handle(WorkerReady("a", 8)) + fx.handle(WorkerReady("b", 8))
     for _ in range(2):  # initial metrics and step 1
-        sent = [(i.worker, i.task) for i in out if isinstance(i, SendTask)]
+        sent = sends(out)
         out = []
-        for worker, task in sent:
-            out = machine.handle(ResultReceived(worker, fx_result(task)))  # type: ignore[arg-type]
-    assert fixture.committed_steps == 1
-    committed = fixture.theta
+        for s in sent:
+            out = fx.answer(s.worker, s.task)
+    assert fx.run.committed_steps == 1
+    committed = fx.theta
     assert committed == reference_theta(1)
-    step2 = [(i.worker, i.task) for i in out if isinstance(i, SendTask)]
-    assert [t.theta for _, t in step2 if isinstance(t, FxTask)] == [committed] * 3
+    step2 = sends(out)
+    assert fx.thetas[-1] == committed and {s.task.pass_id for s in step2} == {2}
     # Two of step 2's three chunks arrive, one before and one after the cancel request.
-    assert machine.handle(ResultReceived(*_pair(step2[0]))) == []
-    assert machine.handle(CancelRequested("user")) == [WriteStatus(), StopWorkers("user")]
-    assert machine.handle(ResultReceived(*_pair(step2[2]))) == []
-    assert machine.handle(ResultReceived(*_pair(step2[1]))) == []  # even the whole pass
-    assert machine.handle(WorkersStopped()) == [WriteStatus(), JobEnded(JobState.CANCELLED)]
-    assert fixture.committed_steps == 1
-    assert fixture.theta == committed
-    assert fixture.final is None
-    assert machine.pass_index == 2
-
-
-def _pair(item: tuple[str, object]) -> tuple[str, FxResult]:
-    worker, task = item
-    assert isinstance(task, FxTask)
-    return worker, fx_result(task)
+    assert plain(fx.answer(step2[0].worker, step2[0].task)) == [status(R, urgent=False)]
+    assert plain(fx.handle(CancelRequested("user"))) == [status(CG), StopWorkers("user")]
+    assert fx.answer(step2[2].worker, step2[2].task) == []
+    assert fx.answer(step2[1].worker, step2[1].task) == []  # even the whole pass
+    out = fx.handle(WorkersStopped())
+    assert plain(out) == [status(CD), JobEnded(CD)]
+    assert fx.run.committed_steps == 1
+    assert fx.theta == committed
+    assert progress(out).pass_index == 2
+    assert progress(out).committed_steps == 1
 
 
 @pytest.mark.parametrize(
@@ -466,131 +814,109 @@ def _pair(item: tuple[str, object]) -> tuple[str, FxResult]:
     [
         ({"valid": 1}, "1 valid rows reported for a range of 2"),
         ({"correct": 3}, "3 correct predictions is impossible for 2 rows"),
+        ({"correct": -1}, "-1 correct predictions is impossible for 2 rows"),
         ({"grad": (0.0,) * 8}, "8 gradient sums, expected 9"),
-        ({"loss_sum": float("nan")}, "non-finite gradient or loss sum"),
-        ({"grad": (float("inf"),) + (0.0,) * 8}, "non-finite gradient or loss sum"),
-        ({"start": 1}, "covers [1, +2) but the task was [0, +2)"),
+        ({"loss_sum": -1.0}, "negative loss sum -1.0"),
+        ({"grad": (3.0,) + (0.0,) * 8}, "a gradient sum exceeds the 2 rows it sums over"),
     ],
-    ids=["valid", "correct", "grad-length", "nan-loss", "inf-grad", "range"],
+    ids=["valid", "correct", "negative-correct", "grad-length", "negative-loss", "grad-bound"],
 )
 def test_inconsistent_fixture_result_is_rejected(change: dict[str, object], words: str) -> None:
-    machine, fixture = fx_machine()
-    machine.handle(WorkerReady("a", 1))
-    good = fx_result(FxTask(1, SEED, 0, 2, (0.0,) * N_PARAMS))
+    fx = Fixture()
+    fx.start()
+    fx.handle(WorkerReady("a", 1))
+    good = fx_stats(task(1, 0, 2), (0.0,) * N_PARAMS)
     fields = {f: getattr(good, f) for f in good.__struct_fields__}
-    bad = FxResult(**{**fields, **change})
-    out = machine.handle(ResultReceived("a", bad))
-    assert out == failed(str(machine.error))
-    assert 'worker "a" failed during run: inconsistent result rejected: ' in str(machine.error)
-    assert words in str(machine.error)
-    assert machine.chunks_done == 0 and fixture.initial is None
+    out = fx.handle(ResultReceived("a", 1, RegressionStats(**{**fields, **change})))
+    error = str(progress(out).error)
+    assert plain(out) == failed(error)
+    assert error.startswith('worker "a" failed during run: inconsistent result rejected: ')
+    assert words in error
+    assert fx.run.accepted == []
 
 
-# -- after the end: late results, abandoned tasks, per-pass accounting ---------------------
+@pytest.mark.parametrize(
+    "change",
+    [{"loss_sum": float("nan")}, {"grad": (float("inf"),) + (0.0,) * 8}],
+    ids=["nan-loss", "inf-grad"],
+)
+def test_non_finite_statistics_are_a_divergence_not_a_worker_fault(
+    change: dict[str, object],
+) -> None:
+    fx = Fixture()
+    fx.start()
+    fx.handle(WorkerReady("a", 1))
+    good = fx_stats(task(1, 0, 2), (0.0,) * N_PARAMS)
+    fields = {f: getattr(good, f) for f in good.__struct_fields__}
+    out = fx.handle(ResultReceived("a", 1, RegressionStats(**{**fields, **change})))
+    error = str(progress(out).error)
+    assert plain(out) == failed(error)
+    assert error.startswith("numerical divergence: non-finite loss or gradient in initial metrics")
+    assert "lower --rate" in error
+    assert 'worker "a"' not in error
 
 
-def _accounting(machine: JobMachine, computation: MonteCarlo) -> tuple[object, ...]:
-    return (
-        computation.hits,
-        machine.items_done,
-        machine.items_total_done,
-        machine.chunks_done,
-        machine.in_flight,
-        [
-            (a.items, a.chunks, a.in_flight, list(a.items_by_pass))
-            for a in machine.accounts.values()
-        ],
+def test_parameters_leaving_the_finite_range_name_the_step() -> None:
+    request = RegressionRequest(samples=N_ROWS, steps=STEPS, rate=1e308, seed=SEED)
+    run = Recorded(Regression().start(request, N_ROWS))
+    machine = JobMachine(run, {"a": 1}, chunk=N_ROWS, passes=STEPS + 2)
+    machine.start()
+    machine.handle(WorkerReady("a", 1))
+    big = RegressionStats((-5.0,) * N_PARAMS, 1.0, 0, N_ROWS)
+    machine.handle(ResultReceived("a", 1, big))  # initial metrics: committed
+    out = machine.handle(ResultReceived("a", 2, big))  # step 1: theta = 1e308 * 5 / 5 ... inf?
+    error = str(progress(out).error)
+    assert plain(out) == failed(error)
+    assert error == (
+        "numerical divergence: the parameters left the finite range at step 1 of 2: "
+        "the fit diverged; lower --rate"
     )
-
-
-def test_results_after_failure_are_ignored() -> None:
-    machine, computation = mc_machine()
-    machine.handle(WorkerReady("a", 2))
-    machine.handle(WorkerReady("b", 2))
-    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=2))) == []
-    machine.handle(WorkerLost("b", "run", "connection reset"))
-    assert machine.state is JobState.FAILED
-    before = _accounting(machine, computation)
-    # Task 2 was outstanding on "a" when the job failed: its result is not counted.
-    assert machine.handle(ResultReceived("a", answer(mc(2, 3, 3), hits=1))) == []
-    assert machine.handle(ResultReceived("a", TaskFailed(2, "late"))) == []
-    assert _accounting(machine, computation) == before
-    assert computation.hits == 2 and machine.items_total_done == 3
-    assert state_of(machine) is JobState.FAILED
-
-
-def test_results_after_completion_are_ignored() -> None:
-    machine, computation = mc_machine(total=6, chunk=3)
-    machine.handle(WorkerReady("a", 2))
-    machine.handle(WorkerReady("b", 2))
-    machine.handle(ResultReceived("a", answer(mc(1, 0, 3), hits=1)))
-    assert machine.handle(ResultReceived("b", answer(mc(2, 3, 3), hits=1)))[-1] == JobEnded(
-        JobState.COMPLETED
-    )
-    before = _accounting(machine, computation)
-    assert machine.handle(ResultReceived("b", answer(mc(2, 3, 3), hits=1))) == []
-    assert machine.handle(ResultReceived("a", McResult(99, 0, 3, 1))) == []
-    assert _accounting(machine, computation) == before
-    assert state_of(machine) is JobState.COMPLETED and machine.error is None
-
-
-def test_workers_stopped_abandons_outstanding_tasks() -> None:
-    machine, computation = mc_machine(total=20, chunk=3)  # 7 chunks
-    machine.handle(WorkerReady("a", 2))
-    machine.handle(WorkerReady("b", 2))
-    assert machine.in_flight == 4
-    machine.handle(CancelRequested("user"))
-    # One result still arrives while cancelling and is counted as a diagnostic.
-    assert machine.handle(ResultReceived("b", answer(mc(3, 6, 3), hits=3))) == []
-    assert machine.items_done == 3 and machine.in_flight == 3
-    assert machine.handle(WorkersStopped()) == [WriteStatus(), JobEnded(JobState.CANCELLED)]
-    # The tasks the workers dropped were never accepted: nothing is in flight any more.
-    assert machine.in_flight == 0
-    assert [a.in_flight for a in machine.accounts.values()] == [0, 0]
-    assert machine.items_done == 3 and computation.hits == 3
-    # A dropped task's result that still trickles in is ignored.
-    assert machine.handle(ResultReceived("a", answer(mc(1, 0, 3)))) == []
-    assert machine.items_done == 3 and computation.hits == 3
-
-
-def test_failure_abandons_outstanding_tasks() -> None:
-    machine, _ = mc_machine()
-    machine.handle(WorkerReady("a", 2))
-    machine.handle(WorkerReady("b", 2))
-    assert machine.in_flight == 4
-    machine.handle(WorkerLost("a", "run", "killed"))
-    assert state_of(machine) is JobState.FAILED
-    assert machine.in_flight == 0
-    assert [a.in_flight for a in machine.accounts.values()] == [0, 0]
 
 
 def test_items_by_pass_has_an_entry_per_started_pass_for_every_worker() -> None:
     # One chunk, two workers (local runs allow that): each pass is done by one of them, so
     # in every pass the other worker accepts nothing, and still has an entry for it.
-    fixture = Fixture(ChunkPlan(N_ROWS, N_ROWS), seed=SEED, steps=STEPS, rate=RATE)
-    machine = JobMachine(fixture, {"a": 1, "b": 1})
-    assert [a.items_by_pass for a in machine.accounts.values()] == [[0], [0]]
-    out = machine.handle(WorkerReady("a", 1)) + machine.handle(WorkerReady("b", 1))
+    fx = Fixture(chunk=N_ROWS)
+    out = fx.start()
+    assert [w.items_by_pass for w in progress(out).workers] == [[0], [0]]
+    out = fx.handle(WorkerReady("a", 1)) + fx.handle(WorkerReady("b", 1))
     passes_seen = 0
-    while machine.state is JobState.RUNNING:
+    while not isinstance(out[-1], JobEnded):
         passes_seen += 1
-        assert [len(a.items_by_pass) for a in machine.accounts.values()] == [passes_seen] * 2
-        (item,) = [i for i in out if isinstance(i, SendTask)]
-        out = machine.handle(ResultReceived(*_pair((item.worker, item.task))))
-    assert machine.state is JobState.COMPLETED
+        assert fx.last is not None
+        assert [len(w.items_by_pass) for w in fx.last.workers] == [passes_seen] * 2
+        (item,) = sends(out)
+        out = fx.answer(item.worker, item.task)
+    assert out[-1] == JobEnded(JobState.COMPLETED)
     # Pass 1 goes to "b", the worker that was still unserved; later passes to "a" again.
-    assert machine.accounts["a"].items_by_pass == [N_ROWS, 0, N_ROWS, N_ROWS]
-    assert machine.accounts["b"].items_by_pass == [0, N_ROWS, 0, 0]
+    p = progress(out)
+    assert accounts(p)["a"][2] == [N_ROWS, 0, N_ROWS, N_ROWS]
+    assert accounts(p)["b"][2] == [0, N_ROWS, 0, 0]
 
 
 def test_items_by_pass_of_a_cancelled_fixture_covers_the_interrupted_pass() -> None:
-    machine, _ = fx_machine()
-    out = machine.handle(WorkerReady("a", 8)) + machine.handle(WorkerReady("b", 8))
-    for item in out:
-        if isinstance(item, SendTask):
-            machine.handle(ResultReceived(*_pair((item.worker, item.task))))
-    assert machine.pass_index == 1  # pass 1 started; nothing of it accepted yet
-    machine.handle(CancelRequested("user"))
-    machine.handle(WorkersStopped())
-    assert machine.accounts["a"].items_by_pass == [4, 0]
-    assert machine.accounts["b"].items_by_pass == [1, 0]
+    fx = Fixture()
+    fx.start()
+    out = fx.handle(WorkerReady("a", 8)) + fx.handle(WorkerReady("b", 8))
+    for s in sends(out):
+        fx.answer(s.worker, s.task)
+    assert fx.last is not None and fx.last.pass_index == 1  # pass 1 started, nothing accepted
+    fx.handle(CancelRequested("user"))
+    out = fx.handle(WorkersStopped())
+    assert accounts(progress(out))["a"][2] == [4, 0]
+    assert accounts(progress(out))["b"][2] == [1, 0]
+
+
+def test_two_runs_of_one_request_share_no_state() -> None:
+    """Per-run state is built fresh: running a request twice never doubles its counts."""
+    request = MonteCarloRequest(samples=6, seed=SEED)
+    results = []
+    for _ in range(2):
+        run = MonteCarlo().start(request, 3)
+        machine = JobMachine(run, {"a": 1}, chunk=3, passes=1)
+        machine.start()
+        machine.handle(WorkerReady("a", 2))
+        machine.handle(ResultReceived("a", 1, McStats(2)))
+        machine.handle(ResultReceived("a", 2, McStats(3)))
+        results.append(run.result(NO_ACCOUNTING).hits)
+    assert results == [5, 5]
