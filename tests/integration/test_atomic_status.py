@@ -1,18 +1,20 @@
-"""status.json is replaced atomically, and status files of older schema versions keep reading."""
+"""status.json is replaced atomically, and says COMPLETED only once result.json is on disk.
+(The checked-in samples of each schema are read in tests/unit/test_job_files.py.)"""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+from support import finish, read_status, spawned, status_of
 
 from aner_coord.jobdir import StatusWriter, write_atomic
-from aner_coord.status import STATUS_SCHEMA, StatusSnapshot, WorkerStatus, decode_status
+from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerAccount, decode_status
 
-DATA = Path(__file__).parent / "data"
 WRITES = 3000
 
 
@@ -23,7 +25,7 @@ def snapshot(seq: int) -> StatusSnapshot:
     return StatusSnapshot(
         schema=STATUS_SCHEMA,
         seq=seq,
-        state="RUNNING",
+        state=JobState.RUNNING,
         kind="monte-carlo",
         pid=1234,
         created_at=1.0e9,
@@ -40,8 +42,9 @@ def snapshot(seq: int) -> StatusSnapshot:
         in_flight=n_workers,
         throughput=10.0,
         eta_s=float(WRITES - seq),
-        workers=[WorkerStatus(f"w{i}", 1, seq, seq, [seq]) for i in range(n_workers)],
+        workers=[WorkerAccount(f"w{i}", 1, seq, seq, [seq]) for i in range(n_workers)],
         error="x" * ((seq * 131) % 6000) or None,
+        unit="samples",
     )
 
 
@@ -74,7 +77,7 @@ def hammer(path: Path, write: Callable[[Path, bytes], None]) -> tuple[int, int, 
                 problems.append(f"snapshot {status.seq} is inconsistent")
             last = status.seq
             seen.add(status.seq)
-            time.sleep(0)  # let the writer have the GIL between reads
+            time.sleep(0)  # yields the GIL to the writer between reads; it waits for nothing
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -102,65 +105,32 @@ def test_sizes_really_vary() -> None:
     assert min(sizes) < 1_000 and max(sizes) > 8_000
 
 
-def test_checked_in_status_v1_still_reads() -> None:
-    data = (DATA / "status-v1.json").read_bytes()
-    assert b'"schema": "aner-status/1"' in data
-    status = decode_status(data)
-    assert status.schema == "aner-status/1"
-    assert status.state == "COMPLETED"
-    assert status.kind == "monte-carlo"
-    assert status.requested == status.accepted == 10_000_000
-    assert status.chunks_done == status.chunks_total == 153
-    assert [w.identity for w in status.workers] == ["local-1", "local-2"]
-    assert sum(w.items for w in status.workers) == 10_000_000
-    assert status.terminal
-    assert status.total_work == 10_000_000
-
-
 def test_completed_is_written_only_after_the_result(tmp_path: Path) -> None:
     writer = StatusWriter(tmp_path)
     writer(snapshot(1))
-    assert decode_status((tmp_path / "status.json").read_bytes()).state == "RUNNING"
-    done = msgspec.structs.replace(snapshot(2), state="COMPLETED")
-    final = msgspec.structs.replace(snapshot(3), state="COMPLETED")
+    assert status_of(tmp_path).state is JobState.RUNNING
+    done = msgspec.structs.replace(snapshot(2), state=JobState.COMPLETED)
+    final = msgspec.structs.replace(snapshot(3), state=JobState.COMPLETED)
     writer(done)
     writer(final)
     # No result.json yet, so no reader may see COMPLETED.
-    assert decode_status((tmp_path / "status.json").read_bytes()).state == "RUNNING"
+    assert status_of(tmp_path).state is JobState.RUNNING
     writer.commit_completed()
-    written = decode_status((tmp_path / "status.json").read_bytes())
-    assert (written.state, written.seq) == ("COMPLETED", 3)
+    written = status_of(tmp_path)
+    assert (written.state, written.seq) == (JobState.COMPLETED, 3)
 
 
 def test_a_completed_cli_run_has_its_result_whenever_status_says_so(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     out = tmp_path / "job"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aner_coord",
-            "parallel",
-            "run",
-            "--samples",
-            "300000000",
-            "--seed",
-            "3",
-            "--workers",
-            "1",
-            "--output",
-            str(out),
-            "--quiet",
-        ],
-    )
-    while proc.poll() is None:
-        try:
-            state = decode_status((out / "status.json").read_bytes()).state
-        except FileNotFoundError:
-            continue
-        if state == "COMPLETED":
-            assert (out / "result.json").exists()
-    assert proc.wait() == 0
-    assert decode_status((out / "status.json").read_bytes()).state == "COMPLETED"
+    argv = [
+        sys.executable, "-m", "aner_coord", "parallel", "run", "--samples", "300000000",
+        "--seed", "3", "--workers", "1", "--output", str(out), "--quiet",
+    ]  # fmt: skip
+    with spawned(argv) as proc:
+        while proc.poll() is None:  # reads as fast as it can: any gap is a window missed
+            status = read_status(out)
+            if status is not None and status.state is JobState.COMPLETED:
+                assert (out / "result.json").exists()
+        code, _out, err = finish(proc, timeout=120)
+    assert code == 0, err
+    assert status_of(out).state is JobState.COMPLETED

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 import threading
+from typing import Any
 
+import msgspec
 import pytest
-from aner_coord.plan import MAX_CHUNKS, ChunkPlan, admit_plan
-from aner_worker.tasks import execute as execute_task
 
 from aner_coord import parallel
+from aner_coord.admission import Job, admit
 from aner_coord.backends import Backend, ThreadBackend
-from aner_coord.computations import MonteCarlo, Task
+from aner_coord.computations.montecarlo import STREAM_ID
 from aner_coord.coordinator import Coordinator
-from aner_coord.jobs import STREAM_ID, JobSpec, execute, prepare
-from aner_coord.jobstate import JobState
-from aner_coord.status import StatusSnapshot
+from aner_coord.jobs import execute
+from aner_coord.limits import MAX_CHUNKS
+from aner_coord.requests import JobRequest, LocalExecution, MonteCarloRequest
+from aner_coord.status import JobState, StatusSnapshot
 from aner_worker.inventory import current
+from aner_worker.kernels import McParams, McStats, MonteCarloKernel
 from aner_worker.philox import count_hits
 
 SAMPLES = 10_000_000
@@ -36,7 +38,7 @@ def _no_local_threads() -> list[str]:
 
 def test_reference_count() -> None:
     result = parallel.monte_carlo(samples=SAMPLES, seed=SEED)
-    assert result.hits() == HITS
+    assert result.hits == HITS
     assert result.stream == STREAM_ID
 
 
@@ -48,13 +50,14 @@ def test_hits_do_not_depend_on_workers_or_chunks(workers: int, chunk: int) -> No
     result = parallel.monte_carlo(
         samples=SAMPLES, seed=SEED, execution=parallel.local(workers=workers, chunk=chunk)
     )
-    assert result.hits() == HITS
+    assert result.hits == HITS
     n_chunks = -(-SAMPLES // chunk)
-    assert result.workers() == workers
-    assert [s.identity for s in result.shares] == [f"local-{i + 1}" for i in range(workers)]
-    assert sum(s.items for s in result.shares) == SAMPLES
-    assert sum(s.chunks for s in result.shares) == n_chunks
-    assert all(s.slots == 1 for s in result.shares)
+    assert len(result.workers) == workers
+    assert [w.identity for w in result.workers] == [f"local-{i + 1}" for i in range(workers)]
+    assert sum(w.items for w in result.workers) == SAMPLES
+    assert sum(w.chunks for w in result.workers) == n_chunks
+    assert all(w.slots == 1 for w in result.workers)
+    assert all(w.items_by_pass == [w.items] for w in result.workers)
     assert result.execution == {
         "kind": "local",
         "workers": workers,
@@ -66,19 +69,20 @@ def test_hits_do_not_depend_on_workers_or_chunks(workers: int, chunk: int) -> No
 def test_fewer_chunks_than_workers_still_completes() -> None:
     # Local runs admit fewer chunks than workers; the idle worker simply gets nothing.
     result = parallel.monte_carlo(samples=1_000, seed=SEED, execution=parallel.local(workers=2))
-    assert result.hits() == count_hits(SEED, 0, 1_000)
-    assert [s.chunks for s in result.shares] in ([1, 0], [0, 1])
+    assert result.hits == count_hits(SEED, 0, 1_000)
+    assert [w.chunks for w in result.workers] in ([1, 0], [0, 1])
 
 
-def test_result_methods() -> None:
+def test_result_attributes() -> None:
     result = parallel.monte_carlo(
         samples=SAMPLES, seed=SEED, execution=parallel.local(workers=1, chunk=10**6)
     )
-    assert result.estimate() == 4 * HITS / SAMPLES == 3.1426688
-    assert result.samples() == SAMPLES
-    assert result.hits() == HITS
-    assert result.workers() == 1
-    assert result.seconds() > 0
+    assert result.estimate == 4 * HITS / SAMPLES == 3.1426688
+    assert result.samples == SAMPLES
+    assert result.hits == HITS
+    assert result.seed == SEED
+    assert len(result.workers) == 1
+    assert result.seconds > 0
     summary = result.summary()
     assert "10,000,000 samples" in summary
     assert "seed 42" in summary
@@ -86,10 +90,22 @@ def test_result_methods() -> None:
     assert "3.1426688000" in summary
     assert "1 worker(s)" in summary
     data = result.to_dict()
+    assert data["computation"] == "monte-carlo"
+    assert data["schema"] == "aner-result/2"
     assert data["hits"] == HITS and data["samples"] == SAMPLES and data["seed"] == SEED
     assert data["workers"] == [
-        {"identity": "local-1", "slots": 1, "samples": SAMPLES, "chunks": 10}
+        {
+            "identity": "local-1",
+            "slots": 1,
+            "items": SAMPLES,
+            "chunks": 10,
+            "items_by_pass": [SAMPLES],
+        }
     ]
+    assert "samples_" not in repr(result)
+    assert isinstance(result, msgspec.Struct)
+    with pytest.raises(AttributeError):
+        result.hits = 0  # type: ignore[misc]
 
 
 def test_regression_api_smoke() -> None:
@@ -97,9 +113,19 @@ def test_regression_api_smoke() -> None:
         samples=1_000, steps=2, rate=0.5, seed=3, execution=parallel.local(workers=2, chunk=300)
     )
     assert result.steps == 2 and result.samples == 1_000
+    assert result.committed_steps == 2
     assert len(result.theta) == 9
     assert result.final_loss < result.initial_loss
-    assert sum(s.items for s in result.shares) == 1_000 * 4
+    assert sum(w.items for w in result.workers) == 1_000 * 4
+    assert [sum(w.items_by_pass[i] for w in result.workers) for i in range(4)] == [1_000] * 4
+
+
+def test_run_takes_any_computation_request() -> None:
+    result = parallel.run(
+        MonteCarloRequest(samples=SAMPLES, seed=SEED), execution=parallel.local(1, chunk=10**6)
+    )
+    assert isinstance(result, parallel.MonteCarloResult)
+    assert result.hits == HITS
 
 
 # -- contexts and admission ----------------------------------------------------------------
@@ -107,13 +133,15 @@ def test_regression_api_smoke() -> None:
 
 def test_local_is_immutable() -> None:
     execution = parallel.local(workers=1, chunk=1_000)
-    assert execution == parallel.LocalExecution(1, 1_000, automatic=False)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    assert execution == LocalExecution(workers=1, chunk=1_000)
+    with pytest.raises(AttributeError):
         execution.workers = 2  # type: ignore[misc]
     automatic = parallel.local()
-    assert automatic.automatic is True
-    assert automatic.workers == current().auto_workers
+    assert automatic.workers == 0  # the automatic policy, resolved at admission
     assert automatic.chunk == 65_536
+    job = admit(JobRequest(computation=MonteCarloRequest(samples=10, seed=1)))
+    assert job.workers.automatic is True
+    assert len(job.workers.slots) == current().auto_workers
 
 
 def test_more_workers_than_the_allocation_names_both_numbers() -> None:
@@ -123,9 +151,10 @@ def test_more_workers_than_the_allocation_names_both_numbers() -> None:
     message = str(info.value)
     assert re.search(rf"\b{effective + 1} workers\b", message)
     assert re.search(rf"allocation of {effective}\b", message)
-    # The fix is said in words that hold for the API and the CLI alike.
-    assert f"use at most {effective} workers (--workers), or 0 for automatic" in message
-    assert f"--workers {effective}" not in message
+    # An API caller is told the argument to change, not a flag.
+    assert f"use at most {effective} workers (workers=), or 0 for automatic" in message
+    assert "--workers" not in message
+    assert "--workers" in info.value.render(lambda name: f"--{name}")
 
 
 def test_more_than_256_local_workers() -> None:
@@ -133,18 +162,18 @@ def test_more_than_256_local_workers() -> None:
         parallel.local(workers=257)
     message = str(info.value)
     assert "257 local workers exceed the limit of 256" in message
-    assert f"use at most {min(_effective(), 256)} workers (--workers)" in message
+    assert f"use at most {min(_effective(), 256)} workers (workers=)" in message
 
 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"chunk": 0}, "chunk must be positive, got 0"),
-        ({"chunk": -5}, "chunk must be positive, got -5"),
-        ({"workers": -1}, "workers must be 0 (automatic) or positive, got -1"),
-        ({"workers": True}, "workers must be an integer, got True"),
-        ({"chunk": True}, "chunk must be an integer, got True"),
-        ({"workers": 1.0}, "workers must be an integer, got 1.0"),
+        ({"chunk": 0}, "chunk= must be positive, got 0"),
+        ({"chunk": -5}, "chunk= must be positive, got -5"),
+        ({"workers": -1}, "workers= must be 0 (automatic) or positive, got -1"),
+        ({"workers": True}, "workers= must be an integer, got True"),
+        ({"chunk": True}, "chunk= must be an integer, got True"),
+        ({"workers": 1.0}, "workers= must be an integer, got 1.0"),
     ],
 )
 def test_invalid_local_policy(kwargs: dict[str, object], words: str) -> None:
@@ -159,26 +188,26 @@ def test_too_many_chunks_suggests_the_smallest_chunk() -> None:
         parallel.monte_carlo(samples=samples, seed=1, execution=parallel.local(workers=1, chunk=1))
     message = str(info.value)
     assert "3,000,001 chunks; the limit is 1,000,000" in message
-    assert "use --chunk" not in message  # a flag is not what an API caller changes
-    match = re.search(r"use a chunk of at least (\d+) \(--chunk\)", message)
+    assert "--chunk" not in message  # a flag is not what an API caller changes
+    match = re.search(r"use a chunk of at least (\d+) \(chunk=\)", message)
     assert match is not None
     smallest = int(match.group(1))
     assert smallest == 4
-    assert ChunkPlan(samples, smallest).n_chunks <= MAX_CHUNKS
-    assert ChunkPlan(samples, smallest - 1).n_chunks > MAX_CHUNKS
+    assert -(-samples // smallest) <= MAX_CHUNKS
+    assert -(-samples // (smallest - 1)) > MAX_CHUNKS
 
 
 @pytest.mark.parametrize(
     ("samples", "seed", "error", "words"),
     [
         (10**10 + 1, 1, parallel.AdmissionError, "10,000,000,001; the limit is 10,000,000,000"),
-        (0, 1, parallel.RequestError, "samples must be positive, got 0"),
-        (-3, 1, parallel.RequestError, "samples must be positive, got -3"),
-        (1_000, -1, parallel.RequestError, "seed must be in [0, 2**64), got -1"),
-        (1_000, 2**64, parallel.RequestError, f"seed must be in [0, 2**64), got {2**64}"),
-        (True, 1, parallel.RequestError, "samples must be an integer, got True"),
-        (1_000, False, parallel.RequestError, "seed must be an integer, got False"),
-        (1_000.0, 1, parallel.RequestError, "samples must be an integer, got 1000.0"),
+        (0, 1, parallel.RequestError, "samples= must be positive, got 0"),
+        (-3, 1, parallel.RequestError, "samples= must be positive, got -3"),
+        (1_000, -1, parallel.RequestError, "seed= must be in [0, 2**64), got -1"),
+        (1_000, 2**64, parallel.RequestError, f"seed= must be in [0, 2**64), got {2**64}"),
+        (True, 1, parallel.RequestError, "samples= must be an integer, got True"),
+        (1_000, False, parallel.RequestError, "seed= must be an integer, got False"),
+        (1_000.0, 1, parallel.RequestError, "samples= must be an integer, got 1000.0"),
     ],
 )
 def test_invalid_requests(samples: object, seed: object, error: type, words: str) -> None:
@@ -191,13 +220,13 @@ def test_invalid_requests(samples: object, seed: object, error: type, words: str
 def test_largest_seed_is_accepted() -> None:
     seed = 2**64 - 1
     result = parallel.monte_carlo(samples=100_000, seed=seed, execution=parallel.local(workers=1))
-    assert result.hits() == count_hits(seed, 0, 100_000)
+    assert result.hits == count_hits(seed, 0, 100_000)
 
 
 def test_works_inside_a_running_event_loop() -> None:
     async def notebook_cell() -> int:
         asyncio.get_running_loop()  # as in Jupyter: a loop is running in this thread
-        return parallel.monte_carlo(samples=SAMPLES, seed=SEED).hits()
+        return parallel.monte_carlo(samples=SAMPLES, seed=SEED).hits
 
     assert asyncio.run(notebook_cell()) == HITS
 
@@ -207,31 +236,41 @@ def test_works_inside_a_running_event_loop() -> None:
 FAIL_AT = 50_000
 
 
-def _failing(task: Task) -> object:
-    if task.start == FAIL_AT:
-        raise ValueError("boom in the kernel")
-    return execute_task(task)
+class FailingKernel(MonteCarloKernel):
+    """The real kernel, except that the chunk starting at FAIL_AT raises."""
+
+    def run(self, params: McParams, start: int, count: int, should_stop: Any) -> McStats:
+        if start == FAIL_AT:
+            raise ValueError("boom in the kernel")
+        return super().run(params, start, count, should_stop)
 
 
-class _FailingCoordinator(Coordinator):
+class FailingCoordinator(Coordinator):
     def _make_backend(self) -> Backend:
-        return ThreadBackend(list(self.execution.worker_slots()), _failing)
+        return ThreadBackend(list(self.job.workers.slots), FailingKernel())
+
+
+def local_job(samples: int, workers: int, chunk: int) -> Job:
+    return admit(
+        JobRequest(
+            computation=MonteCarloRequest(samples=samples, seed=SEED),
+            execution=LocalExecution(workers=workers, chunk=chunk),
+        )
+    )
 
 
 def test_task_exception_fails_the_job_naming_the_worker() -> None:
-    execution = parallel.local(workers=2, chunk=10_000)
-    computation = MonteCarlo(ChunkPlan(1_000_000, 10_000), SEED)  # 100 chunks
-    coordinator = _FailingCoordinator(computation, execution, kind="monte-carlo")
-    report = asyncio.run(coordinator.run())
+    job = local_job(1_000_000, workers=2, chunk=10_000)  # 100 chunks
+    report = asyncio.run(FailingCoordinator(job).run())
     assert report.state is JobState.FAILED
     assert report.error is not None
     assert re.fullmatch(
-        r'worker "local-[12]" failed during task: task \d+ failed: ValueError: boom in the kernel',
-        report.error,
+        r'worker "local-[12]" failed during task: ValueError: boom in the kernel', report.error
     )
     assert isinstance(report.task_exception, ValueError)
+    assert report.result is None
     snapshot = report.snapshot
-    assert snapshot.state == "FAILED"
+    assert snapshot.state is JobState.FAILED
     assert snapshot.error == report.error
     assert snapshot.chunks_done < 100
     assert snapshot.accepted < 1_000_000
@@ -240,26 +279,21 @@ def test_task_exception_fails_the_job_naming_the_worker() -> None:
 
 
 def test_failure_stops_pending_work_at_the_failing_chunk() -> None:
-    spec = JobSpec("monte-carlo", samples=1_000_000, seed=SEED)
-    job = prepare(spec, execution=parallel.local(workers=1, chunk=10_000))
+    job = local_job(1_000_000, workers=1, chunk=10_000)
     assert job.output is None
-    coordinator = _FailingCoordinator(job.computation, job.execution, kind=job.kind)
-    report = asyncio.run(coordinator.run())
+    report = asyncio.run(FailingCoordinator(job).run())
     assert report.state is JobState.FAILED
-    assert report.error == (
-        'worker "local-1" failed during task: task 6 failed: ValueError: boom in the kernel'
-    )
+    assert report.error == 'worker "local-1" failed during task: ValueError: boom in the kernel'
     assert report.snapshot.chunks_done == 5
     assert report.snapshot.accepted == FAIL_AT
 
 
 def test_cooperative_cancellation_joins_every_thread() -> None:
     requested = 2 * 10**9
-    spec = JobSpec("monte-carlo", samples=requested, seed=SEED)
-    job = prepare(spec, execution=parallel.local(workers=2, chunk=10**6))
+    job = local_job(requested, workers=2, chunk=10**6)
     snapshots: list[StatusSnapshot] = []
 
-    async def main() -> tuple[object, list[str]]:
+    async def main() -> tuple[Any, list[str]]:
         cancel = asyncio.Event()
         working = asyncio.Event()
 
@@ -274,38 +308,42 @@ def test_cooperative_cancellation_joins_every_thread() -> None:
         cancel.set()
         return await task, running
 
-    outcome, running = asyncio.run(main())
+    report, running = asyncio.run(main())
     assert sorted(running) == ["aner-local-1", "aner-local-2"]
-    report = outcome.report  # type: ignore[attr-defined]
     assert report.state is JobState.CANCELLED
-    assert outcome.result is None  # type: ignore[attr-defined]
+    assert report.result is None
     assert report.error == "cancelled: cancel requested"
     final = report.snapshot
-    assert final.state == "CANCELLED"
+    assert final.state is JobState.CANCELLED
     assert 0 < final.accepted < requested
     assert final.accepted % 10**6 == 0
     assert [s.seq for s in snapshots] == sorted({s.seq for s in snapshots})
-    assert [s.state for s in snapshots][-1] == "CANCELLED"
-    assert "CANCELLING" in [s.state for s in snapshots]
+    assert snapshots[-1].state is JobState.CANCELLED
+    assert JobState.CANCELLING in [s.state for s in snapshots]
     assert _no_local_threads() == []
 
 
-def test_too_few_chunks_for_the_workers_suggests_a_smaller_chunk() -> None:
-    with pytest.raises(parallel.AdmissionError) as info:
-        admit_plan(total=10, chunk=5, what="samples", min_chunks=3)
-    message = str(info.value)
-    assert "make 2 chunk(s), fewer than the 3 configured workers" in message
-    assert message.endswith("use a chunk of at most 3 (--chunk)")
-    assert ChunkPlan(10, 3).n_chunks >= 3
+def test_the_same_job_executed_twice_gives_the_same_hits() -> None:
+    job = local_job(1_000_000, workers=2, chunk=100_000)
+    first = asyncio.run(execute(job))
+    second = asyncio.run(execute(job))
+    assert first.result.hits == second.result.hits == count_hits(SEED, 0, 1_000_000)
 
 
 def test_api_raises_job_failed_with_the_task_exception_as_cause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Fault injection at the one seam the coordinator imports its task runner from.
-    import aner_worker.tasks
+    # Fault injection at the seam the kernel imports its counter from, at each call.
+    import aner_worker.philox
 
-    monkeypatch.setattr(aner_worker.tasks, "execute", _failing)
+    real = aner_worker.philox.count_hits
+
+    def failing(seed: int, start: int, count: int, should_stop: Any = None) -> int:
+        if start == FAIL_AT:
+            raise ValueError("boom in the kernel")
+        return real(seed, start, count, should_stop)
+
+    monkeypatch.setattr(aner_worker.philox, "count_hits", failing)
     with pytest.raises(parallel.JobFailed) as caught:
         parallel.monte_carlo(
             samples=1_000_000, seed=SEED, execution=parallel.local(workers=2, chunk=10_000)

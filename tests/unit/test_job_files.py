@@ -1,0 +1,178 @@
+"""The job files (SPEC section 7) as msgspec Structs, against checked-in samples of each
+schema: `status.json` of schema 1 and 2, `result.json` of both computations and
+`run-manifest.json` keep reading as the code evolves."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from support import DATA
+
+from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OFFLINE, EXIT_OK
+from aner_coord.manifest import MANIFEST_SCHEMA, decode_manifest, encode_manifest
+from aner_coord.results import (
+    RESULT_SCHEMA,
+    JobResult,
+    MonteCarloResult,
+    RegressionResult,
+    encode_result,
+)
+from aner_coord.status import (
+    STATUS_SCHEMA,
+    JobState,
+    WorkerAccount,
+    decode_status,
+    encode_status,
+)
+
+HITS_1E7_SEED_42 = 7_856_672
+
+
+def read_result(name: str) -> JobResult:
+    result: JobResult = msgspec.json.decode((DATA / name).read_bytes(), type=JobResult)
+    return result
+
+
+# -- status.json ----------------------------------------------------------------------------
+
+
+def test_checked_in_status_v1_still_reads() -> None:
+    data = (DATA / "status-v1.json").read_bytes()
+    assert b'"schema": "aner-status/1"' in data
+    status = decode_status(data)
+    assert status.schema == "aner-status/1"
+    assert status.state is JobState.COMPLETED
+    assert status.kind == "monte-carlo"
+    assert status.unit == "samples"  # schema 1 had no unit: derived from the kind
+    assert status.requested == status.accepted == 10_000_000
+    assert status.chunks_done == status.chunks_total == 153
+    assert [w.identity for w in status.workers] == ["local-1", "local-2"]
+    assert sum(w.items for w in status.workers) == 10_000_000
+    assert status.terminal
+    assert status.total_work == 10_000_000
+
+
+def test_a_schema_1_fixture_reads_as_regression() -> None:
+    data = json.loads((DATA / "status-v1.json").read_text())
+    data.update(kind="fixture", passes=4, committed_steps=2)
+    status = decode_status(json.dumps(data).encode())
+    assert (status.kind, status.unit, status.committed_steps) == ("regression", "rows", 2)
+
+
+def test_checked_in_status_v2_reads() -> None:
+    data = (DATA / "status-v2.json").read_bytes()
+    status = decode_status(data)
+    assert status.schema == STATUS_SCHEMA == "aner-status/2"
+    assert status.state is JobState.COMPLETED
+    assert (status.kind, status.unit, status.phase) == ("monte-carlo", "samples", "done")
+    assert status.requested == status.accepted == status.accepted_in_pass == 10_000_000
+    assert status.chunks_done == status.chunks_total == 153
+    assert status.workers == [
+        WorkerAccount("local-1", 1, 5_084_800, 78, [5_084_800]),
+        WorkerAccount("local-2", 1, 4_915_200, 75, [4_915_200]),
+    ]
+    assert status.eta_s is None and status.error is None and status.committed_steps is None
+    # It round-trips byte for byte through the writer's own encoding.
+    assert encode_status(status) == data
+
+
+def test_unknown_state_is_refused() -> None:
+    data = json.loads((DATA / "status-v2.json").read_text())
+    data["state"] = "SLEEPING"
+    with pytest.raises(msgspec.ValidationError, match="state"):
+        decode_status(json.dumps(data).encode())
+
+
+def test_the_offline_state_is_observed_never_written_and_each_state_has_its_exit_code() -> None:
+    assert {s: s.exit_code for s in JobState} == {
+        JobState.STARTING: EXIT_OK,
+        JobState.RUNNING: EXIT_OK,
+        JobState.CANCELLING: EXIT_OK,
+        JobState.COMPLETED: EXIT_OK,
+        JobState.FAILED: EXIT_FAILED,
+        JobState.CANCELLED: EXIT_CANCELLED,
+        JobState.COORDINATOR_OFFLINE: EXIT_OFFLINE,
+    }
+    assert (EXIT_OK, EXIT_FAILED, EXIT_CANCELLED, EXIT_OFFLINE) == (0, 3, 4, 5)
+    assert {s for s in JobState if s.terminal} == {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+    }
+    assert {s for s in JobState if s.active} == {JobState.STARTING, JobState.RUNNING}
+    assert not JobState.COORDINATOR_OFFLINE.terminal
+    assert not JobState.COORDINATOR_OFFLINE.active
+
+
+# -- result.json ----------------------------------------------------------------------------
+
+
+def test_checked_in_monte_carlo_result_v2_reads() -> None:
+    result = read_result("result-v2.json")
+    assert isinstance(result, MonteCarloResult)
+    assert result.schema == RESULT_SCHEMA == "aner-result/2"
+    assert (result.samples, result.seed, result.hits) == (10_000_000, 42, HITS_1E7_SEED_42)
+    assert result.estimate == 4 * HITS_1E7_SEED_42 / 10_000_000
+    assert result.stream == "aner-mc/philox4x64-10/v1"
+    assert result.execution == {"kind": "local", "workers": 2, "chunk": 65536, "automatic": False}
+    assert sum(w.items for w in result.workers) == 10_000_000
+    assert sum(w.chunks for w in result.workers) == 153
+    assert "7,856,672 hits" in result.summary()
+    assert encode_result(result) == (DATA / "result-v2.json").read_bytes()
+
+
+def test_checked_in_regression_result_v2_reads() -> None:
+    result = read_result("result-v2-regression.json")
+    assert isinstance(result, RegressionResult)
+    assert result.fixture == "aner-fixture/logistic/v1"
+    assert (result.samples, result.steps, result.rate, result.seed) == (10_000, 3, 0.5, 3)
+    assert result.committed_steps == 3
+    assert len(result.theta) == 9
+    assert result.final_loss < result.initial_loss
+    assert [len(w.items_by_pass) for w in result.workers] == [5, 5]  # steps + 2 passes
+    assert sum(w.items for w in result.workers) == 10_000 * 5
+    assert "loss 0.693147 -> 0.627874" in result.summary()
+
+
+def test_results_are_tagged_by_computation() -> None:
+    samples = {"result-v2.json": "monte-carlo", "result-v2-regression.json": "regression"}
+    for name, kind in samples.items():
+        assert json.loads((DATA / name).read_text())["computation"] == kind
+    data = json.loads((DATA / "result-v2.json").read_text())
+    data["computation"] = "fixture"
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(json.dumps(data), type=JobResult)
+
+
+# -- run-manifest.json ---------------------------------------------------------------------
+
+
+def test_checked_in_manifest_v2_reads() -> None:
+    data = (DATA / "manifest-v2.json").read_bytes()
+    manifest = decode_manifest(data)
+    assert manifest.schema == MANIFEST_SCHEMA == "aner-manifest/2"
+    assert manifest.computation == "monte-carlo"
+    assert manifest.identity == "aner-mc/philox4x64-10/v1"
+    assert manifest.request == {"samples": 10_000_000, "seed": 42}
+    assert manifest.plan == {
+        "kind": "local",
+        "workers": 2,
+        "chunk": 65_536,
+        "automatic": False,
+        "chunks": 153,
+        "passes": 1,
+    }
+    assert manifest.inventory["effective_cpus"] == 2
+    assert manifest.source_fingerprint.startswith("sha256:")
+    assert manifest.audit == 0.0
+    assert encode_manifest(manifest) == data
+
+
+def test_a_manifest_of_the_old_fixture_kind_reads_as_regression() -> None:
+    data = json.loads((DATA / "manifest-v2.json").read_text())
+    data.update(computation="fixture", schema="aner-manifest/1")
+    del data["audit"]  # appended in schema 2, with a default
+    manifest = decode_manifest(json.dumps(data).encode())
+    assert (manifest.computation, manifest.audit) == ("regression", 0.0)
