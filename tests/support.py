@@ -147,10 +147,14 @@ def spawned(
 
 
 def reap(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
-    """Kill `proc` if it still runs, then collect it and close its pipes."""
+    """Kill `proc` if it still runs, collect it and close its pipes (unread: a child of it
+    may hold them open for as long as it likes)."""
     if proc.poll() is None:
         proc.kill()
-    proc.communicate(timeout=timeout)
+    proc.wait(timeout=timeout)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:

@@ -25,15 +25,33 @@ from support import (
     FEW_SECONDS,
     LONG,
     Coordinators,
+    finish,
     lock_held,
     process_gone,
-    read_status,
+    reap,
     run_aner,
+    spawned,
+    status_of,
     submit,
     wait_for,
     wait_running,
     write_cluster_file,
 )
+
+from aner_coord.admission import Job, admit
+from aner_coord.requests import JobRequest, LocalExecution, MonteCarloRequest
+from aner_coord.status import JobState
+
+
+def mc_job(samples: int, seed: int, output: Path, workers: int = 0) -> Job:
+    return admit(
+        JobRequest(
+            computation=MonteCarloRequest(samples=samples, seed=seed),
+            execution=LocalExecution(workers=workers),
+            output=str(output),
+        )
+    )
+
 
 # --------------------------------------------------------------------------- runs
 
@@ -49,12 +67,12 @@ def test_background_run_is_ready_at_once_and_watch_follows_it_to_completion(
     )  # fmt: skip
     submit_s = time.monotonic() - started
     assert done.returncode == 0, done.stderr
-    pid = coordinators.add(read_status(job)["pid"])
+    pid = coordinators.add(status_of(job).pid)
     # Ready means: locked, manifest and first status written, and the job still ahead.
     assert lock_held(job)
-    status = read_status(job)
-    assert status["state"] in ("STARTING", "RUNNING")
-    assert status["accepted"] < int(FEW_SECONDS)
+    status = status_of(job)
+    assert status.state in (JobState.STARTING, JobState.RUNNING)
+    assert status.accepted < int(FEW_SECONDS)
     assert (job / "run-manifest.json").is_file()
     assert (job / "coordinator.log").is_file()
     assert not (job / "result.json").exists()
@@ -78,7 +96,7 @@ def test_background_run_is_ready_at_once_and_watch_follows_it_to_completion(
     assert result["samples"] == int(FEW_SECONDS)
     assert result["seed"] == 1
     assert 3.14 < result["estimate"] < 3.143
-    assert read_status(job)["state"] == "COMPLETED"
+    assert status_of(job).state is JobState.COMPLETED
     # The coordinator let go: no lock file, no process.
     assert not (job / "coordinator.lock").exists()
     wait_for(lambda: process_gone(pid), 10, "the coordinator to exit")
@@ -96,7 +114,7 @@ def test_background_hits_equal_the_foreground_run(
     assert fg.returncode == 0, fg.stderr
     bg = run_aner(*args, "--workers", "2", "--output", str(tmp_path / "bg"), "--background")
     assert bg.returncode == 0, bg.stderr
-    coordinators.add(read_status(tmp_path / "bg")["pid"])
+    coordinators.add(status_of(tmp_path / "bg").pid)
     watch = run_aner("parallel", "status", "--job", str(tmp_path / "bg"), "--watch")
     assert watch.returncode == 0, watch.stderr
     fg_result = json.loads((tmp_path / "fg" / "result.json").read_text())
@@ -115,9 +133,9 @@ def test_cancel_mid_run_ends_cancelled_with_no_result_and_no_process(
     cancel = run_aner("parallel", "cancel", "--job", str(job))
     assert cancel.returncode == 4, (cancel.stdout, cancel.stderr)
     assert "CANCELLED" in cancel.stdout
-    status = read_status(job)
-    assert status["state"] == "CANCELLED"
-    assert 0 < status["accepted"] < int(LONG)
+    status = status_of(job)
+    assert status.state is JobState.CANCELLED
+    assert 0 < status.accepted < int(LONG)
     assert not (job / "result.json").exists()
     assert (job / "cancel-request").exists()
     assert not (job / "coordinator.lock").exists()
@@ -137,11 +155,26 @@ def test_sigterm_to_a_background_coordinator_cancels_gracefully(
     wait_running(job)
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: process_gone(pid), 20, "the coordinator to exit")
-    assert read_status(job)["state"] == "CANCELLED"
+    assert status_of(job).state is JobState.CANCELLED
     assert not (job / "result.json").exists()
     assert "SIGTERM received: cancelling" in (job / "coordinator.log").read_text()
     status = run_aner("parallel", "status", "--job", str(job))
     assert status.returncode == 4
+
+
+def test_sighup_to_a_background_coordinator_cancels_like_sigterm(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    pid = coordinators.add(submit(job, LONG, "--workers", "1"))
+    wait_running(job)
+    os.kill(pid, signal.SIGHUP)
+    wait_for(lambda: process_gone(pid), 20, "the coordinator to exit")
+    status = status_of(job)
+    assert status.state is JobState.CANCELLED
+    assert 0 < status.accepted < int(LONG)
+    assert not (job / "result.json").exists()
+    assert "SIGHUP received: cancelling" in (job / "coordinator.log").read_text()
 
 
 def test_kill_9_of_the_coordinator_is_observed_as_offline(
@@ -150,36 +183,30 @@ def test_kill_9_of_the_coordinator_is_observed_as_offline(
     job = tmp_path / "job"
     pid = coordinators.add(submit(job, LONG, "--workers", "1"))
     wait_running(job)
-    watch = subprocess.Popen(
-        [ANER, "parallel", "status", "--job", str(job), "--watch"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        time.sleep(0.5)
+    with spawned([ANER, "parallel", "status", "--job", str(job), "--watch"]) as watch:
+        assert watch.stdout is not None
+        first = watch.stdout.readline()  # the watcher is following the live job
+        assert first.startswith("RUNNING"), first
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: process_gone(pid), 10, "the killed coordinator to disappear")
-        out, _err = watch.communicate(timeout=20)
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
-    assert watch.returncode == 5
+        code, out, _err = finish(watch, timeout=20)
+    assert code == 5
+    out = first + out
     assert out.splitlines()[-1].startswith("COORDINATOR_OFFLINE: last confirmed snapshot ")
 
-    last = read_status(job)
+    last = status_of(job)
     status = run_aner("parallel", "status", "--job", str(job))
     assert status.returncode == 5, status.stderr
     assert "COORDINATOR_OFFLINE (last confirmed snapshot: RUNNING" in status.stdout
-    assert f"{last['accepted']:,} of {int(LONG):,} samples" in status.stdout
+    assert f"{last.accepted:,} of {int(LONG):,} samples" in status.stdout
+    assert "ETA" not in status.stdout  # an offline job has no ETA
     assert "does not resume" in status.stdout
     as_json = run_aner("parallel", "status", "--job", str(job), "--json")
     assert as_json.returncode == 5
     observed = json.loads(as_json.stdout)
     assert observed["observed_state"] == "COORDINATOR_OFFLINE"
     assert observed["state"] == "RUNNING"
-    assert observed["seq"] == last["seq"]
+    assert observed["seq"] == last.seq
     assert observed["snapshot_age_s"] > 0
     cancel = run_aner("parallel", "cancel", "--job", str(job))
     assert cancel.returncode == 5
@@ -219,13 +246,11 @@ def test_submit_from_python_returns_once_ready_and_lets_the_coordinator_go(
     tmp_path: Path, coordinators: Coordinators, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from aner_coord.background import submit as submit_job
-    from aner_coord.jobs import JobSpec, prepare
 
     job = tmp_path / "job"
-    spec = JobSpec("monte-carlo", samples=2_000_000, seed=4, output=str(job), workers=1)
     # Warnings are errors here: a Popen left to warn "still running" would fail the test.
-    assert submit_job(prepare(spec), quiet=True) == 0
-    pid = coordinators.add(read_status(job)["pid"])
+    assert submit_job(mc_job(2_000_000, 4, job, workers=1), quiet=True) == 0
+    pid = coordinators.add(status_of(job).pid)
     assert pid != os.getpid()
     assert capsys.readouterr() == ("", "")
     wait_for(lambda: (job / "result.json").exists() and not lock_held(job), 30, "the result")
@@ -303,7 +328,6 @@ def test_a_coordinator_never_ready_is_killed_after_the_timeout(
 ) -> None:
     from aner_coord.background import submit as submit_job
     from aner_coord.errors import AnerError
-    from aner_coord.jobs import JobSpec, prepare
 
     job = tmp_path / "job"
     pid_file = tmp_path / "stuck.pid"
@@ -311,7 +335,7 @@ def test_a_coordinator_never_ready_is_killed_after_the_timeout(
         tmp_path, f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)\n"
     )
     monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
-    prepared = prepare(JobSpec("monte-carlo", samples=1000, seed=1, output=str(job)))
+    prepared = mc_job(1000, 1, job)
     with pytest.raises(AnerError, match="not ready after 1 s and was stopped") as caught:
         submit_job(prepared, quiet=True, ready_timeout_s=1.0)
     assert caught.value.exit_code == 3
@@ -335,38 +359,35 @@ time.sleep(60)
 
 
 def test_one_coordinator_per_job_and_the_lock_is_never_inherited(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    with spawned([sys.executable, "-c", _HOLDER, str(job)], stderr=None) as holder:
+        assert holder.stdout is not None
+        grandchild = int(holder.stdout.readline())
+        try:
+            _check_the_lock(job, holder, grandchild)
+        finally:
+            if not process_gone(grandchild):
+                os.kill(grandchild, signal.SIGKILL)
+
+
+def _check_the_lock(job: Path, holder: subprocess.Popen[str], grandchild: int) -> None:
     from aner_coord.errors import RequestError
     from aner_coord.jobdir import JobLock, lock_is_held
 
-    job = tmp_path / "job"
-    job.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(job)], stdout=subprocess.PIPE, text=True
-    )
-    assert holder.stdout is not None
-    grandchild = int(holder.stdout.readline())
-    try:
-        assert lock_is_held(job)
-        assert (job / "coordinator.lock").read_text().strip() == str(holder.pid)
-        with pytest.raises(RequestError, match="already has a live coordinator"):
-            JobLock(job).acquire()
-        fds = os.listdir(f"/proc/{grandchild}/fd")
-        targets = [os.readlink(f"/proc/{grandchild}/fd/{fd}") for fd in fds]
-        assert not any(t.endswith("coordinator.lock") for t in targets), targets
-        # Its holder killed, the lock is free although the child it spawned lives on.
-        holder.kill()
-        holder.wait()
-        assert not process_gone(grandchild)
-        assert not lock_is_held(job)
-        second = JobLock(job)
-        second.acquire()
-        assert (job / "coordinator.lock").read_text().strip() == str(os.getpid())
-        second.release()
-        assert not (job / "coordinator.lock").exists()
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
-        holder.stdout.close()
-        if not process_gone(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
+    assert lock_is_held(job)
+    assert (job / "coordinator.lock").read_text().strip() == str(holder.pid)
+    with pytest.raises(RequestError, match="already has a live coordinator"):
+        JobLock(job).acquire()
+    fds = os.listdir(f"/proc/{grandchild}/fd")
+    targets = [os.readlink(f"/proc/{grandchild}/fd/{fd}") for fd in fds]
+    assert not any(t.endswith("coordinator.lock") for t in targets), targets
+    # Its holder killed, the lock is free although the child it spawned lives on.
+    reap(holder)
+    assert not process_gone(grandchild)
+    assert not lock_is_held(job)
+    second = JobLock(job)
+    second.acquire()
+    assert (job / "coordinator.lock").read_text().strip() == str(os.getpid())
+    second.release()
+    assert not (job / "coordinator.lock").exists()

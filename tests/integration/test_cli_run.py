@@ -8,28 +8,29 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import psutil
 import pytest
+from support import finish, read_status, spawned, status_of, wait_for
 
 import aner_coord
 from aner_coord import jobdir, parallel
-from aner_coord.jobs import STREAM_ID
-from aner_coord.status import StatusSnapshot, decode_status
+from aner_coord.computations.montecarlo import STREAM_ID
+from aner_coord.status import JobState, StatusSnapshot
 from aner_worker.contract import source_fingerprint
 from aner_worker.inventory import current
 
 HITS_1E7_SEED_42 = 7_856_672
 U64_MAX = 2**64 - 1
+ANER_MODULE = [sys.executable, "-m", "aner_coord", "parallel"]
 
 
 def aner(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "aner_coord", "parallel", *args],
+        [*ANER_MODULE, *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -38,38 +39,14 @@ def aner(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     )
 
 
-def start(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "aner_coord", "parallel", *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-    )
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.communicate(timeout=30)
-
-
-def read_status(job: Path) -> StatusSnapshot | None:
-    try:
-        return decode_status((job / jobdir.STATUS).read_bytes())
-    except FileNotFoundError:
-        return None
-
-
 def poll_status(proc: subprocess.Popen[str], job: Path) -> Iterator[StatusSnapshot]:
-    """Yield each status.json read while the process lives (reads 20 times a second)."""
-    deadline = time.monotonic() + 120  # guards a hang only
-    while proc.poll() is None and time.monotonic() < deadline:
-        snapshot = read_status(job)
-        if snapshot is not None:
-            yield snapshot
-        time.sleep(0.05)
+    """Yield each distinct status.json read while the process lives."""
+    last = -1
+    while proc.poll() is None:
+        status = read_status(job)
+        if status is not None and status.seq != last:
+            last = status.seq
+            yield status
 
 
 def mode(path: Path) -> int:
@@ -122,18 +99,20 @@ def test_foreground_run_writes_the_job_directory(
     assert result["seed"] == 42
     assert result["stream"] == STREAM_ID
     assert result["estimate"] == 4 * HITS_1E7_SEED_42 / 10_000_000
-    assert sum(w["samples"] for w in result["workers"]) == 10_000_000
+    assert result["computation"] == "monte-carlo"
+    assert sum(w["items"] for w in result["workers"]) == 10_000_000
     assert sum(w["chunks"] for w in result["workers"]) == 153
     assert not jobdir.lock_is_held(job)
 
 
 def test_final_status_is_completed(completed_job: tuple[Path, object]) -> None:
     job, _ = completed_job
-    status = jobdir.read_status(job)
-    assert status.schema == "aner-status/1"
-    assert status.state == "COMPLETED"
+    status = status_of(job)
+    assert status.schema == "aner-status/2"
+    assert status.state is JobState.COMPLETED
     assert status.accepted == status.requested == 10_000_000
-    assert status.chunks_done == status.chunks_total == 153
+    assert status.chunks_total == 153
+    assert status.unit == "samples"
     assert status.error is None
     assert status.eta_s is None
     assert sum(w.items for w in status.workers) == 10_000_000
@@ -192,7 +171,7 @@ def test_cli_hits_equal_the_api(
     assert proc.returncode == 0, proc.stderr
     expected = parallel.monte_carlo(
         samples=samples, seed=seed, execution=parallel.local(workers=1, chunk=10**6)
-    ).hits()
+    ).hits
     result = json.loads((tmp_path / "job" / jobdir.RESULT).read_text())
     assert result["hits"] == expected
     assert result["seed"] == seed
@@ -225,24 +204,23 @@ def test_no_escape_codes_when_not_a_terminal(tmp_path: Path) -> None:
 def test_status_seq_increases_during_a_longer_run(tmp_path: Path) -> None:
     job = tmp_path / "job"
     samples = 600_000_000
-    proc = start(
-        "run", "--samples", str(samples), "--seed", "9", "--workers", "2",
+    argv = [
+        *ANER_MODULE, "run", "--samples", str(samples), "--seed", "9", "--workers", "2",
         "--chunk", "10000000", "--quiet", "--output", str(job),
-    )  # fmt: skip
-    try:
+    ]  # fmt: skip
+    with spawned(argv) as proc:
         seen = list(poll_status(proc, job))
-        assert proc.wait(timeout=120) == 0
-    finally:
-        stop(proc)
-    final = jobdir.read_status(job)
+        code, _out, err = finish(proc, timeout=120)
+    assert code == 0, err
+    final = status_of(job)
     seen.append(final)
     seqs = [s.seq for s in seen]
     assert seqs == sorted(seqs)
     accepted = [s.accepted for s in seen]
     assert accepted == sorted(accepted)
     assert len(set(seqs)) >= 2  # the file was replaced while we read it
-    assert any(s.state == "RUNNING" for s in seen)
-    assert final.state == "COMPLETED"
+    assert any(s.state is JobState.RUNNING for s in seen)
+    assert final.state is JobState.COMPLETED
     assert final.accepted == samples
     assert final.seq > seen[0].seq
 
@@ -251,20 +229,28 @@ def test_status_seq_increases_during_a_longer_run(tmp_path: Path) -> None:
 
 
 INVALID = [
-    ("samples-0", ["--samples", "0", "--seed", "1"], "samples must be positive, got 0"),
+    ("samples-0", ["--samples", "0", "--seed", "1"], "--samples must be positive, got 0"),
     (
         "samples-over-limit",
         ["--samples", "10000000001", "--seed", "1"],
-        "samples is 10,000,000,001; the limit is 10,000,000,000",
+        "--samples is 10,000,000,001; the limit is 10,000,000,000",
     ),
-    ("seed-negative", ["--samples", "1000", "--seed", "-1"], "seed must be in [0, 2**64), got -1"),
+    (
+        "seed-negative",
+        ["--samples", "1000", "--seed", "-1"],
+        "argument --seed: expected a whole number such as 1000000, 1,000,000 or 1e6; got '-1'",
+    ),
     (
         "seed-2**64",
         ["--samples", "1000", "--seed", str(2**64)],
-        f"seed must be in [0, 2**64), got {2**64}",
+        f"--seed must be in [0, 2**64), got {2**64}",
     ),
-    ("seed-abc", ["--samples", "1000", "--seed", "abc"], "expected an integer, got 'abc'"),
-    ("chunk-0", ["--samples", "1000", "--seed", "1", "--chunk", "0"], "chunk must be positive"),
+    (
+        "seed-abc",
+        ["--samples", "1000", "--seed", "abc"],
+        "argument --seed: expected a whole number such as 1000000, 1,000,000 or 1e6; got 'abc'",
+    ),
+    ("chunk-0", ["--samples", "1000", "--seed", "1", "--chunk", "0"], "--chunk must be positive"),
     (
         "too-many-chunks",
         ["--samples", "10000000", "--seed", "1", "--chunk", "1"],
@@ -349,26 +335,27 @@ def test_missing_output_option(tmp_path: Path) -> None:
 def test_sigint_cancels_a_foreground_run(tmp_path: Path) -> None:
     job = tmp_path / "job"
     requested = 10_000_000_000
-    proc = start(
-        "run", "--samples", str(requested), "--seed", "3", "--chunk", "10000000",
+    argv = [
+        *ANER_MODULE, "run", "--samples", str(requested), "--seed", "3", "--chunk", "10000000",
         "--workers", "1", "--output", str(job),
-    )  # fmt: skip
-    try:
-        for snapshot in poll_status(proc, job):
-            if snapshot.state == "RUNNING" and snapshot.accepted > 0:
-                break
-        else:
-            pytest.fail(f"the run never showed progress: {proc.communicate(timeout=30)}")
+    ]  # fmt: skip
+    with spawned(argv) as proc:
+
+        def progressing() -> bool:
+            status = read_status(job)
+            if proc.poll() is not None:
+                raise AssertionError(f"the run ended early: {proc.communicate()}")
+            return status is not None and status.state is JobState.RUNNING and status.accepted > 0
+
+        wait_for(progressing, 60, "the run to show progress")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        stop(proc)
-    assert proc.returncode == 4, err
+        code, out, err = finish(proc, timeout=60)
+    assert code == 4, err
     assert out == ""
     assert "job cancelled" in err and "partial counts are diagnostic only" in err
     assert "Traceback" not in err
-    status = jobdir.read_status(job)
-    assert status.state == "CANCELLED"
+    status = status_of(job)
+    assert status.state is JobState.CANCELLED
     assert 0 < status.accepted < requested
     assert status.error == "cancelled: cancel requested"
     assert not (job / jobdir.RESULT).exists()
@@ -386,7 +373,7 @@ def test_inventory_json() -> None:
     data = json.loads(proc.stdout)
     assert data["effective_cpus"] == current().effective_cpus
     assert isinstance(data["effective_cpus"], int) and data["effective_cpus"] >= 1
-    assert data["auto_workers"] == parallel.local().workers
+    assert data["auto_workers"] == current().auto_workers
     assert isinstance(data["notes"], list)
 
 
@@ -404,3 +391,12 @@ def test_status_of_a_completed_job(completed_job: tuple[Path, object]) -> None:
     data = msgspec.json.decode(proc.stdout)
     assert data["state"] == "COMPLETED"
     assert data["accepted"] == 10_000_000
+
+
+def test_status_of_a_completed_job_shows_its_result(completed_job: tuple[Path, object]) -> None:
+    job, _ = completed_job
+    proc = aner("status", "--job", str(job))
+    assert proc.returncode == 0, proc.stderr
+    assert "COMPLETED" in proc.stdout
+    assert "7,856,672" in proc.stdout  # the hits, not only the path to result.json
+    assert "3.1426688" in proc.stdout  # and the estimate
