@@ -48,6 +48,8 @@ _TWO_M53 = 2.0**-53
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+# Sorted distinct labels: float64 when every label is a number, else str.
+Classes = npt.NDArray[np.float64] | npt.NDArray[np.str_]
 
 
 class DataError(ValueError):
@@ -60,8 +62,7 @@ class Dataset(ABC):
     identity: str
     n_rows: int
     n_features: int
-    # Sorted distinct labels: float64 when every label is a number, else str.
-    classes: npt.NDArray[np.float64] | npt.NDArray[np.str_]
+    classes: Classes
 
     @property
     def n_classes(self) -> int:
@@ -87,7 +88,7 @@ class ArrayDataset(Dataset):
         self,
         x: Floats,
         y: Ints,
-        classes: npt.NDArray[np.float64] | npt.NDArray[np.str_],
+        classes: Classes,
         identity: str,
     ) -> None:
         if x.ndim != 2 or y.shape != (x.shape[0],):
@@ -107,8 +108,9 @@ class ArrayDataset(Dataset):
 # Labels
 
 
-def _classes_of(labels: Sequence[str], where: str) -> tuple[npt.NDArray[np.generic], Ints]:
+def _classes_of(labels: Sequence[str], where: str) -> tuple[Classes, Ints]:
     """Sorted distinct labels and each row's class index, numeric when every label is."""
+    classes: Classes
     numbers: list[float] = []
     for text in labels:
         try:
@@ -151,14 +153,14 @@ def _resolve_label(label: str | None, header: list[str], where: str) -> int:
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
-        raise DataError(f"{where}: label column {label!r} appears {len(matches)} times in the header")
+        raise DataError(
+            f"{where}: label column {label!r} appears {len(matches)} times in the header"
+        )
     try:
         index = int(label)
     except ValueError:
         shown = ", ".join(repr(h) for h in header[:8]) + (", ..." if len(header) > 8 else "")
-        raise DataError(
-            f"{where}: no column named {label!r} in the header ({shown})"
-        ) from None
+        raise DataError(f"{where}: no column named {label!r} in the header ({shown})") from None
     if not -len(header) <= index < len(header):
         raise DataError(f"{where}: label column {index} out of range; the header has {len(header)}")
     return index % len(header)
@@ -236,7 +238,9 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
     return ArrayDataset(x, y, classes, identity)
 
 
-def _raise_bad_row(row: list[str], line: int, label_col: int, header: list[str], where: str) -> None:
+def _raise_bad_row(
+    row: list[str], line: int, label_col: int, header: list[str], where: str
+) -> None:
     for j, value in enumerate(row):
         try:
             float(value)
@@ -306,8 +310,7 @@ def digits_path() -> Path:
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise DataError(
-            "--data digits needs scikit-learn, which ships the data set: "
-            "pip install 'aner[digits]'"
+            "--data digits needs scikit-learn, which ships the data set: pip install 'aner[digits]'"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
     if not path.is_file():
@@ -327,7 +330,9 @@ def load_digits() -> ArrayDataset:
     header = ",".join([f"pixel_{i}" for i in range(64)] + ["digit"]).encode()
     body = gzip.decompress(data)
     parsed = parse_csv(header + b"\n" + body, str(path))
-    return ArrayDataset(parsed.x, parsed.y, parsed.classes, "sha256:" + hashlib.sha256(data).hexdigest())
+    return ArrayDataset(
+        parsed.x, parsed.y, parsed.classes, "sha256:" + hashlib.sha256(data).hexdigest()
+    )
 
 
 def open_dataset(source: str, label: str | None = None) -> ArrayDataset:
@@ -410,7 +415,7 @@ def _teacher_kernel(seed, positions, hidden_w, output_w, x, y):  # type: ignore[
         noise = philox_block(np.uint64(r >> 2), seed, noise_key)
         if _u(noise[lane_r]) < NOISE_RATE:
             flip = philox_block(np.uint64(r >> 2), seed, flip_key)
-            best = np.int64(np.floor(_u(flip[lane_r]) * k))
+            best = int(np.floor(_u(flip[lane_r]) * k))
         y[i] = best
 
 
@@ -433,7 +438,9 @@ class TeacherDataset(Dataset):
             raise DataError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
         self.n_rows, self.n_features, self.seed = n_rows, n_features, seed
         self.classes = np.arange(n_classes, dtype=np.float64)
-        self.identity = f"{TEACHER_ID}:rows={n_rows},features={n_features},classes={n_classes},seed={seed}"
+        self.identity = (
+            f"{TEACHER_ID}:rows={n_rows},features={n_features},classes={n_classes},seed={seed}"
+        )
         self.hidden_w = signed(words(seed, HIDDEN_STREAM, 0, TEACHER_HIDDEN * n_features)).reshape(
             TEACHER_HIDDEN, n_features
         )

@@ -18,6 +18,7 @@ each ``W_l`` row-major.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ def layer_shapes(sizes: Sequence[int]) -> list[tuple[int, ...]]:
     if len(sizes) < 2 or any(int(s) < 1 for s in sizes):
         raise ValueError(f"layer sizes must be at least two positive numbers, got {list(sizes)}")
     shapes: list[tuple[int, ...]] = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         shapes.append((int(fan_out), int(fan_in)))
         shapes.append((int(fan_out),))
     return shapes
@@ -189,3 +190,17 @@ def predict(params: Sequence[Floats], mean: Floats, std: Floats, x: Floats) -> I
     _, z = _forward(params, mean, std, x)
     out: Ints = np.argmax(z, axis=1).astype(np.int64)
     return out
+
+
+def moment_sums(x: Floats) -> tuple[Floats, Floats]:
+    """Per-feature ``(sum, m2)`` of rows ``x``, ``m2`` about the rows' own mean.
+
+    A chunk's share of the normalisation fit; the coordinator combines the chunks in order
+    (``aner_coord.dense_plan.combine_moments``).
+    """
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"moment sums need a non-empty (m, d) array, got {x.shape}")
+    total: Floats = x.sum(axis=0)
+    deviation = x - total / x.shape[0]
+    m2: Floats = (deviation * deviation).sum(axis=0)
+    return total, m2
