@@ -266,6 +266,9 @@ def load_npz(path: str | Path) -> ArrayDataset:
     where = str(path)
     data = _read(path)
     identity = "sha256:" + hashlib.sha256(data).hexdigest()
+    # Without this check numpy would try a non-zip file as a pickle and blame pickling.
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise DataError(f"{where}: not a readable NPZ archive (not a zip file)")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             missing = [name for name in ("X", "y") if name not in archive.files]
