@@ -15,8 +15,11 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pytest
+from dense_reference import s_of
+from dense_reference import teacher as reference_teacher
+from dense_reference import u_of as _u
+from dense_reference import words as _raw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,47 +33,6 @@ from aner_worker.dense_data import (
     open_dataset,
     parse_csv,
 )
-
-
-def _raw(seed: int, stream: int, n: int) -> npt.NDArray[np.uint64]:
-    # numpy advances its counter before each block, so counter 2**256 - 1 starts at block 0.
-    gen = np.random.Philox(key=seed + (stream << 64), counter=2**256 - 1)
-    out: npt.NDArray[np.uint64] = gen.random_raw(n)
-    return out
-
-
-def _s(w: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
-    return (w >> np.uint64(11)).astype(np.float64) * 2.0**-52 - 1.0
-
-
-def _u(w: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
-    return (w >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-def reference_teacher(
-    n: int, d: int, k: int, seed: int
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
-    x = _s(_raw(seed, 3, n * d)).reshape(n, d)
-    a_w = _s(_raw(seed, 4, 32 * d)).reshape(32, d)
-    c_w = _s(_raw(seed, 5, k * 32)).reshape(k, 32)
-    # Sums in index order, one multiply and one add at a time over all rows at once.
-    hidden = np.zeros((n, 32))
-    for h in range(32):
-        s = np.zeros(n)
-        for j in range(d):
-            s = s + a_w[h, j] * x[:, j]
-        hidden[:, h] = np.maximum(s, 0.0)
-    z = np.zeros((n, k))
-    for c in range(k):
-        s = np.zeros(n)
-        for h in range(32):
-            s = s + c_w[c, h] * hidden[:, h]
-        z[:, c] = s
-    y = np.argmax(z, axis=1)
-    noisy = _u(_raw(seed, 6, n)) < 0.05
-    flipped = np.floor(_u(_raw(seed, 7, n)) * k).astype(np.int64)
-    return x, np.where(noisy, flipped, y).astype(np.int64)
-
 
 # --------------------------------------------------------------------------- teacher
 
@@ -120,7 +82,7 @@ def test_teacher_far_rows_without_materialising() -> None:
     first_word = r * d
     gen = np.random.Philox(key=seed + (3 << 64), counter=(first_word // 4 - 1) % 2**256)
     words = gen.random_raw(first_word % 4 + d)[first_word % 4 :]
-    assert np.array_equal(x[0], _s(words))
+    assert np.array_equal(x[0], s_of(words))
     assert 0 <= y[0] < k
 
 
