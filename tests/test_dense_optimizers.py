@@ -39,7 +39,7 @@ def test_adam_is_bitwise_spec(p0: list[float], steps: int, lr: float, data: st.D
     params = np.array(p0)
     state = initial_state("adam", len(p0))
     for g in grads:
-        params, _ = step(params, np.array(g), state, lr)
+        params, state = step(params, np.array(g), state, lr)
     assert state.t == steps
     for j in range(len(p0)):
         p, m, v = _adam_scalar(p0[j], [g[j] for g in grads], lr)
@@ -75,7 +75,7 @@ def test_state_roundtrips_through_npz(tmp_path: Path) -> None:
     state = initial_state("adam", 7)
     rng = np.random.default_rng(0)
     for _ in range(5):
-        params, _ = step(params, rng.normal(size=7), state, 1e-3)
+        params, state = step(params, rng.normal(size=7), state, 1e-3)
     np.savez(tmp_path / "ckpt.npz", **state.to_arrays())
     with np.load(tmp_path / "ckpt.npz", allow_pickle=False) as f:
         restored = OptimizerState.from_arrays(dict(f))
