@@ -176,7 +176,7 @@ def train_single(
                 # map() returns results in submission order: each chunk lands in its slot.
                 results = list(pool.map(run_chunk, [params] * len(pieces), pieces))
                 totals = reduce_chunks(results, b1 - b0)
-                if not math.isfinite(totals.loss_sum):
+                if not (math.isfinite(totals.loss_sum) and np.isfinite(totals.grad_sum).all()):
                     raise DivergenceError(epoch, step_index, totals.loss_sum)
                 flat, state = step(flat, totals.mean_grad(), state, lr)
                 committed += 1
@@ -186,7 +186,7 @@ def train_single(
                 dataset, unflatten(flat, sizes), norm, roles.validation, chunk
             )
             if not math.isfinite(val_loss):
-                raise DivergenceError(epoch, committed, val_loss)
+                raise DivergenceError(epoch, step_index, val_loss)
             record = EpochRecord(
                 epoch, epoch_loss / n_train, val_loss, val_acc, time.perf_counter() - started
             )

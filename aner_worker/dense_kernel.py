@@ -101,6 +101,14 @@ def _check(params: Sequence[Floats], mean: Floats, std: Floats, x: Floats) -> No
         )
 
 
+# A diverging run overflows to inf and NaN; that is reported once, by the coordinator, as a
+# non-finite loss naming the epoch and step, not as numpy warnings from every worker.
+# A fresh errstate per call: numpy's context object keeps the state it replaced, so one shared
+# instance entered by two threads at once would restore the wrong one.
+def _quiet() -> np.errstate:
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
 def _forward(
     params: Sequence[Floats], mean: Floats, std: Floats, x: Floats
 ) -> tuple[list[Floats], Floats]:
@@ -139,6 +147,13 @@ def chunk_stats(
     """
     _check(params, mean, std, x)
     single_thread_blas()
+    with _quiet():
+        return _chunk_stats(params, mean, std, x, y)
+
+
+def _chunk_stats(
+    params: Sequence[Floats], mean: Floats, std: Floats, x: Floats, y: Ints
+) -> ChunkStats:
     n = x.shape[0]
     rows = np.arange(n)
     activations, z = _forward(params, mean, std, x)
@@ -167,9 +182,10 @@ def evaluate(
     """Forward only: ``(loss_sum, correct)`` of rows ``(x, y)``."""
     _check(params, mean, std, x)
     single_thread_blas()
-    _, z = _forward(params, mean, std, x)
-    _, _, lse = _softmax_parts(z)
-    loss_sum = float(np.sum(lse - z[np.arange(x.shape[0]), y]))
+    with _quiet():
+        _, z = _forward(params, mean, std, x)
+        _, _, lse = _softmax_parts(z)
+        loss_sum = float(np.sum(lse - z[np.arange(x.shape[0]), y]))
     return loss_sum, int(np.count_nonzero(np.argmax(z, axis=1) == y))
 
 
@@ -177,9 +193,10 @@ def predict_proba(params: Sequence[Floats], mean: Floats, std: Floats, x: Floats
     """Class probabilities ``softmax(z)`` of each row of raw features ``x``."""
     _check(params, mean, std, x)
     single_thread_blas()
-    _, z = _forward(params, mean, std, x)
-    e, s, _ = _softmax_parts(z)
-    out: Floats = e / s[:, None]
+    with _quiet():
+        _, z = _forward(params, mean, std, x)
+        e, s, _ = _softmax_parts(z)
+        out: Floats = e / s[:, None]
     return out
 
 
@@ -187,7 +204,8 @@ def predict(params: Sequence[Floats], mean: Floats, std: Floats, x: Floats) -> I
     """Class index of each row: the first index of the largest logit."""
     _check(params, mean, std, x)
     single_thread_blas()
-    _, z = _forward(params, mean, std, x)
+    with _quiet():
+        _, z = _forward(params, mean, std, x)
     out: Ints = np.argmax(z, axis=1).astype(np.int64)
     return out
 
