@@ -174,7 +174,11 @@ def train_single(
                 params = unflatten(flat, sizes)
                 pieces = [order[b0 + c0 : b0 + c1] for c0, c1 in bounds(b1 - b0, chunk)]
                 # map() returns results in submission order: each chunk lands in its slot.
-                results = list(pool.map(run_chunk, [params] * len(pieces), pieces))
+                # One thread needs no hand-off; the bits are the same either way.
+                if threads == 1:
+                    results = [run_chunk(params, p) for p in pieces]
+                else:
+                    results = list(pool.map(run_chunk, [params] * len(pieces), pieces))
                 totals = reduce_chunks(results, b1 - b0)
                 if not (math.isfinite(totals.loss_sum) and np.isfinite(totals.grad_sum).all()):
                     raise DivergenceError(epoch, step_index, totals.loss_sum)
