@@ -14,6 +14,7 @@ import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from threadpoolctl import threadpool_info
 
 from aner_worker.dense_kernel import (
     chunk_stats,
@@ -174,3 +175,11 @@ def test_flatten_roundtrip_and_shape_errors() -> None:
         chunk_stats(params, np.zeros(3), np.ones(3), np.zeros((2, 4)), np.zeros(2, dtype=np.int64))
     with pytest.raises(ValueError, match="layer sizes"):
         layer_shapes([3])
+
+
+def test_blas_is_held_to_one_thread() -> None:
+    params, mean, std, x, y = _problem(2, [4, 3, 2], 10)
+    chunk_stats(params, mean, std, x, y)
+    blas = [info for info in threadpool_info() if info["user_api"] == "blas"]
+    assert blas, "numpy's BLAS should be visible to threadpoolctl"
+    assert all(info["num_threads"] == 1 for info in blas)
