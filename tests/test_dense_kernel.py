@@ -183,3 +183,22 @@ def test_blas_is_held_to_one_thread() -> None:
     blas = [info for info in threadpool_info() if info["user_api"] == "blas"]
     assert blas, "numpy's BLAS should be visible to threadpoolctl"
     assert all(info["num_threads"] == 1 for info in blas)
+
+
+@pytest.mark.parametrize("offset", [1, 3, 5])
+def test_same_bits_whatever_the_buffer_alignment(offset: int) -> None:
+    # Workers decode rows and parameters into buffers at arbitrary 8-byte offsets; OpenBLAS
+    # packs its operands, so the bits must not depend on where the arrays start.
+    params, mean, std, x, y = _problem(4, [64, 256, 256, 10], 300, scale=0.1)
+    expected = chunk_stats(params, mean, std, x, y)
+
+    def shifted(a: F) -> F:
+        buffer = np.empty(a.size + offset)
+        view = buffer[offset:].reshape(a.shape)
+        view[...] = a
+        return view
+
+    moved = chunk_stats([shifted(p) for p in params], mean, std, shifted(x), y)
+    assert shifted(x).ctypes.data % 16 == 8  # odd offsets leave 16-byte alignment
+    assert np.array_equal(moved.grad, expected.grad)
+    assert moved.loss_sum == expected.loss_sum and moved.correct == expected.correct
