@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.dense_model import DenseModel
 from aner_coord.dense_plan import (
     EarlyStopping,
     Normalisation,
@@ -40,8 +41,6 @@ from aner_worker.dense_kernel import (
     evaluate,
     flatten,
     moment_sums,
-    predict,
-    predict_proba,
     unflatten,
 )
 
@@ -64,27 +63,6 @@ class EpochRecord:
     validation_loss: float
     validation_accuracy: float
     seconds: float  # since the start of the run, at the end of this epoch
-
-
-@dataclass(frozen=True)
-class DenseModel:
-    """Parameters with the normalisation and classes they were trained with."""
-
-    sizes: list[int]
-    params: list[Floats]
-    normalisation: Normalisation
-    classes: npt.NDArray[np.float64] | npt.NDArray[np.str_]
-
-    def predict_proba(self, x: Floats) -> Floats:
-        n = self.normalisation
-        return predict_proba(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
-
-    def predict(self, x: Floats) -> npt.NDArray[np.generic]:
-        """Labels (not indices) of raw feature rows ``x``."""
-        n = self.normalisation
-        index = predict(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
-        out: npt.NDArray[np.generic] = self.classes[index]
-        return out
 
 
 @dataclass(frozen=True)
