@@ -202,3 +202,21 @@ def test_same_bits_whatever_the_buffer_alignment(offset: int) -> None:
     assert shifted(x).ctypes.data % 16 == 8  # odd offsets leave 16-byte alignment
     assert np.array_equal(moved.grad, expected.grad)
     assert moved.loss_sum == expected.loss_sum and moved.correct == expected.correct
+
+
+@settings(max_examples=40, deadline=None)
+@given(chunk=st.integers(1, 300), rows=st.integers(1, 300))
+def test_any_chunking_sums_to_the_whole(chunk: int, rows: int) -> None:
+    params, mean, std, x, y = _problem(17, [5, 6, 3], rows)
+    whole = chunk_stats(params, mean, std, x, y)
+    grad = np.zeros_like(whole.grad)
+    loss, correct, valid = 0.0, 0, 0
+    for start in range(0, rows, chunk):
+        part = chunk_stats(params, mean, std, x[start : start + chunk], y[start : start + chunk])
+        grad += part.grad
+        loss += part.loss_sum
+        correct += part.correct
+        valid += part.valid
+    assert valid == rows and correct == whole.correct
+    assert abs(loss - whole.loss_sum) < TOL
+    assert np.max(np.abs(grad - whole.grad)) < TOL

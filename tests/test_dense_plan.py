@@ -184,3 +184,19 @@ def test_teacher_roles_and_normalisation_agree_with_reference_end_to_end() -> No
     mean, std = ref.normalisation(x[ref.roles(seed, n) == 0])
     assert np.allclose(norm.mean, mean, rtol=0, atol=1e-13)
     assert np.allclose(norm.std, std, rtol=0, atol=1e-13)
+
+
+def test_epoch_order_breaks_key_ties_by_position(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64-bit keys practically never tie, so force ties: keys reduced to three values.
+    import aner_coord.dense_plan as plan
+
+    real = plan.words_at
+    monkeypatch.setattr(
+        plan, "words_at", lambda seed, stream, idx: real(seed, stream, idx) % np.uint64(3)
+    )
+    # Enough rows that an unstable sort (numpy's introsort) would scramble equal keys.
+    train = assign_roles(1, 3000).train
+    keys = real(1, 2**32, train) % np.uint64(3)
+    order = plan.epoch_order(1, 0, train)
+    expected = sorted(zip(keys.tolist(), train.tolist(), strict=True))
+    assert order.tolist() == [r for _, r in expected]
