@@ -130,6 +130,19 @@ def _classes_of(labels: Sequence[str], where: str) -> tuple[Classes, Ints]:
     return classes, index.astype(np.int64)
 
 
+def label_strings(classes: Classes) -> list[str]:
+    """Each class as a user would write it: ``3`` for the number 3.0, strings unchanged.
+
+    For prediction output, where the label, not the class index, is what a user reads.
+    """
+    if classes.dtype.kind == "f":
+        return [
+            str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
+            for v in classes
+        ]
+    return [str(v) for v in classes]
+
+
 def _labels_from_array(y: npt.NDArray[np.generic], where: str) -> list[str]:
     if y.dtype.kind in "biuf":
         values = y.astype(np.float64)

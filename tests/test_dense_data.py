@@ -27,6 +27,7 @@ from aner_worker.dense_data import (
     DataError,
     TeacherDataset,
     digits_path,
+    label_strings,
     load_csv,
     load_digits,
     load_npz,
@@ -272,3 +273,10 @@ def test_digits_without_sklearn_says_how_to_install(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(importlib.util, "find_spec", hide_sklearn)
     with pytest.raises(DataError, match=r"needs scikit-learn.*pip install 'aner\[digits\]'"):
         load_digits()
+
+
+def test_label_strings_read_as_written() -> None:
+    numeric = parse_csv(b"x,y\n1,-2\n2,2.5\n3,10\n4,1e20\n", "mem")
+    assert label_strings(numeric.classes) == ["-2", "2.5", "10", "1e+20"]
+    text = parse_csv(b"x,y\n1,b\n2,a\n3,1\n", "mem")
+    assert label_strings(text.classes) == ["1", "a", "b"]
