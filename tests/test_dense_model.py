@@ -1,0 +1,72 @@
+"""model.npz of aner-dense/v1: written atomically, owner-only, read back to the same bits."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aner_coord.dense_model import DenseModel, ModelFileError, load_model, save_model
+from aner_coord.dense_plan import Normalisation, init_params
+from aner_coord.dense_single import train_single
+from aner_worker.dense_data import TeacherDataset, parse_csv
+
+
+def test_roundtrip_predicts_the_same(tmp_path: Path) -> None:
+    data = TeacherDataset(800, 5, 3, 6)
+    fit = train_single(data, seed=6, hidden=(9,), batch=64, epochs=3)
+    path = tmp_path / "model.npz"
+    save_model(path, fit.model, {"data": data.identity, "seed": 6, "epoch": fit.best_epoch})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+    model, meta = load_model(path)
+    assert meta == {
+        "schema": "aner-dense/v1",
+        "layer_sizes": [5, 9, 3],
+        "data": data.identity,
+        "seed": 6,
+        "epoch": fit.best_epoch,
+    }
+    with np.load(path, allow_pickle=False) as archive:
+        assert sorted(archive.files) == sorted(
+            ["W1", "b1", "W2", "b2", "mean", "std", "classes", "meta"]
+        )
+    for a, b in zip(model.params, fit.model.params, strict=True):
+        assert np.array_equal(a, b)
+    x, _ = data.rows(np.arange(100, dtype=np.int64))
+    assert np.array_equal(model.predict_proba(x), fit.model.predict_proba(x))
+    assert np.array_equal(model.predict(x), fit.model.predict(x))
+
+
+def test_string_classes_come_back_as_labels(tmp_path: Path) -> None:
+    data = parse_csv(b"a,b,kind\n1,2,cat\n3,4,dog\n5,6,ant\n", "mem")
+    sizes = [2, 3]
+    model = DenseModel(
+        sizes, init_params(1, sizes), Normalisation(np.zeros(2), np.ones(2)), data.classes
+    )
+    save_model(tmp_path / "m.npz", model, {})
+    loaded, _ = load_model(tmp_path / "m.npz")
+    assert loaded.classes.tolist() == ["ant", "cat", "dog"]
+    assert set(loaded.predict(np.array([[1.0, 2.0], [9.0, -9.0]])).tolist()) <= {
+        "ant",
+        "cat",
+        "dog",
+    }
+
+
+def test_bad_model_files(tmp_path: Path) -> None:
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    with pytest.raises(ModelFileError, match="not a readable model file"):
+        load_model(tmp_path / "junk.npz")
+    np.savez(
+        tmp_path / "partial.npz",
+        W1=np.zeros((2, 2)),
+        meta=np.array('{"schema": "aner-dense/v1", "layer_sizes": [2, 2]}'),
+    )
+    with pytest.raises(ModelFileError, match="missing 'b1'"):
+        load_model(tmp_path / "partial.npz")
+    np.savez(tmp_path / "other.npz", meta=np.array('{"schema": "x"}'))
+    with pytest.raises(ModelFileError, match="schema 'x'"):
+        load_model(tmp_path / "other.npz")

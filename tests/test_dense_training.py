@@ -1,0 +1,145 @@
+"""Single-process aner-dense/v1 training against the independent reference, and on digits.
+
+The reference (dense_reference) trains row by row from the SPEC text; the product's loop
+must agree within SPEC's 1e-9 after an epoch, bitwise across thread counts for one chunk
+size, and within 1e-9 across chunk sizes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dense_reference as ref
+import numpy as np
+import pytest
+
+from aner_coord.dense_plan import assign_roles
+from aner_coord.dense_single import (
+    DivergenceError,
+    SingleFit,
+    evaluate_rows,
+    train_single,
+)
+from aner_worker.dense_data import TeacherDataset, load_digits
+from aner_worker.dense_kernel import flatten
+
+TOL = 1e-9
+
+
+def _reference_flat(result: ref.EpochResult) -> np.ndarray:
+    parts = []
+    for w, b in zip(result.weights, result.biases, strict=True):
+        parts += [w.ravel(), b]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize(("epochs", "chunk"), [(1, 37), (1, 500), (3, 16)])
+def test_training_equals_reference(epochs: int, chunk: int) -> None:
+    n, d, k, seed = 900, 6, 3, 13
+    data = TeacherDataset(n, d, k, seed)
+    fit = train_single(
+        data,
+        seed=seed,
+        hidden=(7, 5),
+        batch=64,
+        epochs=epochs,
+        lr=0.01,
+        patience=epochs,
+        chunk=chunk,
+    )
+    x, y = ref.teacher(n, d, k, seed)
+    expected = ref.train(x, y, k, seed, [7, 5], batch=64, epochs=epochs, lr=0.01)
+    assert np.allclose(fit.model.normalisation.mean, expected.mean, rtol=0, atol=1e-14)
+    assert np.allclose(fit.model.normalisation.std, expected.std, rtol=0, atol=1e-14)
+    difference = np.max(np.abs(fit.final_params - _reference_flat(expected)))
+    assert difference < TOL
+    # Training moved the parameters well beyond the tolerance, so the comparison has teeth.
+    start = flatten(ref_init_params(seed, [d, 7, 5, k]))
+    assert np.max(np.abs(fit.final_params - start)) > 1e-3
+    last = fit.history[-1]
+    assert abs(last.validation_loss - expected.validation_loss) < TOL
+    assert last.validation_accuracy == expected.validation_accuracy
+
+
+def ref_init_params(seed: int, sizes: list[int]) -> list[np.ndarray]:
+    weights, biases = ref.init(seed, sizes)
+    out = []
+    for w, b in zip(weights, biases, strict=True):
+        out += [w, b]
+    return out
+
+
+def _teacher_fit(chunk: int, threads: int, epochs: int = 1) -> SingleFit:
+    data = TeacherDataset(3000, 10, 4, 77)
+    return train_single(
+        data,
+        seed=77,
+        hidden=(16, 16),
+        batch=256,
+        epochs=epochs,
+        patience=epochs,
+        chunk=chunk,
+        threads=threads,
+    )
+
+
+def test_chunk_37_and_256_agree_within_tolerance() -> None:
+    a, b = _teacher_fit(37, 1), _teacher_fit(256, 1)
+    assert np.max(np.abs(a.final_params - b.final_params)) < TOL
+    assert abs(a.history[0].train_loss - b.history[0].train_loss) < TOL
+
+
+def test_thread_count_does_not_change_a_bit() -> None:
+    one, two = _teacher_fit(37, 1, epochs=2), _teacher_fit(37, 2, epochs=2)
+    assert np.array_equal(one.final_params, two.final_params)
+    assert [h.validation_loss for h in one.history] == [h.validation_loss for h in two.history]
+    assert [h.train_loss for h in one.history] == [h.train_loss for h in two.history]
+
+
+def test_accounting_rows_steps_and_roles() -> None:
+    fit = _teacher_fit(100, 1, epochs=3)
+    n_train = fit.roles["train"]
+    assert sum(fit.roles.values()) == 3000
+    assert fit.rows_processed == 3 * n_train
+    assert fit.committed_steps == 3 * math.ceil(n_train / 256)
+    assert fit.roles_sha256 == assign_roles(77, 3000).sha256
+
+
+def test_best_epoch_model_and_time_to_target() -> None:
+    data = TeacherDataset(1200, 5, 3, 4)
+    fit = train_single(
+        data, seed=4, hidden=(8,), batch=32, epochs=40, lr=0.05, patience=2, target_accuracy=0.0
+    )
+    losses = [h.validation_loss for h in fit.history]
+    best = int(np.argmin(losses))
+    assert fit.best_epoch == best
+    # Stopped early: patience epochs after the best, none of them strictly lower.
+    assert len(fit.history) == best + 3 < 40
+    roles = assign_roles(4, 1200)
+    loss, _ = evaluate_rows(data, fit.model.params, fit.model.normalisation, roles.validation, 256)
+    assert loss == losses[best]
+    assert fit.time_to_target_s == fit.history[0].seconds
+    never = train_single(data, seed=4, hidden=(8,), batch=32, epochs=2, target_accuracy=1.01)
+    assert never.time_to_target_s is None
+
+
+def test_divergence_names_epoch_and_step() -> None:
+    data = TeacherDataset(600, 4, 3, 2)
+    with pytest.raises(DivergenceError, match=r"at epoch 0, step \d+") as info:
+        train_single(data, seed=2, hidden=(8,), batch=16, epochs=1, optimizer="sgd", lr=1e300)
+    assert info.value.epoch == 0
+
+
+def test_digits_reaches_095_with_defaults() -> None:
+    data = load_digits()
+    fit = train_single(data, seed=0)
+    assert fit.test_accuracy >= 0.95
+    assert fit.best_epoch >= 0 and len(fit.history) <= 100
+    # predict() on the test rows reproduces the test accuracy exactly.
+    roles = assign_roles(0, data.n_rows)
+    x, y = data.rows(roles.test)
+    predicted = fit.model.predict(x)
+    assert np.mean(predicted == data.classes[y]) == fit.test_accuracy
+    proba = fit.model.predict_proba(x)
+    assert proba.shape == (roles.test.size, 10)
+    assert np.allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
