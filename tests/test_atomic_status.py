@@ -128,6 +128,7 @@ def test_completed_is_written_only_after_the_result(tmp_path: Path) -> None:
     # No result.json yet, so no reader may see COMPLETED.
     assert decode_status((tmp_path / "status.json").read_bytes()).state == "RUNNING"
     writer.commit_completed()
+    writer.close()  # the writer thread has written what it was given
     written = decode_status((tmp_path / "status.json").read_bytes())
     assert (written.state, written.seq) == ("COMPLETED", 3)
 
