@@ -270,7 +270,7 @@ def _run(job: PreparedJob, ready: _Readiness) -> Outcome:
     output = job.output
 
     def on_ready() -> None:
-        _adopt_log(output / jobdir.LOG)
+        _adopt_log(output)
         log.info("ready: lock held, manifest and first status written")
         ready.ready()
 
@@ -294,11 +294,17 @@ def _cancel_on(sig: signal.Signals, cancel: asyncio.Event) -> None:
     cancel.set()
 
 
-def _adopt_log(path: Path) -> None:
-    """Copy what we logged so far into `path` and send stdout and stderr there from now on."""
+def _adopt_log(output: Path) -> None:
+    """Copy what we logged so far into the job's `coordinator.log` and send stdout and stderr
+    there from now on."""
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        directory = jobdir.JobDir.open(output, own=True)
+    except OSError as exc:
+        raise jobdir.JobDirError(f"cannot open job directory {output}: {exc.strerror}") from None
+    with directory:
+        fd = directory.open_log()
     offset = 0
     try:
         while chunk := os.pread(2, 65536, offset):

@@ -172,15 +172,21 @@ async def execute(
     and honour `aner parallel cancel` (a `cancel-request` file) as well as `cancel`."""
     observers = list(observers)
     cancel = cancel if cancel is not None else asyncio.Event()
+    directory: jobdir.JobDir | None = None
     lock: jobdir.JobLock | None = None
     writer: jobdir.StatusWriter | None = None
-    out = job.output
-    if out is not None:
-        jobdir.create_job_dir(out)
-        lock = jobdir.JobLock(out)
-        lock.acquire()
-        jobdir.write_json(out / jobdir.MANIFEST, manifest_of(job))
-        writer = jobdir.StatusWriter(out)
+    if job.output is not None:
+        directory = jobdir.JobDir.create(job.output)
+        try:
+            lock = jobdir.JobLock(directory)
+            lock.acquire()
+            directory.write_json(jobdir.MANIFEST, manifest_of(job))
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            directory.remove()  # a run that could not start leaves nothing behind
+            raise
+        writer = jobdir.StatusWriter(directory)
         observers.insert(0, writer)
     try:
         # Before the Coordinator is built: it copies the list.
@@ -190,18 +196,36 @@ async def execute(
             job.computation, job.execution, kind=job.kind, observers=observers, cancel=cancel
         )
         async with (
-            jobdir.cancel_requests(out, cancel) if out is not None else contextlib.nullcontext()
+            jobdir.cancel_requests(directory, cancel)
+            if directory is not None
+            else contextlib.nullcontext()
         ):
             report = await coordinator.run()
         result = result_of(job, report) if report.state is JobState.COMPLETED else None
-        if out is not None and result is not None:
-            jobdir.write_json(out / jobdir.RESULT, result.to_dict())
+        if directory is not None and result is not None:
+            directory.write_json(jobdir.RESULT, result.to_dict())
         if writer is not None and result is not None:
             writer.commit_completed()
         return Outcome(report, result)
+    except BaseException:
+        if directory is not None and not directory.exists(jobdir.STATUS):
+            # Failed before its first status (nothing ran): leave no half-made directory.
+            if lock is not None:
+                lock.release()
+                lock = None
+            directory.remove()
+        raise
     finally:
-        if lock is not None:
-            lock.release()
+        # The last status is on disk before the lock goes: a monitor that can take the lock
+        # then reads the final state.
+        try:
+            if writer is not None:
+                writer.close()
+        finally:
+            if lock is not None:
+                lock.release()
+            if directory is not None:
+                directory.close()
 
 
 def _once(callback: Callable[[], None]) -> Observer:
