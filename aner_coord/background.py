@@ -13,9 +13,9 @@ Until the directory exists the child's stdout and stderr go to an unlinked tempo
 that the parent can still read when the child dies early; once ready, the child copies that
 file into `coordinator.log` in the job directory and points its stdout and stderr there.
 
-The coordinator then runs the job like the foreground does, minus the display: SIGTERM and
-SIGINT cancel gracefully, and `aner parallel cancel` reaches it through the job directory's
-`cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
+The coordinator then runs the job like the foreground does, minus the display: SIGTERM,
+SIGINT and SIGHUP cancel gracefully, and `aner parallel cancel` reaches it through the job
+directory's `cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
 public identity only, never by endpoint or path.
 """
 
@@ -58,6 +58,8 @@ READY = b"READY"
 ERROR = b"ERROR"
 PROGRESS_LOG_INTERVAL_S = 10.0
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# A hang-up (the terminal or session that started it went away) cancels like SIGTERM.
+CANCEL_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 log = logging.getLogger("aner.background")
 
@@ -277,12 +279,12 @@ def _run(job: PreparedJob, ready: _Readiness) -> Outcome:
     async def main() -> Outcome:
         cancel = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in CANCEL_SIGNALS:
             loop.add_signal_handler(sig, _cancel_on, sig, cancel)
         try:
             return await execute(job, observers=[_ProgressLog()], cancel=cancel, on_ready=on_ready)
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in CANCEL_SIGNALS:
                 loop.remove_signal_handler(sig)
 
     return run_sync(main())

@@ -89,10 +89,11 @@ def job_command(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM request a graceful cancel; the old handlers come back afterwards."""
+    """SIGINT, SIGTERM and SIGHUP (the terminal went away) request a graceful cancel; the old
+    handlers come back afterwards."""
     loop = asyncio.get_running_loop()
     installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:
             loop.add_signal_handler(sig, cancel.set)
             installed.append(sig)
