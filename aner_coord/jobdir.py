@@ -151,7 +151,10 @@ class JobDir:
         except FileExistsError:
             raise RequestError(f"output {target} appeared meanwhile: choose another path") from None
         except OSError as exc:
-            raise RequestError(f"cannot create output {target}: {_reason(exc)}") from None
+            raise RequestError(
+                f"cannot create output {target}: {_reason(exc)}: choose a path in a directory "
+                "where you can create files"
+            ) from None
         swapped = (
             f"output {target} was replaced right after aner created it (%s): another user "
             f"can write to {target.absolute().parent}; use a directory only you can write to"
@@ -567,6 +570,10 @@ def lock_is_held(job: JobDir | PathLike) -> bool:
             fd = os.open(LOCK, os.O_RDONLY | _FILE_FLAGS, dir_fd=directory.fileno())
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a planted link is nobody's lock
+                return False
+            raise
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
