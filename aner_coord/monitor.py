@@ -120,6 +120,8 @@ def open_job_dir(job: Path) -> jobdir.JobDir:
     except FileNotFoundError:
         raise RequestError(f"no job directory at {job}: check the --job path") from None
     except NotADirectoryError:
+        if os.path.islink(job):
+            raise RequestError(f"{job} is a symbolic link: give the job directory itself") from None
         raise RequestError(f"{job} is not a directory: --job takes a job directory") from None
     except PermissionError:
         raise RequestError(f"cannot read job directory {job}: permission denied") from None
