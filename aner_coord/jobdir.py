@@ -371,8 +371,9 @@ class StatusWriter:
 
     A COMPLETED snapshot is held back until `commit_completed()`, which the job calls once
     `result.json` is on disk: a reader that sees COMPLETED always finds the result.
-    `close()` writes what is pending and joins the thread; call it before letting go of the
-    lock. A write error (JobDirError) is passed to `on_error` (on the writer thread) and
+    `close()` (or `await aclose()` on the event loop) writes what is pending and joins the
+    thread; call it before letting go of the lock. A write error (JobDirError) is passed to
+    `on_error` (on the writer thread: reach the event loop with `call_soon_threadsafe`) and
     raised by the next call, `flush()` or `close()`; after it nothing more is written."""
 
     def __init__(
@@ -454,6 +455,10 @@ class StatusWriter:
         if self._own_dir:
             self._dir.close()
         self._raise_error()
+
+    async def aclose(self) -> None:
+        """`close()` from the event loop: the last flush waits for the disk on a thread."""
+        await asyncio.to_thread(self.close)
 
     def _raise_error(self) -> None:
         with self._cond:

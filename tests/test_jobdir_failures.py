@@ -184,22 +184,6 @@ def test_a_job_directory_deleted_mid_run_fails_the_job_with_one_line(tmp_path: P
     assert not os.path.lexists(job)
 
 
-def test_a_job_directory_deleted_under_a_background_coordinator_ends_it(
-    tmp_path: Path,
-) -> None:
-    from support import Coordinators, process_gone, submit
-
-    job = tmp_path / "job"
-    tracked = Coordinators()
-    try:
-        pid = tracked.add(submit(job, LONG, "--workers", "1"))
-        wait_started(job)
-        wait_for(lambda: _delete(job), 30, "the job directory to be deleted")
-        wait_for(lambda: process_gone(pid), 30, "the coordinator to end")
-    finally:
-        tracked.cleanup()
-
-
 # --------------------------------------------------------------------------- refused
 
 

@@ -4,6 +4,7 @@ and never lets a write error vanish."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import threading
 from collections.abc import Callable
@@ -122,6 +123,19 @@ def test_close_raises_an_error_nobody_has_seen(tmp_path: Path) -> None:
         writer(snap(2, "FAILED"))
         with pytest.raises(jobdir.JobDirError, match="the job directory was deleted"):
             writer.close()
+
+
+def test_aclose_flushes_from_the_event_loop(tmp_path: Path) -> None:
+    with jobdir.JobDir.create(tmp_path / "job") as directory:
+        writer = jobdir.StatusWriter(directory, min_interval_s=FOREVER)
+
+        async def run() -> None:
+            writer(snap(1))
+            writer(snap(2))  # held by the rate limit until the close
+            await writer.aclose()
+
+        asyncio.run(run())
+        assert on_disk(directory.path).seq == 2
 
 
 def test_a_writer_by_path_still_works(tmp_path: Path) -> None:
