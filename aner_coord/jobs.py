@@ -220,7 +220,7 @@ async def execute(
         # then reads the final state.
         try:
             if writer is not None:
-                writer.close()
+                await writer.aclose()
         finally:
             if lock is not None:
                 lock.release()
