@@ -13,9 +13,9 @@ Until the directory exists the child's stdout and stderr go to an unlinked tempo
 that the parent can still read when the child dies early; once ready, the child copies that
 file into `coordinator.log` in the job directory and points its stdout and stderr there.
 
-The coordinator then runs the job like the foreground does, minus the display: SIGTERM and
-SIGINT cancel gracefully, and `aner parallel cancel` reaches it through the job directory's
-`cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
+The coordinator then runs the job like the foreground does, minus the display: SIGTERM,
+SIGINT and SIGHUP cancel gracefully, and `aner parallel cancel` reaches it through the job
+directory's `cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
 public identity only, never by endpoint or path.
 """
 
@@ -266,7 +266,7 @@ def _run(job: Job, ready: _Readiness) -> JobReport:
     output = job.output
 
     def on_ready() -> None:
-        _adopt_log(output / jobdir.LOG)
+        _adopt_log(output)
         log.info("ready: lock held, manifest and first status written")
         ready.ready()
 
@@ -290,11 +290,17 @@ def _cancel_on(sig: signal.Signals, cancel: asyncio.Event) -> None:
     cancel.set()
 
 
-def _adopt_log(path: Path) -> None:
-    """Copy what we logged so far into `path` and send stdout and stderr there from now on."""
+def _adopt_log(output: Path) -> None:
+    """Copy what we logged so far into the job's `coordinator.log` and send stdout and stderr
+    there from now on."""
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        directory = jobdir.JobDir.open(output, own=True)
+    except OSError as exc:
+        raise jobdir.JobDirError(f"cannot open job directory {output}: {exc.strerror}") from None
+    with directory:
+        fd = directory.open_log()
     offset = 0
     try:
         while chunk := os.pread(2, 65536, offset):

@@ -1,9 +1,11 @@
 """From an admitted job to a result: the coordinator run inside an optional job directory.
 
-`execute(job)` creates the job directory (when the request names one), locks it, writes the
-manifest, runs the coordinator with the status writer as an observer, honours `aner
-parallel cancel` (a `cancel-request` file), and writes `result.json` before `status.json`
-may say COMPLETED.
+`execute(job)` creates the job directory (when the request names one) through a directory
+descriptor, locks it, writes the manifest, runs the coordinator with the status writer as
+an observer, honours `aner parallel cancel` (a `cancel-request` file), and writes
+`result.json` before `status.json` may say COMPLETED. A run that could not start leaves no
+directory behind; a job directory that can no longer be written (full disk, deleted) fails
+the job with one line (exit 3).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Sequence
 from aner_coord import jobdir
 from aner_coord.admission import Job
 from aner_coord.coordinator import Coordinator, JobReport, Observer
+from aner_coord.jobstate import ShellFailed
 from aner_coord.manifest import encode_manifest, manifest_of
 from aner_coord.results import encode_result
 from aner_coord.status import JobState
@@ -31,32 +34,62 @@ async def execute(
     and honour `aner parallel cancel` as well as `cancel`."""
     observers = list(observers)
     cancel = cancel if cancel is not None else asyncio.Event()
+    directory: jobdir.JobDir | None = None
     lock: jobdir.JobLock | None = None
     writer: jobdir.StatusWriter | None = None
-    out = job.output
-    if out is not None:
-        jobdir.create_job_dir(out)
-        lock = jobdir.JobLock(out)
-        lock.acquire()
-        jobdir.write_atomic(out / jobdir.MANIFEST, encode_manifest(manifest_of(job)))
-        writer = jobdir.StatusWriter(out)
+    coordinator: Coordinator | None = None
+
+    def writer_failed(error: jobdir.JobDirError) -> None:  # on the writer's thread
+        if coordinator is not None:
+            coordinator.deliver(ShellFailed("writing the job directory", str(error)))
+
+    if job.output is not None:
+        directory = jobdir.JobDir.create(job.output)
+        try:
+            lock = jobdir.JobLock(directory)
+            lock.acquire()
+            directory.write_bytes(jobdir.MANIFEST, encode_manifest(manifest_of(job)))
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            directory.remove()  # a run that could not start leaves nothing behind
+            raise
+        writer = jobdir.StatusWriter(directory, on_error=writer_failed)
         observers.insert(0, writer)
     try:
         if on_ready is not None:
             observers.append(_once(on_ready))
         coordinator = Coordinator(job, observers=observers, cancel=cancel)
         async with (
-            jobdir.cancel_requests(out, cancel) if out is not None else contextlib.nullcontext()
+            jobdir.cancel_requests(directory, cancel)
+            if directory is not None
+            else contextlib.nullcontext()
         ):
             report = await coordinator.run()
-        if out is not None and report.state is JobState.COMPLETED:
-            jobdir.write_atomic(out / jobdir.RESULT, encode_result(report.result))
+        if directory is not None and report.state is JobState.COMPLETED:
+            directory.write_bytes(jobdir.RESULT, encode_result(report.result))
             assert writer is not None
             writer.commit_completed()
         return report
+    except BaseException:
+        if directory is not None and not directory.exists(jobdir.STATUS):
+            # Failed before its first status (nothing ran): leave no half-made directory.
+            if lock is not None:
+                lock.release()
+                lock = None
+            directory.remove()
+        raise
     finally:
-        if lock is not None:
-            lock.release()
+        # The last status is on disk before the lock goes: a monitor that can take the lock
+        # then reads the final state.
+        try:
+            if writer is not None:
+                await writer.aclose()
+        finally:
+            if lock is not None:
+                lock.release()
+            if directory is not None:
+                directory.close()
 
 
 def _once(callback: Callable[[], None]) -> Observer:
