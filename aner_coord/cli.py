@@ -96,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="FRACTION",
             help="recompute this fraction of chunks on the coordinator and fail on any mismatch",
         )
+        p.add_argument(
+            "--retries",
+            type=count,
+            default=0,
+            metavar="N",
+            help="lost workers to survive: their chunks go to the others (default 0)",
+        )
         p.add_argument("--background", action="store_true", help="detach; watch with `status`")
         p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
@@ -113,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("cancel", help="ask a running job to stop")
     ca.add_argument("--job", required=True, metavar="DIR")
 
+    re_ = sub.add_parser("resume", help="continue a job whose coordinator is gone, from its ledger")
+    re_.add_argument("--job", required=True, metavar="DIR")
+    re_.add_argument("--background", action="store_true", help="detach; watch with `status`")
+    re_.add_argument("--quiet", action="store_true", help="print nothing on success")
+
     wk = sub.add_parser(
         "worker", help="serve as a worker on stdin/stdout (started by a coordinator)"
     )
@@ -123,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _coordinate_parser() -> argparse.ArgumentParser:
     """The detached coordinator's own entry (started by `--background`); never in any help."""
     parser = _Parser(prog="aner parallel coordinate")
-    parser.add_argument("--spec-json", required=True)
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--spec-json")
+    how.add_argument("--resume-job")
     parser.add_argument("--ready-fd", type=int, required=True)
     return parser
 
@@ -135,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from aner_coord.background import coordinate_command
 
             hidden = _coordinate_parser().parse_args(args_list[2:])
-            return coordinate_command(hidden.spec_json, hidden.ready_fd)
+            return coordinate_command(hidden.spec_json, hidden.resume_job, hidden.ready_fd)
         parser = build_parser()
         args = parser.parse_args(args_list)
         if args.group is None or args.command is None:
@@ -166,6 +180,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from aner_coord.monitor import cancel_command
 
         return cancel_command(args.job)
+    if command == "resume":
+        from aner_coord.commands import resume_command
+
+        return resume_command(args)
     if command == "worker":
         from aner_worker.worker import main as worker_main
 

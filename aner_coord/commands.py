@@ -13,7 +13,7 @@ from pathlib import Path
 from aner_coord.admission import Job, admit
 from aner_coord.coordinator import JobReport
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
-from aner_coord.jobs import execute
+from aner_coord.jobs import Resumption, execute
 from aner_coord.progress import LiveProgress, describe
 from aner_coord.requests import (
     ClusterExecution,
@@ -63,7 +63,11 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
     else:
         execution = LocalExecution(workers=args.workers, chunk=args.chunk)
     return JobRequest(
-        computation=computation, execution=execution, output=args.output, audit=args.audit
+        computation=computation,
+        execution=execution,
+        output=args.output,
+        audit=args.audit,
+        retries=args.retries,
     )
 
 
@@ -114,10 +118,24 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
+def resume_command(args: argparse.Namespace) -> int:
+    from aner_coord.resume import prepare_resume
+
+    job, resumption = prepare_resume(args.job)
+    if args.background:
+        from aner_coord.background import submit
+
+        resumption.lock.release()  # the detached coordinator takes it again
+        resumption.directory.close()
+        return submit(job, quiet=args.quiet, resume=True)
+    return run_foreground(job, quiet=args.quiet, resume=resumption)
+
+
 def run_foreground(
     job: Job,
     *,
     quiet: bool,
+    resume: Resumption | None = None,
     extra_observers: tuple[Callable[..., None], ...] = (),
     on_ready: Callable[[], None] | None = None,
 ) -> int:
@@ -127,13 +145,13 @@ def run_foreground(
 
     async def main() -> JobReport:
         cancel = asyncio.Event()
-        with cancel_on_signals(cancel):
+        with cancel_on_signals(cancel), contextlib.ExitStack() as stack:
+            observers = list(extra_observers)
             if show_live:
-                with LiveProgress() as live:
-                    return await execute(
-                        job, observers=[live, *extra_observers], cancel=cancel, on_ready=on_ready
-                    )
-            return await execute(job, observers=extra_observers, cancel=cancel, on_ready=on_ready)
+                observers.insert(0, stack.enter_context(LiveProgress()))
+            return await execute(
+                job, observers=observers, cancel=cancel, on_ready=on_ready, resume=resume
+            )
 
     report = run_sync(main())
     return report_outcome(job, report, quiet=quiet)

@@ -282,9 +282,11 @@ class JobDir:
     def write_json(self, name: str, obj: Any) -> None:
         self.write_bytes(name, msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
 
-    def open_log(self) -> int:
-        """A new `coordinator.log` for appending (O_EXCL: never someone else's file)."""
-        return self.open_file(LOG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+    def open_log(self, *, append: bool = False) -> int:
+        """A new `coordinator.log` for appending (O_EXCL: never someone else's file), or with
+        `append` the one a resumed job already has (still never through a symlink)."""
+        exclusive = 0 if append else os.O_EXCL
+        return self.open_file(LOG, os.O_WRONLY | os.O_CREAT | exclusive | os.O_APPEND)
 
     def unlink(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -374,7 +376,9 @@ class StatusWriter:
     `close()` (or `await aclose()` on the event loop) writes what is pending and joins the
     thread; call it before letting go of the lock. A write error (JobDirError) is passed to
     `on_error` (on the writer thread: reach the event loop with `call_soon_threadsafe`) and
-    raised by the next call, `flush()` or `close()`; after it nothing more is written."""
+    raised by the next call, `flush()` or `close()`; after it nothing more is written.
+    `before_write` runs on the writer thread before each status write (the job's ledger
+    makes what the status will report durable there)."""
 
     def __init__(
         self,
@@ -382,6 +386,7 @@ class StatusWriter:
         *,
         min_interval_s: float = STATUS_MIN_INTERVAL_S,
         on_error: Callable[[JobDirError], None] | None = None,
+        before_write: Callable[[], None] | None = None,
     ) -> None:
         if isinstance(job, JobDir):
             self._dir, self._own_dir = job, False
@@ -389,6 +394,7 @@ class StatusWriter:
             self._dir, self._own_dir = JobDir.open(job, own=True), True
         self._interval = min_interval_s
         self._on_error = on_error
+        self._before_write = before_write
         self._cond = threading.Condition()
         self._slot: StatusSnapshot | None = None
         self._completed: StatusSnapshot | None = None
@@ -517,6 +523,8 @@ class StatusWriter:
         return False
 
     def _write(self, snapshot: StatusSnapshot) -> None:
+        if self._before_write is not None:
+            self._before_write()  # the ledger: what a status reports is durable first
         self._dir.write_bytes(STATUS, encode_status(snapshot))
         self._last_state = snapshot.state
         self._last_write = time.monotonic()

@@ -235,14 +235,23 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
             f"{'workers' if i == 0 else '':<9} {worker.identity}: {worker.slots} {slots}, "
             f"{worker.items:,} {unit}, {worker.chunks:,} chunks"
         )
+    for loss in snap.losses:
+        lines.append(
+            f"lost      {loss.identity} during {loss.phase} ({loss.during}), the job went on "
+            f"without it: {loss.detail}"
+        )
+    if snap.resumes:
+        times = "once" if snap.resumes == 1 else f"{snap.resumes} times"
+        lines.append(
+            f"resumed   {times}; the last resume recovered {snap.recovered:,} {unit} "
+            "from the ledger"
+        )
     if snap.error:
         lines.append(f"error     {snap.error}")
     if obs.note:
         lines.append(f"note      {obs.note}")
-    if obs.state is OFFLINE:
-        lines.append(
-            "          this version does not resume jobs: start it again with a new --output"
-        )
+    if obs.state is OFFLINE or obs.state is JobState.FAILED:
+        lines.append(f"          continue it from its ledger: aner parallel resume --job {job}")
     if obs.state is JobState.COMPLETED:
         if obs.result is not None:
             lines.extend(result_lines(obs.result))

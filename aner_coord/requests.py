@@ -8,6 +8,7 @@ alone holds the chunk size.
 
     output = "aner-jobs/pi"          # optional; must not exist
     audit = 0.0                      # fraction of chunks the coordinator recomputes
+    retries = 0                      # lost workers the job survives
 
     [computation]
     kind = "monte-carlo"
@@ -72,6 +73,7 @@ class JobRequest(_Data, frozen=True):
     execution: Execution = LocalExecution()
     output: str | None = None
     audit: float = 0.0
+    retries: int = 0  # lost workers the job survives (SPEC section 11)
 
 
 class _Placement(_Data, frozen=True):
@@ -80,6 +82,7 @@ class _Placement(_Data, frozen=True):
     execution: Execution = LocalExecution()
     output: str | None = None
     audit: float = 0.0
+    retries: int = 0
 
 
 def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
@@ -99,6 +102,7 @@ def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
             execution=rest.execution,
             output=rest.output,
             audit=rest.audit,
+            retries=rest.retries,
         )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(f"{source}: {exc}") from None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from aner_coord.requests import ComputationRequest
-from aner_coord.status import WorkerAccount
+from aner_coord.status import WorkerAccount, WorkerLoss
 from aner_worker.kernels import Kernel
 
 
@@ -57,6 +57,7 @@ class Accounting:
     seconds: float
     workers: tuple[WorkerAccount, ...]
     execution: dict[str, Any]
+    losses: tuple[WorkerLoss, ...] = ()
 
 
 class Run(Protocol):

@@ -101,4 +101,5 @@ class _Run:
             seconds=accounting.seconds,
             execution=accounting.execution,
             workers=list(accounting.workers),
+            losses=list(accounting.losses),
         )
