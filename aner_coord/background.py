@@ -51,7 +51,7 @@ from aner_coord.errors import (
 )
 from aner_coord.jobs import Resumption, execute
 from aner_coord.progress import describe
-from aner_coord.requests import ClusterExecution, JobRequest, decode_request, encode_request
+from aner_coord.requests import decode_request, encode_request, with_absolute_paths
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.status import JobState, StatusSnapshot
 
@@ -68,17 +68,6 @@ log = logging.getLogger("aner.background")
 # --------------------------------------------------------------------------- submit
 
 
-def absolute(request: JobRequest) -> JobRequest:
-    """The request with every path absolute: a detached coordinator starts in `/` (it must not
-    pin the user's working directory), and a resumed one may start anywhere."""
-    execution = request.execution
-    if isinstance(execution, ClusterExecution):
-        config = Path(execution.config).expanduser().absolute()
-        execution = msgspec.structs.replace(execution, config=str(config))
-    output = None if request.output is None else str(Path(request.output).absolute())
-    return msgspec.structs.replace(request, output=output, execution=execution)
-
-
 def submit(
     job: Job, *, quiet: bool, resume: bool = False, ready_timeout_s: float = READY_TIMEOUT_S
 ) -> int:
@@ -92,7 +81,8 @@ def submit(
     if resume:
         how = ("--resume-job", str(output))
     else:
-        spec = absolute(msgspec.structs.replace(job.request, output=str(output)))
+        # A detached coordinator starts in `/` (it must not pin the working directory).
+        spec = with_absolute_paths(msgspec.structs.replace(job.request, output=str(output)))
         how = ("--spec-json", encode_request(spec).decode())
     read_end, write_end = os.pipe()
     try:

@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--background", action="store_true", help="detach; watch with `status`")
         p.add_argument("--quiet", action="store_true", help="print nothing on success")
+        p.add_argument(
+            "--resume",
+            action="store_true",
+            help="if --output already holds this same job, resume it instead of refusing "
+            "(for units that restart on failure)",
+        )
 
     run = sub.add_parser("run", help="Monte Carlo estimate of pi")
     job_arguments(run, regression=False)

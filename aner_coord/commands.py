@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -81,7 +82,10 @@ def load_spec_file(path: str) -> JobRequest:
 
 
 def job_command(args: argparse.Namespace) -> int:
-    job = admit(request_from_args(args))
+    request = request_from_args(args)
+    if args.resume and request.output is not None and os.path.lexists(request.output):
+        return _resume_same(request, args)
+    job = admit(request)
     if args.background:
         from aner_coord.background import submit
 
@@ -118,10 +122,20 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-def resume_command(args: argparse.Namespace) -> int:
+def _resume_same(request: JobRequest, args: argparse.Namespace) -> int:
+    """`--resume` with an existing output: it must hold this very job."""
     from aner_coord.resume import prepare_resume
 
-    job, resumption = prepare_resume(args.job)
+    assert request.output is not None
+    job, resumption = prepare_resume(request.output, expect=request)
+    args.job = request.output
+    return resume_command(args, prepared=(job, resumption))
+
+
+def resume_command(args: argparse.Namespace, prepared: tuple[Job, Resumption] | None = None) -> int:
+    from aner_coord.resume import prepare_resume
+
+    job, resumption = prepared if prepared is not None else prepare_resume(args.job)
     if args.background:
         from aner_coord.background import submit
 

@@ -26,7 +26,7 @@ from aner_coord.admission import Job
 from aner_coord.coordinator import Coordinator, JobReport, Observer
 from aner_coord.jobstate import ShellFailed
 from aner_coord.manifest import encode_manifest, manifest_of
-from aner_coord.requests import encode_request
+from aner_coord.requests import encode_request, with_absolute_paths
 from aner_coord.results import encode_result
 from aner_coord.status import JobState
 
@@ -79,7 +79,7 @@ async def execute(
             lock = jobdir.JobLock(directory)
             lock.acquire()
             directory.write_bytes(jobdir.MANIFEST, encode_manifest(manifest_of(job)))
-            directory.write_bytes(REQUEST, encode_request(job.request))
+            directory.write_bytes(REQUEST, encode_request(with_absolute_paths(job.request)))
         except BaseException:
             if lock is not None:
                 lock.release()

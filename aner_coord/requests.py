@@ -23,6 +23,7 @@ alone holds the chunk size.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -106,6 +107,17 @@ def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
         )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(f"{source}: {exc}") from None
+
+
+def with_absolute_paths(request: JobRequest) -> JobRequest:
+    """The request with every path absolute, for a coordinator that starts elsewhere (a
+    detached one starts in `/`, a resumed one wherever the user is)."""
+    execution = request.execution
+    if isinstance(execution, ClusterExecution):
+        config = Path(execution.config).expanduser().absolute()
+        execution = msgspec.structs.replace(execution, config=str(config))
+    output = None if request.output is None else str(Path(request.output).absolute())
+    return msgspec.structs.replace(request, output=output, execution=execution)
 
 
 def encode_request(request: JobRequest) -> bytes:

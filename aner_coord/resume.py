@@ -22,12 +22,13 @@ from aner_coord.admission import Job, admit
 from aner_coord.errors import RequestError
 from aner_coord.jobs import REQUEST, Resumption
 from aner_coord.manifest import decode_manifest
-from aner_coord.requests import decode_request
+from aner_coord.requests import JobRequest, decode_request, with_absolute_paths
 from aner_coord.status import JobState
 
 
-def prepare_resume(path: str | Path) -> tuple[Job, Resumption]:
-    """Check and lock the job at `path` for a new coordinator (RequestError, exit 2)."""
+def prepare_resume(path: str | Path, *, expect: JobRequest | None = None) -> tuple[Job, Resumption]:
+    """Check and lock the job at `path` for a new coordinator (RequestError, exit 2). With
+    `expect`, the directory must hold that very request (`run --resume`)."""
     target = Path(path)
     try:
         directory = jobdir.JobDir.open(target, own=True)
@@ -48,7 +49,7 @@ def prepare_resume(path: str | Path) -> tuple[Job, Resumption]:
                 f"job {target} has a live coordinator (it holds the lock): nothing to resume; "
                 f"follow it with `aner parallel status --job {target} --watch`"
             ) from None
-        job, resumption = _check(target, directory, lock)
+        job, resumption = _check(target, directory, lock, expect)
         return job, resumption
     except BaseException:
         if lock is not None:
@@ -57,9 +58,24 @@ def prepare_resume(path: str | Path) -> tuple[Job, Resumption]:
         raise
 
 
-def _check(target: Path, directory: jobdir.JobDir, lock: jobdir.JobLock) -> tuple[Job, Resumption]:
+def _check(
+    target: Path, directory: jobdir.JobDir, lock: jobdir.JobLock, expect: JobRequest | None
+) -> tuple[Job, Resumption]:
     from aner_worker.contract import source_fingerprint
 
+    try:
+        manifest = decode_manifest(directory.read_bytes(jobdir.MANIFEST))
+        request = decode_request(directory.read_bytes(REQUEST), fmt="json", source=str(target))
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise RequestError(
+            f"job {target} cannot be resumed: its files are unreadable: {exc}"
+        ) from None
+    if expect is not None and with_absolute_paths(
+        msgspec.structs.replace(expect, output=None)
+    ) != with_absolute_paths(msgspec.structs.replace(request, output=None)):
+        raise RequestError(
+            f"{target} holds a different job than this request: give --output a new directory"
+        )
     try:
         status = jobdir.read_status(directory)
         last_seq = status.seq
@@ -68,13 +84,6 @@ def _check(target: Path, directory: jobdir.JobDir, lock: jobdir.JobLock) -> tupl
         last_seq, completed = 0, False
     if completed:
         raise RequestError(f"job {target} has COMPLETED: nothing to resume (see {jobdir.RESULT})")
-    try:
-        manifest = decode_manifest(directory.read_bytes(jobdir.MANIFEST))
-        request = decode_request(directory.read_bytes(REQUEST), fmt="json", source=str(target))
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise RequestError(
-            f"job {target} cannot be resumed: its files are unreadable: {exc}"
-        ) from None
     installed = source_fingerprint()
     if manifest.source_fingerprint != installed:
         raise RequestError(

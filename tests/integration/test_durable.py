@@ -230,3 +230,30 @@ def test_retries_must_be_a_whole_number(retries: str, tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "--retries" in done.stderr
+
+
+def test_the_units_resume_flag_continues_the_same_job_and_refuses_another(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        f'output = "{job}"\n[computation]\nkind = "monte-carlo"\nsamples = 1_000_000_000\n'
+        'seed = 42\n[execution]\nkind = "local"\nworkers = 1\nchunk = 10_000_000\n'
+    )
+    started = run_aner("parallel", "run", "--spec", str(spec), "--resume", "--background")
+    assert started.returncode == 0, started.stderr
+    pid = coordinators.add(status_of(job).pid)
+    wait_accepted(job, 100_000_000)
+    os.kill(pid, signal.SIGKILL)  # what systemd's Restart=on-failure then sees
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    again = run_aner("parallel", "run", "--spec", str(spec), "--resume")
+    assert again.returncode == 0, again.stderr
+    assert f"{HITS_1E9:,} hits" in again.stdout
+    assert status_of(job).resumes == 1
+
+    other = tmp_path / "other.toml"
+    other.write_text(spec.read_text().replace("seed = 42", "seed = 43"))
+    refused = run_aner("parallel", "run", "--spec", str(other), "--resume")
+    assert refused.returncode == 2
+    assert "holds a different job than this request" in refused.stderr

@@ -105,9 +105,13 @@ def test_the_unit_says_what_the_contract_needs() -> None:
     assert settings["KillMode"] == ["mixed"]
     assert int(settings["TimeoutStopSec"][0]) > 0
     assert settings["SuccessExitStatus"] == ["4"]
-    assert "Restart" not in settings  # no resume in this version
+    # A dead coordinator or a failed job is restarted, and the restart resumes the job.
+    assert settings["Restart"] == ["on-failure"]
+    assert settings["RestartPreventExitStatus"] == ["2"]
     command = shlex.split(settings["ExecStart"][0])
-    assert command[-5:] == ["aner", "parallel", "run", "--spec", "%h/.config/aner/jobs/%i.toml"]
+    assert command[-6:] == [
+        "aner", "parallel", "run", "--spec", "%h/.config/aner/jobs/%i.toml", "--resume"
+    ]  # fmt: skip
 
 
 def test_the_example_spec_describes_both_computations(tmp_path: Path) -> None:
