@@ -164,7 +164,8 @@ class Coordinator:
         self._loop_thread = threading.get_ident()
         self._backend = self._make_backend()
         self._execute(self._machine.start())
-        self._backend.start(self.deliver)
+        if not self._ended.is_set():  # a resumed job whose ledger holds everything needs none
+            self._backend.start(self.deliver)
 
     async def main_loop(self) -> None:
         backend = self._backend
