@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+import msgspec
+
 from aner_coord.errors import EXIT_INVALID, AnerError, cli_name
 
 _INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")
@@ -53,20 +55,19 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """`--version`, reading the package metadata only when asked (it costs ~20 ms)."""
 
-    try:
-        return version("aner")
-    except PackageNotFoundError:  # run from a source tree that was never installed
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         from aner_coord import __version__
 
-        return __version__
+        print(f"aner {__version__}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="aner", description="Native parallel scientific computing.")
-    parser.add_argument("--version", action="version", version=f"aner {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     top = parser.add_subparsers(dest="group", metavar="parallel", parser_class=_Parser)
     par = top.add_parser("parallel", help="reproducible parallel computations")
     sub = par.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -171,9 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     command = args.command
     if command == "inventory":
-        from aner_coord.commands import inventory_command
+        from aner_worker.inventory import current, format_table
 
-        return inventory_command(as_json=args.json)
+        inv = current()
+        if args.json:
+            sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(inv.to_dict())) + b"\n")
+        else:
+            print(format_table(inv))
+        return 0
     if command in ("run", "regression"):
         from aner_coord.commands import job_command
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -28,14 +27,6 @@ from aner_coord.requests import (
 )
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.status import JobState
-
-
-def inventory_command(*, as_json: bool) -> int:
-    from aner_worker.inventory import current, format_table
-
-    inv = current()
-    print(json.dumps(inv.to_dict(), indent=2) if as_json else format_table(inv))
-    return EXIT_OK
 
 
 def request_from_args(args: argparse.Namespace) -> JobRequest:

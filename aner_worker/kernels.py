@@ -22,8 +22,6 @@ from typing import Any, ClassVar, Protocol
 
 import msgspec
 
-from aner_worker.philox import Stopped
-
 __all__ = [
     "KERNELS",
     "Kernel",
@@ -38,6 +36,10 @@ __all__ = [
 ]
 
 StopCheck = Callable[[], bool]
+
+
+class Stopped(Exception):
+    """A kernel was asked to stop between two sub-ranges; its partial sums are discarded."""
 
 
 class Kernel(Protocol):
