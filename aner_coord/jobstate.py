@@ -444,11 +444,11 @@ class JobMachine:
         except Exception as exc:
             return self._fail(f"computation error while planning the next pass: {exc!r}")
         self._pass = spec
+        if spec is None:
+            return []  # the last pass's counts stay: the final status reports them
         self._items_done = 0
         self._chunks_done = 0
         self._todo.clear()
-        if spec is None:
-            return []
         self._pass_id += 1
         self._requested = spec.items
         self._n_chunks = -(-spec.items // self._chunk)

@@ -196,7 +196,8 @@ def test_worker_killed_mid_run_fails_the_job_naming_it(tmp_path: Path) -> None:
 
         def second_worker_with_work_done() -> psutil.Process | None:
             status = out / "status.json"
-            if not status.exists() or status_of(out).accepted == 0:
+            # Both workers past their handshake, with work accepted: a kill now is mid-run.
+            if not status.exists() or any(w.chunks == 0 for w in status_of(out).workers):
                 return None
             # Workers are started in record order; the second is the victim.
             workers = sorted(parent.children(recursive=True), key=lambda p: p.create_time())

@@ -67,7 +67,8 @@ def test_a_killed_ssh_worker_is_survived_with_the_exact_hits(
     job = tmp_path / "job"
     args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "1")
     pid = coordinators.add(background(job, *args, env=sshd.env))
-    wait_accepted(job, 1)
+    # Mid-run: both workers past their handshake, each with work accepted.
+    wait_status(job, lambda s: all(w.chunks > 0 for w in s.workers), 120, "both workers working")
     remote = workers_of(sshd.process.pid)
     assert len(remote) == 1
     remote[0].kill()

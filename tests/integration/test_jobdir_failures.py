@@ -125,7 +125,9 @@ def test_a_disk_filling_up_mid_run_fails_the_job_with_one_line(tmp_path: Path) -
         )
         # What was written before stays whole; no temp file is left behind.
         assert read_status(job).state is JobState.RUNNING
-        assert sorted(os.listdir(job)) == ["run-manifest.json", "status.json"]
+        assert sorted(os.listdir(job)) == [
+            "ledger", "request.json", "run-manifest.json", "status.json"
+        ]  # fmt: skip
 
 
 def test_a_full_disk_at_start_leaves_no_directory(tmp_path: Path) -> None:
