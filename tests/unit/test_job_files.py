@@ -177,3 +177,13 @@ def test_a_manifest_of_the_old_fixture_kind_reads_as_regression() -> None:
     del data["audit"]  # appended in schema 2, with a default
     manifest = decode_manifest(json.dumps(data).encode())
     assert (manifest.computation, manifest.audit) == ("regression", 0.0)
+
+
+def test_a_status_v2_from_before_the_durable_fields_still_reads() -> None:
+    data = json.loads((DATA / "status-v2.json").read_text())
+    appended = ("losses", "resumes", "recovered")
+    for name in appended:
+        data.pop(name, None)  # written by aner before durable jobs
+    status = decode_status(json.dumps(data).encode())
+    assert (status.losses, status.resumes, status.recovered) == ([], 0, 0)
+    assert status.state is JobState.COMPLETED and status.accepted == 10_000_000
