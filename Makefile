@@ -21,6 +21,7 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.test
 	bash .ci/ensure-sshd
+	bash .ci/ensure-slurm
 	$(MAKE) --no-print-directory lint typecheck pytest
 
 lint: $(VENV)/.test

@@ -29,7 +29,7 @@ from aner_coord.jobstate import (
     WorkerReady,
     WriteStatus,
 )
-from aner_coord.transports import Transport, TransportError, open_pipe, open_ssh
+from aner_coord.transports import Transport, TransportError, open_transport
 from protocol import (
     PROTOCOL_VERSION,
     FrameDecoder,
@@ -202,10 +202,7 @@ class ProcessBackend:
         phase = "connect"
         try:
             argv = [record.executable, "parallel", "worker", "--stdio"]
-            if record.transport == "local":
-                transport = await open_pipe(record.identity, argv)
-            else:
-                transport = await open_ssh(record.identity, record.endpoint, argv)
+            transport = await open_transport(record, argv)
             self._transports[record.identity] = transport
             if self._stopping:
                 return

@@ -1,23 +1,26 @@
-"""Byte pipes to a worker process: local pipes or an SSH channel, behind one small interface.
+"""Byte pipes to a worker process: local pipes, an SSH channel or a Slurm job step's stdio
+(srun's pipes), behind one small interface; `open_transport()` picks one for a record.
 
 A transport carries the worker's stdin and stdout as raw bytes (framing is `protocol/`'s job),
 drains the worker's stderr into a short tail for diagnostics, and owns the process (and, for
 SSH, the connection) until `close()` has reaped it.
 
-Behaviour both transports share, checked by one contract suite (tests/test_transports.py):
+Behaviour all transports share, checked by one contract suite (tests/test_transports.py):
 
 - `read()` returns b"" once the worker's stdout has ended, for whatever reason: the worker
   exited after its stdin was closed, it crashed, or it was killed.  Only a broken transport
   (a lost SSH connection, an OS error on the pipe) raises `TransportError(phase="receive")`.
 - A worker that could not be started raises `TransportError(phase="start")`: locally from
   `open_pipe()` itself; over SSH, where only the remote shell knows, from the first `read()`
-  or `write()` that finds the worker gone with exit status 127 or 126 and no output at all.
+  or `write()` that finds the worker gone with exit status 127 or 126 and no output at all;
+  under Slurm from `open_slurm()` when the step does not start in time, and from the first
+  `read()` or `write()` when slurmstepd could not execute the program.
 - `write()` to a worker that has gone raises `TransportError(phase="send")`.
 - `close()` never raises: it closes stdin, waits, terminates, waits, kills and waits again,
   then releases pipes, channel and connection.  It is idempotent, and after it `read()`
   returns b"".  Over SSH, terminate and kill are an SSH signal request and, since sshd
   refuses those for root logins, `kill` run in a second session on the pid the remote
-  wrapper reported.
+  wrapper reported.  Under Slurm they go to srun, which on SIGTERM cancels its step.
 
 Endpoints, host names, user names, ports and executable paths are private (SPEC section 5):
 error messages name the worker by identity and translate native failures into generic words;
@@ -33,7 +36,10 @@ import contextlib
 import errno
 import logging
 import os
+import re
+import secrets
 import shlex
+import shutil
 import signal
 import socket
 from collections.abc import Mapping, Sequence
@@ -41,7 +47,7 @@ from typing import Literal, Protocol
 
 import asyncssh
 
-from aner_coord.clusterfile import parse_ssh_endpoint
+from aner_coord.clusterfile import SlurmEndpoint, WorkerRecord, parse_ssh_endpoint
 from aner_coord.errors import WorkerFailure
 
 Phase = Literal["connect", "start", "send", "receive", "close"]
@@ -273,16 +279,9 @@ class _PipeTransport:
             self._process.send_signal(signum)
 
 
-async def open_pipe(
-    identity: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
-) -> Transport:
-    """Start `argv` as a local worker with its stdin, stdout and stderr on private pipes.
-
-    `close_fds=True`: the worker inherits no descriptor but its three pipes.  The worker stays
-    in our process group rather than a new session, so a signal to the group (Ctrl-C in a
-    terminal, or stopping a detached coordinator's session) reaches the workers too and none
-    outlives the coordinator by accident; `close()` remains the orderly way to stop one.
-    """
+async def _spawn(
+    identity: str, argv: Sequence[str], env: Mapping[str, str] | None
+) -> tuple[asyncio.subprocess.Process, asyncio.SubprocessTransport]:
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.subprocess_exec(
@@ -304,7 +303,20 @@ async def open_pipe(
         ) from None
     except OSError as exc:
         raise TransportError(identity, "start", _describe_os_error(exc)) from None
-    process = asyncio.subprocess.Process(transport, protocol, loop)
+    return asyncio.subprocess.Process(transport, protocol, loop), transport
+
+
+async def open_pipe(
+    identity: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Transport:
+    """Start `argv` as a local worker with its stdin, stdout and stderr on private pipes.
+
+    `close_fds=True`: the worker inherits no descriptor but its three pipes.  The worker stays
+    in our process group rather than a new session, so a signal to the group (Ctrl-C in a
+    terminal, or stopping a detached coordinator's session) reaches the workers too and none
+    outlives the coordinator by accident; `close()` remains the orderly way to stop one.
+    """
+    process, transport = await _spawn(identity, argv, env)
     return _PipeTransport(identity, process, transport, private=[argv[0]] if argv else [])
 
 
@@ -546,3 +558,237 @@ async def open_ssh(
     resolved = [str(options.config.get("Hostname", "")), str(options.username)]
     private = [endpoint, parts.host, parts.user or "", *resolved, *argv[:1]]
     return _SshTransport(identity, connection, process, private)
+
+
+# --------------------------------------------------------------------------- Slurm job steps
+
+# How long a slurm worker may wait for Slurm to start its job step (a queued allocation, or a
+# step waiting for the resources of the current one) before the worker is given up, in
+# seconds.  The environment variable overrides the default; tests lower it.
+SLURM_START_TIMEOUT_ENV = "ANER_SLURM_START_TIMEOUT"
+SLURM_START_TIMEOUT_S = 60.0
+# squeue is asked whether the step runs after 50 ms, then at doubling intervals up to 2 s:
+# a step that starts at once costs one or two queries, a queued one little load on slurmctld.
+_SQUEUE_FIRST_POLL = 0.05
+_SQUEUE_MAX_POLL = 2.0
+_SQUEUE_TIMEOUT = 10.0
+_SLURM_WORD = re.compile(r"[A-Za-z][A-Za-z_]*", re.ASCII)
+# slurmstepd's words when it could not execute the worker program.
+_EXECVE_FAILED = "execve():"
+
+
+def slurm_start_timeout(env: Mapping[str, str] | None = None) -> float:
+    """The start timeout from $ANER_SLURM_START_TIMEOUT, else SLURM_START_TIMEOUT_S."""
+    text = (os.environ if env is None else env).get(SLURM_START_TIMEOUT_ENV, "").strip()
+    if not text:
+        return SLURM_START_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e7:
+        raise ValueError(f"{SLURM_START_TIMEOUT_ENV} must be a positive number of seconds")
+    return value
+
+
+def srun_command(
+    endpoint: SlurmEndpoint,
+    slots: int,
+    argv: Sequence[str],
+    *,
+    job_name: str,
+    job_id: str | None,
+    srun: str = "srun",
+) -> list[str]:
+    """srun's argument vector for one worker step; every value is a separate argument."""
+    command = [
+        srun,
+        "--unbuffered",  # without it srun forwards output line by line and frames stall
+        "--ntasks=1",
+        "--nodes=1",
+        f"--cpus-per-task={slots}",
+        f"--job-name={job_name}",
+    ]
+    if job_id is not None:
+        command.append(f"--jobid={job_id}")
+    return [*command, *endpoint.srun_options(), "--", *argv]
+
+
+class _SlurmTransport(_PipeTransport):
+    """srun's stdio, which carries its step's task's stdio, as a pipe transport.
+
+    srun ends when its task ends, so end of file and srun's exit are a lost worker like any
+    other.  SIGTERM makes srun cancel its step (or revoke a queued allocation) and wait for
+    it, so `close()`'s escalation also ends the process on the node.
+    """
+
+    def __init__(
+        self,
+        identity: str,
+        process: asyncio.subprocess.Process,
+        transport: asyncio.SubprocessTransport,
+        private: Sequence[str],
+        *,
+        job_name: str,
+        job_id: str | None,
+        env: Mapping[str, str] | None,
+    ) -> None:
+        super().__init__(identity, process, transport, private)
+        self._job_name = job_name
+        self._job_id = job_id
+        self._env = env
+        self._started = False
+
+    async def wait_started(self, timeout: float) -> None:
+        """Return once Slurm lists the step, or srun has ended (read() then reports it).
+
+        Raises TransportError(phase="start") with Slurm's state and reason when the step has
+        not started within `timeout` seconds; srun is then stopped, which withdraws the
+        request.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        interval = _SQUEUE_FIRST_POLL
+        while True:
+            listed = await self._squeue("--steps", f"--name={self._job_name}", "--format=%i")
+            if listed is None or listed.strip():
+                # Listed, or squeue cannot tell: from here the handshake's timeout applies.
+                self._started = True
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            if await self._wait(min(interval, remaining)):
+                return
+            interval = min(2 * interval, _SQUEUE_MAX_POLL)
+        reason = await self._pending_reason()
+        await self.close()
+        raise TransportError(
+            self.identity,
+            "start",
+            f"Slurm did not start its job step within {timeout:g} s ({reason}); "
+            f"check the record's partition and limits, or raise {SLURM_START_TIMEOUT_ENV}",
+        )
+
+    async def _pending_reason(self) -> str:
+        if self._job_id is not None:
+            state = await self._squeue(f"--jobs={self._job_id}", "--format=%T")
+            words = _SLURM_WORD.findall(state or "")
+            shown = words[0] if words else "unknown"
+            return f"the step waits for resources of allocation {self._job_id}, state {shown}"
+        queued = await self._squeue(f"--name={self._job_name}", "--format=%T %r")
+        words = _SLURM_WORD.findall(queued or "")
+        if not words:
+            return "its job is not in the queue"
+        # Only Slurm's state and reason words: a reason's details may name nodes.
+        reason = words[1] if len(words) > 1 else "unknown"
+        return f"job {words[0]}, reason {reason}"
+
+    async def _squeue(self, *args: str) -> str | None:
+        """squeue's output for these filters, or None when squeue could not answer."""
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "squeue",
+                "--noheader",
+                *args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                env=None if self._env is None else dict(self._env),
+            )
+        except OSError:
+            return None
+        try:
+            out, _ = await asyncio.wait_for(process.communicate(), _SQUEUE_TIMEOUT)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            return None
+        return out.decode("ascii", "replace") if process.returncode == 0 else None
+
+    async def _raise_if_never_started(self) -> None:
+        # srun exits 2 when slurmstepd cannot execute the worker, and says why on stderr.
+        if self._received:
+            return
+        if not await self._wait(_EXIT_STATUS_WAIT):
+            return
+        await asyncio.wait([self._stderr_task], timeout=1.0)
+        for line in self._tail.text().splitlines():
+            if _EXECVE_FAILED in line:
+                if line.endswith("No such file or directory"):
+                    detail = "executable not found on the Slurm node; check the executable path"
+                elif line.endswith("Permission denied"):
+                    detail = "executable cannot be run on the Slurm node; check its permissions"
+                else:
+                    detail = "the Slurm node could not execute the worker program"
+                raise TransportError(self.identity, "start", detail)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        if not self._started and not self._closing and self._process.returncode is None:
+            # Nothing runs yet, so nothing can read end of input: withdraw the request now.
+            self._signal(signal.SIGTERM)
+        await super().close(timeout)
+
+
+async def open_slurm(
+    identity: str,
+    endpoint: SlurmEndpoint,
+    slots: int,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    start_timeout: float | None = None,
+) -> Transport:
+    """Run `argv` as one Slurm job step with `slots` CPUs, speaking on srun's stdio.
+
+    Within an allocation ($SLURM_JOB_ID set) the step is a new step of it, otherwise srun
+    asks for an allocation of its own.  Returns once Slurm lists the step (see
+    `_SlurmTransport.wait_started`); the start timeout is `start_timeout`, else
+    $ANER_SLURM_START_TIMEOUT, else SLURM_START_TIMEOUT_S.
+    """
+    environ = os.environ if env is None else env
+    try:
+        timeout = slurm_start_timeout(environ) if start_timeout is None else start_timeout
+    except ValueError as exc:
+        raise TransportError(identity, "start", str(exc)) from None
+    srun = shutil.which("srun", path=environ.get("PATH"))
+    if srun is None:
+        raise TransportError(
+            identity,
+            "start",
+            "srun not found on PATH (run the coordinator where Slurm's commands are installed)",
+        )
+    job_id = environ.get("SLURM_JOB_ID") or None
+    if job_id is not None and not job_id.isdigit():
+        raise TransportError(identity, "start", "SLURM_JOB_ID is not a job number")
+    job_name = f"aner-{identity}-{secrets.token_hex(4)}"
+    command = srun_command(endpoint, slots, argv, job_name=job_name, job_id=job_id, srun=srun)
+    process, subprocess_transport = await _spawn(identity, command, env)
+    transport = _SlurmTransport(
+        identity,
+        process,
+        subprocess_transport,
+        private=[*endpoint.values(), *argv[:1]],
+        job_name=job_name,
+        job_id=job_id,
+        env=env,
+    )
+    try:
+        await transport.wait_started(timeout)
+    except BaseException:
+        await transport.close()
+        raise
+    return transport
+
+
+async def open_transport(
+    record: WorkerRecord, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Transport:
+    """Start the worker of one cluster-file record over the transport it names."""
+    if record.transport == "local":
+        return await open_pipe(record.identity, argv, env=env)
+    if record.transport == "ssh":
+        return await open_ssh(record.identity, record.endpoint, argv)
+    endpoint = record.slurm if record.slurm is not None else SlurmEndpoint()
+    return await open_slurm(record.identity, endpoint, record.slots, argv, env=env)
