@@ -76,12 +76,14 @@ def wait_running(job: Path, min_accepted: int = 1, timeout: float = 30) -> dict[
     return status
 
 
-def submit(job: Path, samples: str, *extra: str, timeout: float = 60) -> int:
+def submit(
+    job: Path, samples: str, *extra: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> int:
     """`aner parallel run --background`; returns the coordinator's pid."""
     done = run_aner(
         "parallel", "run", "--samples", samples, "--seed", "1", "--chunk", CHUNK,
         "--output", str(job), "--background", *extra,
-        timeout=timeout,
+        timeout=timeout, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     pid = read_status(job)["pid"]
