@@ -37,6 +37,7 @@ from aner_worker.oracle import oracle_hits
 
 pytestmark = pytest.mark.slurm
 
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 SEED = 42
 SAMPLES = 10**7
 HITS = 7_856_672  # SPEC section 1
@@ -287,3 +288,52 @@ def test_kill_9_of_the_coordinator_ends_every_step(
     # srun sees end of input and passes it on; the worker ends, and with it the step.
     wait_for(lambda: steps_gone(slurm, ids), 30, "the orphaned step to end by itself")
     assert run_aner("parallel", "status", "--job", str(job), env=slurm.env).returncode == 5
+
+
+def test_sbatch_template_runs_a_coordinator_with_one_step_per_node(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    jobs = tmp_path / "jobs"
+    env = {
+        **slurm.env,
+        "ANER": ANER,
+        "ANER_DEPLOY": str(DEPLOY),
+        "ANER_JOBS_DIR": str(jobs),
+        "ANER_JOB": f"run --samples {SAMPLES} --seed {SEED} --chunk {CHUNK_MC}",
+    }
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=1", str(DEPLOY / "aner-slurm.sbatch")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30, check=False,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    wait_for(
+        lambda: job_id not in slurm.command("squeue", "-h", "-o", "%i").stdout.split(),
+        120,
+        "the batch job to end",
+    )
+    output = (tmp_path / f"aner-{job_id}.out").read_text()
+    job = jobs / f"slurm-{job_id}"
+    result = json.loads((job / "result.json").read_text())
+    assert result["hits"] == HITS, output
+    assert [w["identity"] for w in result["workers"]] == ["slurm-01"]
+    assert output.splitlines()[-1].startswith("COMPLETED 10,000,000 of 10,000,000")
+    cluster_file = jobs / f"slurm-{job_id}.cluster"
+    assert (cluster_file.stat().st_mode & 0o777) == 0o600
+    assert cluster_file.read_text().splitlines()[2:] == [
+        f'worker "slurm-01" slurm "nodelist={slurm.node}" "{ANER}" {slurm.cpus}'
+    ]
+    # The worker ran as a step of the batch job's allocation, not as a job of its own.
+    assert f"launch task StepId={job_id}.0 " in (slurm.directory / "slurmd.log").read_text()
+    assert slurm.node not in job_text(job)
+
+
+def test_cluster_file_generator_outside_an_allocation_says_so(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    done = subprocess.run(
+        [str(DEPLOY / "slurm-cluster-file"), str(tmp_path / "c"), ANER],
+        capture_output=True, text=True, env=env, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "run it inside an allocation" in done.stderr
+    assert not (tmp_path / "c").exists()
