@@ -573,6 +573,7 @@ _SQUEUE_FIRST_POLL = 0.05
 _SQUEUE_MAX_POLL = 2.0
 _SQUEUE_TIMEOUT = 10.0
 _SLURM_WORD = re.compile(r"[A-Za-z][A-Za-z_]*", re.ASCII)
+_STEP_RETRY = re.compile(r"step creation temporarily disabled, retrying \(([A-Za-z ]{1,80})\)")
 # slurmstepd's words when it could not execute the worker program.
 _EXECVE_FAILED = "execve():"
 
@@ -650,8 +651,8 @@ class _SlurmTransport(_PipeTransport):
         deadline = loop.time() + timeout
         interval = _SQUEUE_FIRST_POLL
         while True:
-            listed = await self._squeue("--steps", f"--name={self._job_name}", "--format=%i")
-            if listed is None or listed.strip():
+            listed = await self._step_listed()
+            if listed is None or listed:
                 # Listed, or squeue cannot tell: from here the handshake's timeout applies.
                 self._started = True
                 return
@@ -670,12 +671,24 @@ class _SlurmTransport(_PipeTransport):
             f"check the record's partition and limits, or raise {SLURM_START_TIMEOUT_ENV}",
         )
 
+    async def _step_listed(self) -> bool | None:
+        # squeue ignores --name for steps, so the step name is matched here.
+        jobs = () if self._job_id is None else (f"--jobs={self._job_id}",)
+        listed = await self._squeue("--steps", *jobs, "--format=%j %i")
+        if listed is None:
+            return None
+        return any(line.split()[:1] == [self._job_name] for line in listed.splitlines())
+
     async def _pending_reason(self) -> str:
         if self._job_id is not None:
             state = await self._squeue(f"--jobs={self._job_id}", "--format=%T")
             words = _SLURM_WORD.findall(state or "")
             shown = words[0] if words else "unknown"
-            return f"the step waits for resources of allocation {self._job_id}, state {shown}"
+            # srun says why it keeps retrying: "step creation temporarily disabled, retrying
+            # (Requested nodes are busy)".
+            said = _STEP_RETRY.findall(self._tail.text())
+            why = f": {said[-1]}" if said else ""
+            return f"the step waits for resources of allocation {self._job_id}, state {shown}{why}"
         queued = await self._squeue(f"--name={self._job_name}", "--format=%T %r")
         words = _SLURM_WORD.findall(queued or "")
         if not words:

@@ -337,3 +337,38 @@ def test_cluster_file_generator_outside_an_allocation_says_so(tmp_path: Path) ->
     assert done.returncode == 2
     assert "run it inside an allocation" in done.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_a_step_waiting_in_a_busy_allocation_fails_naming_the_allocation(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    granted = slurm.command(
+        "salloc", "--no-shell", "--ntasks=1", f"--cpus-per-task={slurm.cpus}",
+        "--job-name=aner-test-allocation",
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    job_id = granted.stderr.split("Granted job allocation ")[1].split()[0]
+    blocker = subprocess.Popen(
+        ["srun", f"--jobid={job_id}", "--ntasks=1", f"--cpus-per-task={slurm.cpus}",
+         "sleep", "120"],
+        env=slurm.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: f"{job_id}.0" in slurm.command("squeue", "-h", "--steps", "-o", "%i").stdout,
+            30,
+            "the step that takes every CPU of the allocation",
+        )
+        cluster = write_cluster(tmp_path / "busy", [("late", "slurm", "-", ANER, 1)])
+        env = {**slurm.env, "SLURM_JOB_ID": job_id, "ANER_SLURM_START_TIMEOUT": "1"}
+        done, job = run_job(tmp_path, cluster, slurm, *mc_args(), env=env)
+    finally:
+        slurm.command("scancel", job_id)
+        blocker.wait(30)
+    assert done.returncode == 3, done.stderr
+    assert 'worker "late" failed during start: Slurm did not start its job step' in done.stderr
+    # (srun's own words, "Requested nodes are busy", follow when it has said them in time)
+    assert f"the step waits for resources of allocation {job_id}, state RUNNING" in done.stderr
+    assert read_status(job)["state"] == "FAILED"
+    # Nothing of the worker's step ran, and srun gave up waiting.
+    assert not step_workers(slurm, "late")
