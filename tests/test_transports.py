@@ -482,3 +482,25 @@ def test_slurm_stderr_tail_masks_endpoint_values(slurm: SlurmCluster) -> None:
     tail = run(main())
     assert "on <private> now" in tail
     assert secret_node not in tail
+
+
+@pytest.mark.slurm
+def test_cancelling_a_queued_slurm_start_withdraws_the_request(slurm: SlurmCluster) -> None:
+    def queued() -> list[str]:
+        listed = slurm.command("squeue", "--noheader", "--format=%j %T").stdout.split("\n")
+        return [line for line in listed if line.startswith("aner-Atlas-06-")]
+
+    async def main() -> list[str]:
+        endpoint = SlurmEndpoint(partition=HELD_PARTITION)
+        opening = asyncio.create_task(
+            open_slurm("Atlas-06", endpoint, 1, ECHO, env=slurm.env, start_timeout=600)
+        )
+        seen = await asyncio.to_thread(wait_for, queued, 10, "the job in the queue")
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        return list(seen)
+
+    seen = run(main())
+    assert seen[0].endswith(" PENDING")
+    wait_for(lambda: not queued(), 10, "the cancelled request to leave the queue")
