@@ -672,9 +672,10 @@ class _SlurmTransport(_PipeTransport):
         )
 
     async def _step_listed(self) -> bool | None:
-        # squeue ignores --name for steps, so the step name is matched here.
+        # squeue ignores --name for steps, so the step name is matched here, among our own
+        # steps (of the allocation, when in one) rather than every step of the cluster.
         jobs = () if self._job_id is None else (f"--jobs={self._job_id}",)
-        listed = await self._squeue("--steps", *jobs, "--format=%j %i")
+        listed = await self._squeue("--steps", f"--user={os.getuid()}", *jobs, "--format=%j %i")
         if listed is None:
             return None
         return any(line.split()[:1] == [self._job_name] for line in listed.splitlines())
