@@ -118,4 +118,11 @@ def cluster(config: str | os.PathLike[str], chunk: int = DEFAULT_CHUNK) -> Clust
             f"in all, more than this machine's effective CPU allocation of {effective}: "
             "lower their slots"
         )
+    if any(w.transport == "slurm" for w in parsed.workers):
+        from aner_coord.transports import slurm_start_timeout
+
+        try:
+            slurm_start_timeout()
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
     return ClusterExecution(parsed, chunk)

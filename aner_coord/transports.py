@@ -588,7 +588,9 @@ def slurm_start_timeout(env: Mapping[str, str] | None = None) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value < 1e7:
-        raise ValueError(f"{SLURM_START_TIMEOUT_ENV} must be a positive number of seconds")
+        raise ValueError(
+            f"{SLURM_START_TIMEOUT_ENV} must be a positive number of seconds, got {text[:20]!r}"
+        )
     return value
 
 

@@ -372,3 +372,29 @@ def test_a_step_waiting_in_a_busy_allocation_fails_naming_the_allocation(
     assert read_status(job)["state"] == "FAILED"
     # Nothing of the worker's step ran, and srun gave up waiting.
     assert not step_workers(slurm, "late")
+
+
+def test_a_bad_start_timeout_is_refused_before_anything_starts(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    cluster = write_cluster(tmp_path / "timeout", [("step-a", "slurm", "-", ANER, 1)])
+    env = {**slurm.env, "ANER_SLURM_START_TIMEOUT": "soon"}
+    done, job = run_job(tmp_path, cluster, slurm, *mc_args(), env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "aner: ANER_SLURM_START_TIMEOUT must be a positive number of seconds, got 'soon'"
+    ]
+    assert not job.exists()
+
+
+def test_a_missing_executable_on_the_node_fails_at_start(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    missing = "/nonexistent/aner-on-the-node"
+    cluster = write_cluster(tmp_path / "missing", [("nowhere", "slurm", "-", missing, 1)])
+    done, job = run_job(tmp_path, cluster, slurm, *mc_args())
+    assert done.returncode == 3, done.stderr
+    assert 'worker "nowhere" failed during start: executable not found on the Slurm node' in (
+        done.stderr
+    )
+    assert missing not in done.stderr + job_text(job)
