@@ -398,3 +398,45 @@ def test_a_missing_executable_on_the_node_fails_at_start(
         done.stderr
     )
     assert missing not in done.stderr + job_text(job)
+
+
+def test_sigterm_to_the_sbatch_script_cancels_the_aner_job_and_every_step(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    jobs = tmp_path / "jobs"
+    env = {
+        **slurm.env,
+        "ANER": ANER,
+        "ANER_DEPLOY": str(DEPLOY),
+        "ANER_JOBS_DIR": str(jobs),
+        "ANER_JOB": f"run --samples {LONG} --seed 1 --chunk 4000000",
+    }
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--nodes=1", str(DEPLOY / "aner-slurm.sbatch")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30, check=False,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    job = jobs / f"slurm-{job_id}"
+    try:
+        wait_for(lambda: (job / "status.json").exists(), 60, "the aner job directory")
+        wait_running(job, timeout=60)
+        workers = wait_for(lambda: step_workers(slurm), 30, "the worker step")
+        ids = step_ids(workers)
+        # The batch shell only, as the time limit does (--signal=B:TERM@60 in the template).
+        assert slurm.command("scancel", "--batch", "--signal=TERM", job_id).returncode == 0
+        wait_for(
+            lambda: job_id not in slurm.command("squeue", "-h", "-o", "%i").stdout.split(),
+            60,
+            "the batch job to end",
+        )
+    finally:
+        slurm.command("scancel", job_id)
+    wait_for(lambda: steps_gone(slurm, ids), 30, "every step process to end")
+    status = read_status(job)
+    assert status["state"] == "CANCELLED", status
+    assert not (job / "result.json").exists()
+    # The script's trap asked aner to cancel, and its watcher saw the job end.
+    output = (tmp_path / f"aner-{job_id}.out").read_text()
+    assert "cancel requested; waiting" in output
+    assert any(line.startswith("CANCELLED ") for line in output.splitlines()), output
