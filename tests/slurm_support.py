@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,8 +209,7 @@ def start_slurm(directory: Path) -> SlurmCluster:
     return cluster
 
 
-def _wait(predicate: object, cluster: SlurmCluster, what: str) -> None:
-    assert callable(predicate)
+def _wait(predicate: Callable[[], bool], cluster: SlurmCluster, what: str) -> None:
     deadline = time.monotonic() + _START_TIMEOUT
     while time.monotonic() < deadline:
         if predicate():
