@@ -363,3 +363,19 @@ def test_mutations_of_a_valid_file_are_parsed_or_refused(
         else:
             text = text[:at] + fragment + text[at + 1 :]
     only_refuses_cleanly(text)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "partition=secret-part mem=4G",
+        "nodelist=secret-node07 secret-node08",
+        "account=secret-acct account=secret-acct",
+        "time=secret-time",
+        'qos=secret"q',
+    ],
+)
+def test_slurm_endpoint_errors_never_repeat_values(endpoint: str) -> None:
+    error = refused(record(f'worker "a" slurm "{endpoint}" "/bin/aner" 1'))
+    assert error.line == 2
+    assert "secret" not in str(error)
