@@ -41,13 +41,6 @@ def registered() -> Any:
     del COMPUTATIONS[ResultFault.kind]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: Coordinator.run calls self._run.result(accounting) unguarded "
-    "(aner_coord/coordinator.py, run()): the exception escapes the API as a bare "
-    "RuntimeError and status.json stays RUNNING with the lock released (later seen as "
-    "COORDINATOR_OFFLINE), instead of a FAILED job naming the computation",
-)
 def test_a_fault_in_the_final_result_fails_the_job_naming_it(tmp_path: Path) -> None:
     out = tmp_path / "job"
     with pytest.raises(parallel.JobFailed, match="injected result fault"):
