@@ -80,16 +80,25 @@ def run(
     """Run any registered computation's request and return its result. `output` makes a job
     directory (SPEC section 7), `audit` recomputes that fraction of the chunks here, and
     `retries` lost workers are survived (SPEC section 11)."""
-    request = JobRequest(
+    job = admit(_request(computation, execution, output, audit, retries))
+    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    return _outcome(report, interrupt)
+
+
+def _request(
+    computation: ComputationRequest,
+    execution: Execution | None,
+    output: str | os.PathLike[str] | None,
+    audit: float,
+    retries: int,
+) -> JobRequest:
+    return JobRequest(
         computation=computation,
         execution=execution if execution is not None else LocalExecution(),
         output=None if output is None else os.fspath(output),
         audit=audit,
         retries=retries,
     )
-    job = admit(request)
-    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return _outcome(report, interrupt)
 
 
 def _outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
@@ -113,14 +122,7 @@ async def run_async(
     """`run` for async callers: runs on the caller's event loop and never blocks it (the
     kernels run in threads or worker processes). Cancelling the awaiting task cancels the
     job gracefully, then re-raises the cancellation."""
-    request = JobRequest(
-        computation=computation,
-        execution=execution if execution is not None else LocalExecution(),
-        output=None if output is None else os.fspath(output),
-        audit=audit,
-        retries=retries,
-    )
-    job = admit(request)
+    job = admit(_request(computation, execution, output, audit, retries))
     cancel = asyncio.Event()
     task = asyncio.ensure_future(execute(job, cancel=cancel))
     try:
