@@ -24,7 +24,13 @@ from typing import Any, TextIO
 
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
 from aner_coord.requests import JobRequest
-from aner_coord.scaling.experiment import LOCAL_IDENTITY, Case, Experiment, subset_file
+from aner_coord.scaling.experiment import (
+    LOCAL_IDENTITY,
+    Case,
+    Experiment,
+    execution_of,
+    subset_file,
+)
 from aner_coord.scaling.registry import Registry
 from aner_coord.scaling.trials import (
     Outcome,
@@ -57,11 +63,14 @@ def run_experiment(
     registry: Registry,
     predict: Predict | None = None,
     progress: TextIO = sys.stderr,
+    on_created: Callable[[Path], None] | None = None,
 ) -> int:
     """Run every trial into `output` (created owner-only); the exit status: 0 when every
     trial ran and agreed, 3 when some failed (they are kept and shown), 4 on Ctrl-C."""
     private_dir(output)
     jobs = private_dir(output / "jobs")
+    if on_created is not None:
+        on_created(output)
     predicted = {c.name: (predict(c) if predict else None) for c in experiment.cases}
     schedule = Schedule(experiment).trials
     records: list[dict[str, Any]] = []
@@ -76,8 +85,6 @@ def run_experiment(
         clusters = {c.name: subset_file(c, Path(private)) for c in experiment.cases}
         for index, (case, rep) in enumerate(schedule):
             job = jobs / f"{experiment.cases.index(case):02d}-{_slug(case.name)}-r{rep}"
-            from aner_coord.scaling.experiment import execution_of
-
             request = JobRequest(
                 computation=experiment.computation,
                 execution=execution_of(case, clusters[case.name]),
