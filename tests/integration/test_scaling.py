@@ -153,8 +153,10 @@ def test_ctrl_c_keeps_every_finished_trial(tmp_path: Path) -> None:
         '[[case]]\nname = "one"\nworkers = 1\n'
     )
     proc = subprocess.Popen(
-        [ANER, "parallel", "scaling", "--experiment", str(path), "--output", str(out)]
-        + ["--registry", str(tmp_path / "r.json"), "--no-predict"],
+        [
+            *(ANER, "parallel", "scaling", "--experiment", str(path), "--output", str(out)),
+            *("--registry", str(tmp_path / "r.json"), "--no-predict"),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -208,8 +210,10 @@ def test_plan_recommends_local_for_a_tiny_job_and_the_group_for_a_large_one(
     )
     saved = tmp_path / "probe.json"
     proc = subprocess.run(
-        [ANER, "parallel", "plan", "--cluster", str(cluster), "--samples", "1e6", "--json"]
-        + ["--save", str(saved)],
+        [
+            *(ANER, "parallel", "plan", "--cluster", str(cluster), "--samples", "1e6"),
+            *("--json", "--save", str(saved)),
+        ],
         capture_output=True,
         text=True,
         timeout=240,

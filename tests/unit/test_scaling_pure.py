@@ -117,7 +117,7 @@ def _experiment(tmp_path: Path, body: str) -> str:
     ],
 )
 def test_a_bad_experiment_is_one_clear_line(tmp_path: Path, body: str, message: str) -> None:
-    with pytest.raises(RequestError, match="experiment .*experiment.toml") as caught:
+    with pytest.raises(RequestError, match=r"experiment .*experiment\.toml") as caught:
         load_experiment(_experiment(tmp_path, body))
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
