@@ -110,6 +110,9 @@ class ThreadBackend:
     def _serve(self, name: str, deliver: Deliver) -> None:
         tasks = self._queues[name]
         kernel = self._kernel
+        # Load the kernel before the first task, as a worker process does before its
+        # Welcome, so that a task's measured compute time is the kernel's alone.
+        kernel.warm_up()
         # Two tasks: the next one waits in the queue while the loop handles this one's result.
         deliver(WorkerReady(name, window=2))
         while not self._stop.is_set():

@@ -70,10 +70,14 @@ def _write_private(path: Path, data: bytes) -> None:
         out.write(data)
 
 
-def _probe(computation: ComputationRequest, records: tuple[WorkerRecord, ...]) -> Probe:
+def _probe(
+    computation: ComputationRequest,
+    records: tuple[WorkerRecord, ...],
+    groups: list[tuple[WorkerRecord, ...]] | None = None,
+) -> Probe:
     who = f"this machine and {len(records)} worker(s)" if records else "this machine"
     print(f"aner: probing {who}...", file=sys.stderr, flush=True)
-    return run_probe(computation, records)
+    return run_probe(computation, records, groups)
 
 
 def scaling_command(
@@ -110,7 +114,8 @@ def scaling_command(
 
         assert experiment_file is not None
         experiment = load_experiment(experiment_file)
-    probe = _probe(experiment.computation, _records(experiment, None)) if predict else None
+    groups = list(dict.fromkeys(c.records for c in experiment.cases if len(c.records) > 1))
+    probe = _probe(experiment.computation, _records(experiment, None), groups) if predict else None
 
     def predicted(case: Case) -> float | None:
         return predict_case(probe, case, experiment.computation) if probe else None

@@ -94,9 +94,15 @@ def predict_group(
     per_pass = _pass_seconds(items, chunk, lanes)
     params = max(PARAMS_BYTES / (w.bandwidth_bps or math.inf) for w in group)
     seconds = passes * (per_pass + (params if passes > 1 else 0.0))
-    startup = (
-        probe.local.command_s + max(w.startup_s for w in group) + max(w.shutdown_s for w in group)
-    )
+    together = probe.group(tuple(w.identity for w in group))
+    if together is not None:  # measured starting all at once
+        startup = probe.local.command_s + together.startup_s + together.shutdown_s
+    else:
+        startup = (
+            probe.local.command_s
+            + max(w.startup_s for w in group)
+            + max(w.shutdown_s for w in group)
+        )
     in_flight = {
         w.identity: w.slots
         * (1 + math.ceil(w.round_trip_s / (min(chunk, items) / w.rate_per_slot + w.task_s)))

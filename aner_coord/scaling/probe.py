@@ -71,11 +71,25 @@ class WorkerProbe:
 
 
 @dataclass(frozen=True)
+class GroupProbe:
+    """Workers started together contend for what they share (often the same host): their
+    start-up and shut-down are measured together too."""
+
+    identities: tuple[str, ...]
+    startup_s: float  # spawn of all to the last handshake
+    shutdown_s: float  # Shutdown to the last exit
+
+
+@dataclass(frozen=True)
 class Probe:
     kind: str
     local: LocalProbe
     workers: tuple[WorkerProbe, ...] = ()
+    groups: tuple[GroupProbe, ...] = ()
     schema: str = SCHEMA
+
+    def group(self, identities: tuple[str, ...]) -> GroupProbe | None:
+        return next((g for g in self.groups if g.identities == identities), None)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -90,6 +104,10 @@ class Probe:
             kind=data["kind"],
             local=LocalProbe(**local),
             workers=tuple(WorkerProbe(**w) for w in data["workers"]),
+            groups=tuple(
+                GroupProbe(tuple(g["identities"]), g["startup_s"], g["shutdown_s"])
+                for g in data.get("groups", [])
+            ),
         )
 
 
@@ -339,6 +357,61 @@ async def probe_worker(
     )
 
 
+async def _start_and_stop(record: WorkerRecord, kernel: str) -> tuple[float, float]:
+    """Spawn to handshake, and Shutdown to exit, of one worker."""
+    from aner_coord.transports import open_transport
+    from aner_worker.contract import source_fingerprint
+    from protocol import Accepted, CoordinatorConnection
+
+    connection = CoordinatorConnection(
+        record.identity, record.slots, source_fingerprint(), (kernel,)
+    )
+    began = time.monotonic()
+    transport = await open_transport(record, [record.executable, "parallel", "worker", "--stdio"])
+    try:
+        await transport.write(connection.hello())
+        events: list[Any] = []
+        while not events:
+            data = await asyncio.wait_for(transport.read(), 120)
+            if not data:
+                raise RuntimeError(f'worker "{record.identity}" closed its connection')
+            events = list(connection.receive(data))
+        if not isinstance(events[0], Accepted):
+            raise RuntimeError(f'worker "{record.identity}" refused the probe: {events[0]}')
+        startup = time.monotonic() - began
+        t0 = time.monotonic()
+        await transport.write(connection.shutdown("probe done"))
+        await transport.close()
+        return startup, time.monotonic() - t0
+    except BaseException:
+        await transport.close(timeout=1.0)
+        raise
+
+
+def probe_groups(
+    groups: list[tuple[WorkerRecord, ...]], computation: ComputationRequest
+) -> tuple[GroupProbe, ...]:
+    """Start and stop each group's workers all at once, as a job does."""
+    from aner_coord.runner import run_sync
+
+    kernel, _ = _params(computation)
+
+    async def all_of() -> list[GroupProbe]:
+        out = []
+        for group in groups:
+            times = await asyncio.gather(*(_start_and_stop(r, kernel.name) for r in group))
+            out.append(
+                GroupProbe(
+                    tuple(r.identity for r in group),
+                    max(t[0] for t in times),
+                    max(t[1] for t in times),
+                )
+            )
+        return out
+
+    return tuple(run_sync(all_of()))
+
+
 def _bandwidth(points: list[tuple[int, float]]) -> float | None:
     """Bytes per second from the least-squares slope of time against frame size."""
     n = len(points)
@@ -349,9 +422,22 @@ def _bandwidth(points: list[tuple[int, float]]) -> float | None:
     return 1 / slope if slope > 0 and math.isfinite(1 / slope) else None
 
 
-def run_probe(computation: ComputationRequest, records: tuple[WorkerRecord, ...]) -> Probe:
+def run_probe(
+    computation: ComputationRequest,
+    records: tuple[WorkerRecord, ...],
+    groups: list[tuple[WorkerRecord, ...]] | None = None,
+) -> Probe:
+    """Probe this machine, each record alone, and each group of several records together
+    (default: all the records, when there are several)."""
     from aner_coord.computations import computation_for
 
     local = probe_local(computation)
     workers = probe_workers(records, computation, local.rates[1]) if records else ()
-    return Probe(kind=computation_for(computation).kind, local=local, workers=workers)
+    if groups is None:
+        groups = [records] if len(records) > 1 else []
+    return Probe(
+        kind=computation_for(computation).kind,
+        local=local,
+        workers=workers,
+        groups=probe_groups([g for g in groups if len(g) > 1], computation),
+    )

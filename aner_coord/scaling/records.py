@@ -187,6 +187,14 @@ def report_md(
             f"| {_na(s.efficiency, '{:.2f}')} | {_na(s.predicted_s)} | {_na(s.compute_s)} "
             f"| {_na(s.transfer_s)} | {_na(s.wait_s)} | {s.failed} |"
         )
+    singles = [s for s in summaries if s.median is not None and _single_machine(s.case)]
+    if singles:
+        fastest = min(singles, key=lambda s: s.median or 0.0)
+        lines += [
+            "",
+            f"Fastest single machine, measured: {fastest.case.name} "
+            f"({fastest.median or 0.0:.3f} s).",
+        ]
     lines += ["", "## What did not scale", ""]
     lines += [f"- {sentence}" for sentence in unfavourable(experiment, summaries, records)] or [
         "Every case was faster than the reference in proportion to its slots "
@@ -261,12 +269,12 @@ def unfavourable(
             continue
         if s.median > ref.median:
             sentences.append(
-                f"{s.case.name} ({s.case.slots} slots) took {s.median:.3f} s, slower than the "
+                f"{s.case.name} ({_slots(s.case.slots)}) took {s.median:.3f} s, slower than the "
                 f"reference {ref.case.name}'s {ref.median:.3f} s."
             )
         elif s.efficiency is not None and s.efficiency < EFFICIENT:
             sentences.append(
-                f"{s.case.name} reached a speedup of {s.speedup:.2f} on {s.case.slots} slots "
+                f"{s.case.name} reached a speedup of {s.speedup:.2f} on {_slots(s.case.slots)} "
                 f"(efficiency {s.efficiency:.2f})."
             )
         if (
@@ -279,6 +287,10 @@ def unfavourable(
                 f"{fastest.case.name} ({fastest.median:.3f} s)."
             )
     return sentences
+
+
+def _slots(n: int) -> str:
+    return f"{n} slot" if n == 1 else f"{n} slots"
 
 
 def _single_machine(case: Case) -> bool:

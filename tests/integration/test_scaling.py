@@ -139,6 +139,8 @@ def test_an_experiment_over_threads_and_a_pipe_group(tmp_path: Path) -> None:
     assert not (out / "training.png").exists()  # no per-epoch history in Monte Carlo
     probe = json.loads((out / "probe.json").read_text())
     assert [w["identity"] for w in probe["workers"]] == ["p1", "p2"]
+    # The group's start-up is measured with its workers starting together, as in a job.
+    assert [g["identities"] for g in probe["groups"]] == [["p1", "p2"]]
     # Endpoints and executables never reach the published files.
     for name in ("trials.jsonl", "cases.csv", "report.md", "probe.json"):
         assert ANER not in (out / name).read_text()
