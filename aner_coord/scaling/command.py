@@ -114,7 +114,7 @@ def scaling_command(
 
         assert experiment_file is not None
         experiment = load_experiment(experiment_file)
-    groups = list(dict.fromkeys(c.records for c in experiment.cases if len(c.records) > 1))
+    groups = list(dict.fromkeys(c.records for c in experiment.cases if c.records))
     probe = _probe(experiment.computation, _records(experiment, None), groups) if predict else None
 
     def predicted(case: Case) -> float | None:

@@ -16,6 +16,7 @@ changes how a job runs.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from aner_coord.scaling.probe import Probe, WorkerProbe
 
 OVERHEAD_SHARE = 0.05
 CHUNKS_PER_SLOT = 4
+SIMULATE_CHUNKS = 4096  # up to this many chunks a pass is scheduled exactly
 PARAMS_BYTES = 512  # a pass's parameters on the wire (seed and theta): small
 
 
@@ -63,12 +65,30 @@ def _pass_seconds(items: int, chunk: int, lanes: list[tuple[int, float, float, f
     cost, round trip)."""
     n = math.ceil(items / chunk)
     size = min(chunk, items)
+    if n <= SIMULATE_CHUNKS:
+        return _scheduled(items, chunk, lanes)
     chunk_rate = sum(slots / (size / rate + cost) for slots, rate, cost, _ in lanes)
     slowest = max(size / rate + cost for _, rate, cost, _ in lanes)
     rtt = max(r for *_, r in lanes)
     # Chunks are handed out as slots free up: the last round may leave slots idle, which
     # costs at most one chunk on the slowest lane; half of one on average.
     return n / chunk_rate + (slowest / 2 if n > sum(s for s, *_ in lanes) else 0.0) + rtt
+
+
+def _scheduled(items: int, chunk: int, lanes: list[tuple[int, float, float, float]]) -> float:
+    """List scheduling as the job machine does it: each chunk, in order, to the slot that
+    frees up first; the last chunk keeps the remainder."""
+    free = [(0.0, lane) for lane, (slots, *_) in enumerate(lanes) for _ in range(slots)]
+    heapq.heapify(free)
+    end = 0.0
+    for start in range(0, items, chunk):
+        size = min(chunk, items - start)
+        at, lane = heapq.heappop(free)
+        _, rate, cost, rtt = lanes[lane]
+        done = at + size / rate + cost
+        end = max(end, done + rtt)
+        heapq.heappush(free, (done, lane))
+    return end
 
 
 def predict_local(probe: Probe, items: int, passes: int, workers: int, chunk: int) -> Candidate:
@@ -95,7 +115,10 @@ def predict_group(
     params = max(PARAMS_BYTES / (w.bandwidth_bps or math.inf) for w in group)
     seconds = passes * (per_pass + (params if passes > 1 else 0.0))
     together = probe.group(tuple(w.identity for w in group))
-    if together is not None:  # measured starting all at once
+    if together is not None and together.command_s is not None:
+        # A whole tiny command on this group, measured: everything but the passes.
+        startup = together.command_s
+    elif together is not None:  # measured starting all at once
         startup = probe.local.command_s + together.startup_s + together.shutdown_s
     else:
         startup = (

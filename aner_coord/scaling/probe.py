@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import statistics
 import tempfile
 import threading
@@ -27,10 +28,16 @@ from typing import Any
 import msgspec
 
 from aner_coord.clusterfile import WorkerRecord
-from aner_coord.requests import ComputationRequest, JobRequest, LocalExecution
+from aner_coord.requests import (
+    ClusterExecution,
+    ComputationRequest,
+    JobRequest,
+    LocalExecution,
+)
 
 SCHEMA = "aner-probe/1"
 RATE_TARGET_S = 0.15  # a rate measurement computes for about this long
+RATE_REPEATS = 3
 COMMAND_REPEATS = 3
 PING_REPEATS = 8
 TINY_TASKS = 64
@@ -78,6 +85,7 @@ class GroupProbe:
     identities: tuple[str, ...]
     startup_s: float  # spawn of all to the last handshake
     shutdown_s: float  # Shutdown to the last exit
+    command_s: float | None = None  # a whole tiny command on the group, median
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,9 @@ class Probe:
             local=LocalProbe(**local),
             workers=tuple(WorkerProbe(**w) for w in data["workers"]),
             groups=tuple(
-                GroupProbe(tuple(g["identities"]), g["startup_s"], g["shutdown_s"])
+                GroupProbe(
+                    tuple(g["identities"]), g["startup_s"], g["shutdown_s"], g.get("command_s")
+                )
                 for g in data.get("groups", [])
             ),
         )
@@ -143,7 +153,9 @@ def probe_local(computation: ComputationRequest) -> LocalProbe:
     rates: dict[int, float] = {}
     p = 1
     while True:
-        rates[p] = _threads_rate(kernel, params, count, p)
+        # The best of a few: the machine may be shared, and a rate is only ever lowered
+        # by what else runs.
+        rates[p] = max(_threads_rate(kernel, params, count, p) for _ in range(RATE_REPEATS))
         if p >= cpus:
             break
         p = min(cpus, p * 2)
@@ -186,15 +198,29 @@ def _threads_rate(kernel: Any, params: Any, count: int, threads: int) -> float:
     return threads * count / (time.perf_counter() - began)
 
 
-def _command_seconds(computation: ComputationRequest) -> float:
+def _command_seconds(
+    computation: ComputationRequest,
+    records: tuple[WorkerRecord, ...] = (),
+    repeats: int = COMMAND_REPEATS,
+) -> float:
+    """The median wall time of a whole tiny command, on local threads or on `records`
+    (through an owner-only cluster file of just those)."""
+    from aner_coord.scaling.experiment import render_cluster
     from aner_coord.scaling.trials import run_trial
 
     times = []
     with tempfile.TemporaryDirectory(prefix="aner-probe-") as scratch:
-        for i in range(COMMAND_REPEATS):
+        execution: LocalExecution | ClusterExecution = LocalExecution(workers=1)
+        if records:
+            path = Path(scratch) / "cluster"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(render_cluster(records))
+            execution = ClusterExecution(config=str(path), chunk=max(1, 1000 // len(records)))
+        for i in range(repeats):
             request = JobRequest(
                 computation=tiny(computation),
-                execution=LocalExecution(workers=1),
+                execution=execution,
                 output=str(Path(scratch) / f"job-{i}"),
             )
             outcome = run_trial(request, Path(scratch) / f"spec-{i}.toml")
@@ -396,20 +422,16 @@ def probe_groups(
 
     kernel, _ = _params(computation)
 
-    async def all_of() -> list[GroupProbe]:
-        out = []
-        for group in groups:
-            times = await asyncio.gather(*(_start_and_stop(r, kernel.name) for r in group))
-            out.append(
-                GroupProbe(
-                    tuple(r.identity for r in group),
-                    max(t[0] for t in times),
-                    max(t[1] for t in times),
-                )
-            )
-        return out
+    async def together(group: tuple[WorkerRecord, ...]) -> tuple[float, float]:
+        times = await asyncio.gather(*(_start_and_stop(r, kernel.name) for r in group))
+        return max(t[0] for t in times), max(t[1] for t in times)
 
-    return tuple(run_sync(all_of()))
+    out = []
+    for group in groups:
+        startup, shutdown = run_sync(together(group))
+        command = _command_seconds(computation, group, repeats=2)
+        out.append(GroupProbe(tuple(r.identity for r in group), startup, shutdown, command))
+    return tuple(out)
 
 
 def _bandwidth(points: list[tuple[int, float]]) -> float | None:
@@ -427,17 +449,17 @@ def run_probe(
     records: tuple[WorkerRecord, ...],
     groups: list[tuple[WorkerRecord, ...]] | None = None,
 ) -> Probe:
-    """Probe this machine, each record alone, and each group of several records together
-    (default: all the records, when there are several)."""
+    """Probe this machine, each record alone, and each group together (default: each
+    record alone and, when there are several, all of them)."""
     from aner_coord.computations import computation_for
 
     local = probe_local(computation)
     workers = probe_workers(records, computation, local.rates[1]) if records else ()
     if groups is None:
-        groups = [records] if len(records) > 1 else []
+        groups = [(r,) for r in records] + ([records] if len(records) > 1 else [])
     return Probe(
         kind=computation_for(computation).kind,
         local=local,
         workers=workers,
-        groups=probe_groups([g for g in groups if len(g) > 1], computation),
+        groups=probe_groups(groups, computation),
     )
