@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +121,10 @@ def run(sizes: Sizes) -> dict[str, Any]:
         for name in charts:
             shutil.copyfile(out / name, docs / f"scaling-{name}")
         shutil.copyfile(out / "report.md", docs / "scaling-report.md")
+    probe = json.loads((out / "probe.json").read_text()) if (out / "probe.json").exists() else None
     return {
         "cases": cases,
+        "probe": probe,
         "exit_code": command.exit,
         "seconds": command.wall_s,
         "charts": charts,

@@ -4,7 +4,7 @@ only `aner parallel scaling` imports this module).
 - `speedup.png`: local speedup against workers, one line per chunk, the ideal line, and
   min:max whiskers (the reference median over each trial's extremes);
 - `cases.png`: every case's median time as a bar with min:max whiskers, cluster cases in
-  their own colour;
+  their own colour, and the predicted time as a marker;
 - `training.png`: validation accuracy against wall time per plan, when the computation
   records a per-epoch history (Dense training).
 """
@@ -90,6 +90,17 @@ def _cases(
     high = [(s.max or m) - m for m, s in zip(medians, timed, strict=True)]
     colours = ["tab:blue" if s.case.local else "tab:orange" for s in timed]
     ax.bar(xs, medians, yerr=[low, high], capsize=4, color=colours)
+    predicted = [(x, s.predicted_s) for x, s in zip(xs, timed, strict=True) if s.predicted_s]
+    if predicted:
+        ax.scatter(
+            [p[0] for p in predicted],
+            [p[1] for p in predicted],
+            marker="D",
+            color="black",
+            zorder=3,
+            label="predicted by `plan`",
+        )
+        ax.legend()
     ax.set_xticks(xs, [s.case.name for s in timed], rotation=30, ha="right")
     ax.set_ylabel("wall time, s (median, min:max)")
     ax.set_title(f"{experiment.name}: time per case (blue local, orange cluster)")
