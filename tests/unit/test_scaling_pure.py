@@ -190,3 +190,62 @@ def test_chunks_lie_between_the_overhead_and_the_load_balance_bounds() -> None:
     balance_bound = 10**9 // (4 * 4)
     assert min(c for c in chunks if c != 65536) >= overhead_bound
     assert max(chunks) == balance_bound
+
+
+def test_the_auto_matrix(tmp_path: Path) -> None:
+    from aner_coord.scaling.experiment import auto_experiment
+
+    cluster = tmp_path / "lab.cluster"
+    cluster.write_text(
+        'ANER_CLUSTER 1\nworker "w1" local "-" "/usr/bin/aner" 1\n'
+        'worker "w2" ssh "peer" "/usr/bin/aner" 2\n'
+    )
+    cluster.chmod(0o600)
+    experiment = auto_experiment(str(cluster), 10**8, 1, 3, effective_cpus=1)
+    # 1 worker (the only power of two up to 1 CPU), each record alone, all of them; each at
+    # the default chunk and a coarse one (two chunks per slot).
+    assert [c.name for c in experiment.cases] == [
+        "local-1 chunk 65536",
+        "local-1 chunk 50000000",
+        "alone w1 chunk 65536",
+        "alone w1 chunk 50000000",
+        "alone w2 chunk 65536",
+        "alone w2 chunk 25000000",
+        "all chunk 65536",
+        "all chunk 16666667",
+    ]
+    assert experiment.reference == "local-1 chunk 65536"
+    assert experiment.case("all chunk 65536").identities == ["w1", "w2"]
+    assert experiment.repetitions == 3
+
+
+def test_the_report_flags_a_machine_replaced_under_its_name_and_what_did_not_scale(
+    tmp_path: Path,
+) -> None:
+    from aner_coord.requests import MonteCarloRequest
+    from aner_coord.scaling.experiment import Case, Experiment
+    from aner_coord.scaling.records import report_md, summarize
+
+    registry = Registry(tmp_path / "registry.json")
+    registry.revision("local", MACHINE)
+    moved = {**MACHINE, "cpu_model": "Other", "logical_cpus": "2", "memory_bytes": "1"}
+    moved["arch"] = "arm64"
+    label = registry.revision("local", moved).label
+    cases = (Case("one", 65536, workers=1), Case("two", 65536, workers=2))
+    experiment = Experiment("e", MonteCarloRequest(samples=10, seed=1), cases, 3, "one")
+
+    def trial(case: str, rep: int, wall: float) -> dict[str, object]:
+        worker = {"configuration": label, "replaced": True}
+        return {
+            "case": case, "repetition": rep, "warmup": rep == 0, "ok": True, "wall_s": wall,
+            "exit_code": 0, "internal_s": wall / 2, "compute_s": None, "transfer_s": None,
+            "wait_s": None, "workers": [worker], "source_fingerprint": "sha256:x",
+            "started": "t", "failure": None,
+        }  # fmt: skip
+
+    records = [trial("one", r, 2.0) for r in range(4)] + [trial("two", r, 1.6) for r in range(4)]
+    summaries = summarize(experiment, records, {"one": 2.1, "two": None})
+    text = report_md(experiment, records, summaries, registry, [], interrupted=False)
+    assert "**local / C02 is a different machine**" in text
+    assert "- two reached a speedup of 1.25 on 2 slots (efficiency 0.62)." in text
+    assert "| one | local | 1 | 65,536 | 2.000 | 2.000:2.000 | 1.00 | 1.00 | 2.100 | N/A |" in text
