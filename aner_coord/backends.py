@@ -29,6 +29,7 @@ import msgspec
 
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.jobstate import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
+from aner_coord.timing import TaskTimes
 from aner_coord.transports import Transport, TransportError, open_transport
 from aner_worker.kernels import Kernel, Stopped, decode, encode
 from protocol import (
@@ -62,6 +63,7 @@ def silence_timeout() -> float:
 
 class Backend(Protocol):
     task_exception: BaseException | None
+    timing: TaskTimes
 
     def start(self, deliver: Deliver) -> None: ...
     def begin_pass(self, pass_id: int, params: Any) -> None: ...
@@ -85,9 +87,14 @@ class ThreadBackend:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self.task_exception: BaseException | None = None
+        self.timing = TaskTimes(link=False)
 
     def start(self, deliver: Deliver) -> None:
+        from aner_worker.machine import machine_identity
+
+        self.timing.start()
         for name in self._names:
+            self.timing.machine(name, machine_identity())
             thread = threading.Thread(
                 target=self._run, args=(name, deliver), name=f"aner-{name}", daemon=True
             )
@@ -105,6 +112,9 @@ class ThreadBackend:
     def _serve(self, name: str, deliver: Deliver) -> None:
         tasks = self._queues[name]
         kernel = self._kernel
+        # Load the kernel before the first task, as a worker process does before its
+        # Welcome, so that a task's measured compute time is the kernel's alone.
+        kernel.warm_up()
         # Two tasks: the next one waits in the queue while the loop handles this one's result.
         deliver(WorkerReady(name, window=2))
         while not self._stop.is_set():
@@ -112,9 +122,11 @@ class ThreadBackend:
             if task is None or self._stop.is_set():
                 return
             try:
+                began = time.monotonic()
                 stats = kernel.run(
                     self._params[task.pass_id], task.start, task.count, self._stop.is_set
                 )
+                self.timing.received(name, task.task_id, time.monotonic() - began)
             except Stopped:
                 return
             except Exception as exc:  # a task's failure is the job's failure, named
@@ -189,9 +201,12 @@ class ProcessBackend:
         self._closer: asyncio.Task[None] | None = None
         self._deliver: Deliver | None = None
         self.task_exception: BaseException | None = None
+        self.timing = TaskTimes(link=True)
+        self._unstamped: dict[str, list[int]] = {r.identity: [] for r in self._records}
 
     def start(self, deliver: Deliver) -> None:
         self._deliver = deliver
+        self.timing.start()
         for record in self._records:
             self._tasks.append(asyncio.create_task(self._serve(record, deliver)))
 
@@ -217,6 +232,7 @@ class ProcessBackend:
             if isinstance(first, Rejected):
                 raise _Lost(first.reason)
             assert isinstance(first, Accepted)
+            self.timing.machine(identity, first.welcome.machine)
             # Write more once the worker holds no more than its slots plus half its queue.
             self._low_water[identity] = record.slots + (window - record.slots) // 2
             phase = "run"
@@ -262,6 +278,9 @@ class ProcessBackend:
                         stats = decode(stats_type, message.body)
                     except msgspec.DecodeError as exc:
                         raise _Lost(f"protocol error: malformed statistics: {exc}") from None
+                    self.timing.received(
+                        identity, message.task_id, message.busy_s, message.queued_s
+                    )
                     deliver(ResultReceived(identity, message.task_id, stats))
                 else:
                     deliver(TaskError(identity, message.task_id, message.reason))
@@ -315,6 +334,7 @@ class ProcessBackend:
             frames.append(connection.params(task.pass_id, self._kernel.name, self._params[1]))
         frames.append(connection.task(task))
         self._buffered_tasks[worker] += 1
+        self._unstamped[worker].append(task.task_id)
 
     async def _flush_all(self) -> None:
         for identity, frames in self._outgoing.items():
@@ -332,7 +352,9 @@ class ProcessBackend:
         self._on_wire[identity] += self._buffered_tasks[identity]
         self._buffered_tasks[identity] = 0
         frames.clear()
+        task_ids, self._unstamped[identity] = self._unstamped[identity], []
         async with self._write_locks[identity]:
+            self.timing.dispatched(identity, task_ids)
             try:
                 await transport.write(data)
             except TransportError as exc:

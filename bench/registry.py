@@ -12,4 +12,5 @@ BENCHMARKS: tuple[str, ...] = (
     "cluster",
     "fixture",
     "durable",
+    "plan",
 )
