@@ -52,6 +52,10 @@ HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
 # ANER_WORKER_SILENCE_S lowers it (tests) or raises it (very slow links).
 DEFAULT_SILENCE_S = 30.0
 LOST_CLOSE_S = 1.0  # how long a lost worker may take to exit once its stdin is closed
+# A lost worker is reconnected after 0.5 s, then 1, 2, 4, ... at most 10 s between tries.
+REJOIN_FIRST_S = 0.5
+REJOIN_MAX_S = 10.0
+MAX_REJOINS = 5  # tries per worker and job
 
 
 def silence_timeout() -> float:
@@ -196,6 +200,8 @@ class ProcessBackend:
         self._write_locks = {r.identity: asyncio.Lock() for r in self._records}
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_workers: set[str] = set()
+        self._rejoins: dict[str, int] = {r.identity: 0 for r in self._records}
+        self._rejoining: set[str] = set()  # reconnecting, not yet ready again
         self._stopping = False
         self._stopped = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
@@ -236,6 +242,7 @@ class ProcessBackend:
             # Write more once the worker holds no more than its slots plus half its queue.
             self._low_water[identity] = record.slots + (window - record.slots) // 2
             phase = "run"
+            self._rejoining.discard(identity)
             deliver(WorkerReady(identity, window))
             await self._flush(identity)
             pinger = asyncio.create_task(self._ping(identity))
@@ -311,17 +318,42 @@ class ProcessBackend:
         if identity in self._lost_workers:
             return
         self._lost_workers.add(identity)
+        if identity in self._rejoining:
+            # A reconnection that failed: the job already counted this loss; try again later.
+            self._rejoining.discard(identity)
+            if self._rejoins[identity] < MAX_REJOINS and not self._stopping:
+                record = next(r for r in self._records if r.identity == identity)
+                self._tasks.append(asyncio.get_running_loop().create_task(self._rejoin(record)))
+            return
         if not self._stopping and self._deliver is not None:
             self._deliver(WorkerLost(identity, phase, detail, at=time.time()))
 
     def drop(self, worker: str) -> None:
-        """The job goes on without `worker`: stop it now, whatever it still sends."""
+        """The job goes on without `worker`: stop it now, whatever it still sends, then try
+        to reconnect it after a back-off (the job's retries bound how often it may be lost)."""
         self._lost_workers.add(worker)
         self._outgoing[worker].clear()
-        transport = self._transports.get(worker)
+        transport = self._transports.pop(worker, None)
+        self._connections.pop(worker, None)
+        loop = asyncio.get_running_loop()
         if transport is not None:
-            task = asyncio.get_running_loop().create_task(transport.close(timeout=LOST_CLOSE_S))
-            self._tasks.append(task)
+            self._tasks.append(loop.create_task(transport.close(timeout=LOST_CLOSE_S)))
+        record = next(r for r in self._records if r.identity == worker)
+        self._tasks.append(loop.create_task(self._rejoin(record)))
+
+    async def _rejoin(self, record: WorkerRecord) -> None:
+        identity = record.identity
+        self._rejoins[identity] += 1
+        await asyncio.sleep(min(REJOIN_MAX_S, REJOIN_FIRST_S * 2 ** (self._rejoins[identity] - 1)))
+        if self._stopping or self._deliver is None:
+            return
+        log.info("reconnecting worker %s", identity)
+        self._rejoining.add(identity)
+        self._lost_workers.discard(identity)
+        self._on_wire[identity] = 0
+        self._buffered_tasks[identity] = 0
+        self._outgoing[identity] = []
+        await self._serve(record, self._deliver)
 
     def begin_pass(self, pass_id: int, params: Any) -> None:
         self._params = (pass_id, encode(params))
