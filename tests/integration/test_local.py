@@ -203,7 +203,12 @@ def test_too_many_chunks_suggests_the_smallest_chunk() -> None:
 @pytest.mark.parametrize(
     ("samples", "seed", "error", "words"),
     [
-        (10**10 + 1, 1, parallel.AdmissionError, "10,000,000,001 samples; the limit is 10,000,000,000"),
+        (
+            10**10 + 1,
+            1,
+            parallel.AdmissionError,
+            "10,000,000,001 samples; the limit is 10,000,000,000",
+        ),
         (0, 1, parallel.RequestError, "samples= must be positive, got 0"),
         (-3, 1, parallel.RequestError, "samples= must be positive, got -3"),
         (1_000, -1, parallel.RequestError, "seed= must be in [0, 2**64), got -1"),
