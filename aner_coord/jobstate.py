@@ -299,9 +299,14 @@ class JobMachine:
         out = self._begin_pass()
         if self.state is JobState.STARTING and self._pass is not None and not self._todo:
             out.extend(self._end_pass())  # a resumed pass that the ledger already holds
+        if self.state.terminal:
+            return out  # it ended already (planning failed, or the ledger held everything)
         return [*out, self._status(urgent=True)]
 
     def handle(self, event: Event) -> list[Instruction]:
+        worker = getattr(event, "worker", None)
+        if worker is not None and worker not in self._workers:
+            return self._fail(f"the shell reported an event for unknown worker {worker!r}")
         if isinstance(event, ResultReceived):
             return self._on_result(event)
         if isinstance(event, WorkerReady):
