@@ -274,6 +274,10 @@ class _ChunkQueue:
         self._requeued.extendleft(reversed(chunks))
 
 
+# Progress reports per pass, at most (besides every state change).
+PROGRESS_STEPS = 1000
+
+
 @dataclass(frozen=True)
 class _Outstanding:
     worker: str
@@ -450,7 +454,12 @@ class JobMachine:
             return []  # cancelling: diagnostic accounting only
         record = RecordAccepted(self._pass_id, pending.chunk, event.stats)
         if self._chunks_done < self._n_chunks:
-            return [record, *self._dispatch(), self._status(urgent=False)]
+            out: list[Instruction] = [record, *self._dispatch()]
+            # Progress about every 1/PROGRESS_STEPS of a pass (every chunk of a short one):
+            # plenty for a status written at most twice a second, and no per-chunk cost.
+            if self._chunks_done % max(1, self._n_chunks // PROGRESS_STEPS) == 0:
+                out.append(self._status(urgent=False))
+            return out
         return [record, *self._end_pass()]
 
     def _end_pass(self) -> list[Instruction]:
