@@ -42,6 +42,7 @@ from aner_coord.jobstate import (
     WorkersStopped,
     WriteStatus,
 )
+from aner_coord.staging import plan_of
 from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot
 
 Observer = Callable[[StatusSnapshot], None]
@@ -62,6 +63,7 @@ class JobReport:
     seconds: float
     result: Any = None
     task_exception: BaseException | None = None
+    run: Any = None  # the computation's run (what it leaves behind: `WritesFiles`)
 
 
 class Coordinator:
@@ -120,6 +122,7 @@ class Coordinator:
                 seconds=seconds,
                 workers=tuple(snapshot.workers),
                 execution=self.job.describe_execution(),
+                staging=tuple(snapshot.staging),
             )
             result = self._run.result(accounting)
         return JobReport(
@@ -129,6 +132,7 @@ class Coordinator:
             seconds=seconds,
             result=result,
             task_exception=self._backend.task_exception if self._backend else None,
+            run=self._run,
         )
 
     def startup(self) -> None:
@@ -260,6 +264,7 @@ class Coordinator:
             source_fingerprint(),
             kernel,
             seconds_per_task=job.computation.seconds_per_item * job.chunk,
+            stage=plan_of(self._run),
         )
 
     def _snapshot(self) -> StatusSnapshot:
@@ -300,6 +305,7 @@ class Coordinator:
             error=self._error,
             committed_steps=progress.committed_steps,
             unit=self.job.computation.unit,
+            staging=list(getattr(self._backend, "staging", ())),
         )
 
     def _publish_now(self) -> StatusSnapshot:

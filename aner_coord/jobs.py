@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from aner_coord import jobdir
 from aner_coord.admission import Job
+from aner_coord.computations.base import WritesFiles
 from aner_coord.coordinator import Coordinator, JobReport, Observer
 from aner_coord.manifest import encode_manifest, manifest_of
 from aner_coord.results import encode_result
@@ -49,6 +50,8 @@ async def execute(
             jobdir.cancel_requests(out, cancel) if out is not None else contextlib.nullcontext()
         ):
             report = await coordinator.run()
+        if out is not None and isinstance(report.run, WritesFiles):
+            report.run.write_files(out, report.state)  # a model, say, before result.json
         if out is not None and report.state is JobState.COMPLETED:
             jobdir.write_atomic(out / jobdir.RESULT, encode_result(report.result))
             assert writer is not None

@@ -70,6 +70,17 @@ class WorkerAccount(msgspec.Struct, frozen=True):
     items_by_pass: list[int] = []
 
 
+class StagingRecord(msgspec.Struct, frozen=True):
+    """How a worker process got the job's file data: "cold" when blocks were sent, "cached"
+    when its block cache already held them all (nothing sent)."""
+
+    identity: str
+    state: str
+    bytes: int
+    blocks: int
+    seconds: float
+
+
 class StatusSnapshot(msgspec.Struct, frozen=True):
     schema: str
     seq: int
@@ -94,6 +105,7 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     error: str | None = None
     committed_steps: int | None = None
     unit: str = "items"
+    staging: list[StagingRecord] = []
 
     @property
     def total_work(self) -> int:
