@@ -36,15 +36,16 @@ async def stage_worker(
     timeout_s: float,
 ) -> StagingRecord:
     began = time.monotonic()
+    pending: list[Any] = []  # events read but not yet wanted: Missing and Staged may share a read
     await transport.write(connection.stage(plan.dataset, plan.names))
-    wanted = await _expect(transport, connection, BlocksWanted, timeout_s)
+    wanted = await _expect(transport, connection, BlocksWanted, timeout_s, pending)
     data = dict(plan.blocks)
     sent = 0
     for digest in wanted.blocks:
         block = data[digest]
         await transport.write(connection.block(digest, block))
         sent += len(block)
-    await _expect(transport, connection, DataStaged, timeout_s)
+    await _expect(transport, connection, DataStaged, timeout_s, pending)
     return StagingRecord(
         identity=identity,
         state="cold" if wanted.blocks else "cached",
@@ -55,13 +56,20 @@ async def stage_worker(
 
 
 async def _expect(
-    transport: Transport, connection: CoordinatorConnection, kind: type[_T], timeout_s: float
+    transport: Transport,
+    connection: CoordinatorConnection,
+    kind: type[_T],
+    timeout_s: float,
+    pending: list[Any],
 ) -> _T:
+    """The next event of `kind`, from `pending` first; later events stay in `pending`."""
     while True:
+        while pending:
+            event = pending.pop(0)
+            if isinstance(event, kind):
+                return event
         data = await asyncio.wait_for(transport.read(), timeout_s)
         if not data:
             connection.end_of_input()
             raise StagingLost("the worker closed its connection while staging data")
-        for event in connection.receive(data):
-            if isinstance(event, kind):
-                return event
+        pending.extend(connection.receive(data))
