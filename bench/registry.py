@@ -11,4 +11,5 @@ BENCHMARKS: tuple[str, ...] = (
     "memory",
     "cluster",
     "fixture",
+    "dense",
 )

@@ -30,9 +30,7 @@ def run(samples: int, seed: int) -> None:
     # Load (or compile, the first time) the kernels before timing anything.
     parallel.monte_carlo(samples=1_000, seed=seed, execution=parallel.local(workers=1))
 
-    serial = parallel.monte_carlo(
-        samples=samples, seed=seed, execution=parallel.local(workers=1)
-    )
+    serial = parallel.monte_carlo(samples=samples, seed=seed, execution=parallel.local(workers=1))
     para = parallel.monte_carlo(samples=samples, seed=seed, execution=parallel.local())
 
     print(
