@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import psutil
 import pytest
 from support import (
     ANER,
+    SAMPLES,
     finish,
     run_aner,
     spawned,
@@ -386,3 +388,20 @@ def test_a_bad_csv_value_is_named_by_line_and_column(tmp_path: Path) -> None:
     proc, _ = train(tmp_path, "--data", str(data), "--seed", "1")
     assert proc.returncode == 2
     assert "line 3, column 2 ('b'): not a number: 'oops'" in proc.stderr
+
+
+def test_the_dense_sample_trains_on_digits_and_on_a_csv(tmp_path: Path, small_csv: Path) -> None:
+    sample = [sys.executable, str(SAMPLES / "dense_digits.py"), "--epochs", "3", "--workers", "1"]
+    done = subprocess.run(
+        [*sample, "--csv", str(small_csv)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "== digits" in done.stdout and f"== {small_csv}" in done.stdout
+    assert len(re.findall(r"test accuracy 0\.\d{4} on \d+ rows", done.stdout)) == 2
+    bad = tmp_path / "bad.csv"
+    bad.write_text("x,label\n1,a\n")
+    done = subprocess.run([*sample, "--csv", str(bad)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"dense_digits: {bad}: needs at least two classes, found 1"
+    ]
