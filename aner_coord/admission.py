@@ -85,6 +85,9 @@ def admit(request: JobRequest) -> Job:
     admitted = computation.admit(request.computation)
     workers = admit_execution(request.execution)
     check_fraction("audit", request.audit)
+    retries = check_int("retries", request.retries)
+    if retries < 0:
+        raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
     _check_plan(admitted, request.execution.chunk, workers)
     output = jobdir.check_new_output(request.output) if request.output is not None else None
     return Job(request, computation, admitted, workers, output)

@@ -21,6 +21,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -68,6 +69,7 @@ class Backend(Protocol):
     def start(self, deliver: Deliver) -> None: ...
     def begin_pass(self, pass_id: int, params: Any) -> None: ...
     def send(self, worker: str, task: Task) -> None: ...
+    def drop(self, worker: str) -> None: ...
     def request_stop(self, reason: str) -> None: ...
     async def wait_stopped(self) -> None: ...
     async def close(self) -> None: ...
@@ -100,7 +102,8 @@ class ThreadBackend:
             self._serve(name, deliver)
         except Exception as exc:  # a bug here must fail the job, not leave it waiting
             log.exception("local worker %s", name)
-            deliver(WorkerLost(name, "run", f"internal error in the local worker: {exc!r}"))
+            detail = f"internal error in the local worker: {exc!r}"
+            deliver(WorkerLost(name, "run", detail, at=time.time()))
 
     def _serve(self, name: str, deliver: Deliver) -> None:
         tasks = self._queues[name]
@@ -128,6 +131,9 @@ class ThreadBackend:
 
     def send(self, worker: str, task: Task) -> None:
         self._queues[worker].put(task)
+
+    def drop(self, worker: str) -> None:
+        self._queues[worker].put(None)  # its thread has already ended; nothing more for it
 
     def request_stop(self, reason: str) -> None:
         self._stop.set()
@@ -297,9 +303,20 @@ class ProcessBackend:
             await self._flush(identity, force=True)
 
     def _lost(self, identity: str, phase: str, detail: str) -> None:
+        if identity in self._lost_workers:
+            return
         self._lost_workers.add(identity)
         if not self._stopping and self._deliver is not None:
-            self._deliver(WorkerLost(identity, phase, detail))
+            self._deliver(WorkerLost(identity, phase, detail, at=time.time()))
+
+    def drop(self, worker: str) -> None:
+        """The job goes on without `worker`: stop it now, whatever it still sends."""
+        self._lost_workers.add(worker)
+        self._outgoing[worker].clear()
+        transport = self._transports.get(worker)
+        if transport is not None:
+            task = asyncio.get_running_loop().create_task(transport.close(timeout=LOST_CLOSE_S))
+            self._tasks.append(task)
 
     def begin_pass(self, pass_id: int, params: Any) -> None:
         self._params = (pass_id, encode(params))

@@ -13,9 +13,9 @@ Until the directory exists the child's stdout and stderr go to an unlinked tempo
 that the parent can still read when the child dies early; once ready, the child copies that
 file into `coordinator.log` in the job directory and points its stdout and stderr there.
 
-The coordinator then runs the job like the foreground does, minus the display: SIGTERM and
-SIGINT cancel gracefully, and `aner parallel cancel` reaches it through the job directory's
-`cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
+The coordinator then runs the job like the foreground does, minus the display: SIGTERM,
+SIGINT and SIGHUP cancel gracefully, and `aner parallel cancel` reaches it through the job
+directory's `cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
 public identity only, never by endpoint or path.
 """
 
@@ -49,9 +49,9 @@ from aner_coord.errors import (
     AnerError,
     RequestError,
 )
-from aner_coord.jobs import execute
+from aner_coord.jobs import Resumption, execute
 from aner_coord.progress import describe
-from aner_coord.requests import ClusterExecution, JobRequest, decode_request, encode_request
+from aner_coord.requests import decode_request, encode_request, with_absolute_paths
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.status import JobState, StatusSnapshot
 
@@ -68,25 +68,27 @@ log = logging.getLogger("aner.background")
 # --------------------------------------------------------------------------- submit
 
 
-def submit(job: Job, *, quiet: bool, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
-    """Start `job` under a detached coordinator; return once it is ready (0) or has failed."""
+def submit(
+    job: Job, *, quiet: bool, resume: bool = False, ready_timeout_s: float = READY_TIMEOUT_S
+) -> int:
+    """Start `job` (or, with `resume`, the resumption of its existing directory) under a
+    detached coordinator; return once it is ready (0) or has failed."""
     if job.output is None:
         raise RequestError(
             "--background needs --output DIR: the job directory is how you follow it"
         )
     output = job.output.absolute()
-    # The child starts in `/` (it must not pin the user's working directory), so every path
-    # in its spec is made absolute here.
-    execution = job.request.execution
-    if isinstance(execution, ClusterExecution):
-        config = Path(execution.config).expanduser().absolute()
-        execution = msgspec.structs.replace(execution, config=str(config))
-    spec = msgspec.structs.replace(job.request, output=str(output), execution=execution)
+    if resume:
+        how = ("--resume-job", str(output))
+    else:
+        # A detached coordinator starts in `/` (it must not pin the working directory).
+        spec = with_absolute_paths(msgspec.structs.replace(job.request, output=str(output)))
+        how = ("--spec-json", encode_request(spec).decode())
     read_end, write_end = os.pipe()
     try:
         with tempfile.TemporaryFile(prefix="aner-coordinator-", suffix=".log") as early_log:
             try:
-                child = _spawn(spec, write_end, early_log)
+                child = _spawn(how, write_end, early_log)
             finally:
                 os.close(write_end)  # only the child holds it now: its death means EOF
             try:
@@ -105,18 +107,19 @@ def submit(job: Job, *, quiet: bool, ready_timeout_s: float = READY_TIMEOUT_S) -
         os.close(read_end)
     if not quiet:
         where = shlex.quote(str(output))
-        print(f"job started in the background: {output} (coordinator pid {pid})")
+        started = "resumed" if resume else "started"
+        print(f"job {started} in the background: {output} (coordinator pid {pid})")
         print(f"  watch:  aner parallel status --job {where} --watch")
         print(f"  cancel: aner parallel cancel --job {where}")
     return EXIT_OK
 
 
-def _spawn(spec: JobRequest, ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
+def _spawn(how: tuple[str, str], ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
         "-P",  # no working-directory entry on sys.path to shadow our packages
         *("-m", "aner_coord", "parallel", "coordinate"),
-        *("--spec-json", encode_request(spec).decode()),
+        *how,
         *("--ready-fd", str(ready_fd)),
     ]
     # The child must not answer to a systemd unit that started *us*.
@@ -195,7 +198,7 @@ def _report_failure(child: subprocess.Popen[bytes], line: bytes, early_log: IO[b
 # --------------------------------------------------------------------------- coordinator
 
 
-def coordinate_command(spec_json: str, ready_fd: int) -> int:
+def coordinate_command(spec_json: str | None, resume_job: str | None, ready_fd: int) -> int:
     """The detached coordinator: `aner parallel coordinate`, started only by `submit()`."""
     try:
         os.set_inheritable(ready_fd, False)  # workers must not keep the submitter waiting
@@ -204,8 +207,15 @@ def coordinate_command(spec_json: str, ready_fd: int) -> int:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event
     ready = _Readiness(ready_fd)
+    resumption: Resumption | None = None
     try:
-        job = admit(decode_request(spec_json.encode(), fmt="json", source="--spec-json"))
+        if resume_job is not None:
+            from aner_coord.resume import prepare_resume
+
+            job, resumption = prepare_resume(resume_job)
+        else:
+            assert spec_json is not None
+            job = admit(decode_request(spec_json.encode(), fmt="json", source="--spec-json"))
     except AnerError as exc:
         ready.error(exc.exit_code, str(exc))
         return exc.exit_code
@@ -220,7 +230,7 @@ def coordinate_command(spec_json: str, ready_fd: int) -> int:
         msgspec.json.encode(job.describe_execution()).decode(),  # identities, never endpoints
     )
     try:
-        report = _run(job, ready)
+        report = _run(job, ready, resumption)
     except AnerError as exc:
         ready.error(exc.exit_code, str(exc))
         log.error("%s", exc)
@@ -259,14 +269,14 @@ class _Readiness:
             self._fd = None
 
 
-def _run(job: Job, ready: _Readiness) -> JobReport:
+def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobReport:
     from aner_coord.runner import run_sync
 
     assert job.output is not None
     output = job.output
 
     def on_ready() -> None:
-        _adopt_log(output / jobdir.LOG)
+        _adopt_log(output, append=resumption is not None)
         log.info("ready: lock held, manifest and first status written")
         ready.ready()
 
@@ -276,7 +286,13 @@ def _run(job: Job, ready: _Readiness) -> JobReport:
         for sig in CANCEL_SIGNALS:
             loop.add_signal_handler(sig, _cancel_on, sig, cancel)
         try:
-            return await execute(job, observers=[_ProgressLog()], cancel=cancel, on_ready=on_ready)
+            return await execute(
+                job,
+                observers=[_ProgressLog()],
+                cancel=cancel,
+                on_ready=on_ready,
+                resume=resumption,
+            )
         finally:
             for sig in CANCEL_SIGNALS:
                 loop.remove_signal_handler(sig)
@@ -290,11 +306,17 @@ def _cancel_on(sig: signal.Signals, cancel: asyncio.Event) -> None:
     cancel.set()
 
 
-def _adopt_log(path: Path) -> None:
-    """Copy what we logged so far into `path` and send stdout and stderr there from now on."""
+def _adopt_log(output: Path, *, append: bool = False) -> None:
+    """Copy what we logged so far into the job's `coordinator.log` and send stdout and stderr
+    there from now on."""
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        directory = jobdir.JobDir.open(output, own=True)
+    except OSError as exc:
+        raise jobdir.JobDirError(f"cannot open job directory {output}: {exc.strerror}") from None
+    with directory:
+        fd = directory.open_log(append=append)
     offset = 0
     try:
         while chunk := os.pread(2, 65536, offset):

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+import msgspec
+
 from aner_coord.errors import EXIT_INVALID, AnerError, cli_name
 
 _INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")
@@ -53,20 +55,19 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """`--version`, reading the package metadata only when asked (it costs ~20 ms)."""
 
-    try:
-        return version("aner")
-    except PackageNotFoundError:  # run from a source tree that was never installed
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         from aner_coord import __version__
 
-        return __version__
+        print(f"aner {__version__}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="aner", description="Native parallel scientific computing.")
-    parser.add_argument("--version", action="version", version=f"aner {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     top = parser.add_subparsers(dest="group", metavar="parallel", parser_class=_Parser)
     par = top.add_parser("parallel", help="reproducible parallel computations")
     sub = par.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -96,8 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="FRACTION",
             help="recompute this fraction of chunks on the coordinator and fail on any mismatch",
         )
+        p.add_argument(
+            "--retries",
+            type=count,
+            default=0,
+            metavar="N",
+            help="lost workers to survive: their chunks go to the others (default 0)",
+        )
         p.add_argument("--background", action="store_true", help="detach; watch with `status`")
         p.add_argument("--quiet", action="store_true", help="print nothing on success")
+        p.add_argument(
+            "--resume",
+            action="store_true",
+            help="if --output already holds this same job, resume it instead of refusing "
+            "(for units that restart on failure)",
+        )
 
     run = sub.add_parser("run", help="Monte Carlo estimate of pi")
     job_arguments(run, regression=False)
@@ -122,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("cancel", help="ask a running job to stop")
     ca.add_argument("--job", required=True, metavar="DIR")
 
+    re_ = sub.add_parser("resume", help="continue a job whose coordinator is gone, from its ledger")
+    re_.add_argument("--job", required=True, metavar="DIR")
+    re_.add_argument("--background", action="store_true", help="detach; watch with `status`")
+    re_.add_argument("--quiet", action="store_true", help="print nothing on success")
+
     wk = sub.add_parser(
         "worker", help="serve as a worker on stdin/stdout (started by a coordinator)"
     )
@@ -132,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _coordinate_parser() -> argparse.ArgumentParser:
     """The detached coordinator's own entry (started by `--background`); never in any help."""
     parser = _Parser(prog="aner parallel coordinate")
-    parser.add_argument("--spec-json", required=True)
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--spec-json")
+    how.add_argument("--resume-job")
     parser.add_argument("--ready-fd", type=int, required=True)
     return parser
 
@@ -144,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from aner_coord.background import coordinate_command
 
             hidden = _coordinate_parser().parse_args(args_list[2:])
-            return coordinate_command(hidden.spec_json, hidden.ready_fd)
+            return coordinate_command(hidden.spec_json, hidden.resume_job, hidden.ready_fd)
         parser = build_parser()
         args = parser.parse_args(args_list)
         if args.group is None or args.command is None:
@@ -160,9 +181,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     command = args.command
     if command == "inventory":
-        from aner_coord.commands import inventory_command
+        from aner_worker.inventory import current, format_table
 
-        return inventory_command(as_json=args.json)
+        inv = current()
+        if args.json:
+            sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(inv.to_dict())) + b"\n")
+        else:
+            print(format_table(inv))
+        return 0
     if command in ("run", "regression"):
         from aner_coord.commands import job_command
 
@@ -183,6 +209,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from aner_coord.monitor import cancel_command
 
         return cancel_command(args.job)
+    if command == "resume":
+        from aner_coord.commands import resume_command
+
+        return resume_command(args)
     if command == "worker":
         from aner_worker.worker import main as worker_main
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +13,7 @@ from pathlib import Path
 from aner_coord.admission import Job, admit
 from aner_coord.coordinator import JobReport
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
-from aner_coord.jobs import execute
+from aner_coord.jobs import Resumption, execute
 from aner_coord.progress import LiveProgress, describe
 from aner_coord.requests import (
     ClusterExecution,
@@ -27,14 +27,6 @@ from aner_coord.requests import (
 )
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.status import JobState
-
-
-def inventory_command(*, as_json: bool) -> int:
-    from aner_worker.inventory import current, format_table
-
-    inv = current()
-    print(json.dumps(inv.to_dict(), indent=2) if as_json else format_table(inv))
-    return EXIT_OK
 
 
 def request_from_args(args: argparse.Namespace) -> JobRequest:
@@ -63,7 +55,11 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
     else:
         execution = LocalExecution(workers=args.workers, chunk=args.chunk)
     return JobRequest(
-        computation=computation, execution=execution, output=args.output, audit=args.audit
+        computation=computation,
+        execution=execution,
+        output=args.output,
+        audit=args.audit,
+        retries=args.retries,
     )
 
 
@@ -77,7 +73,10 @@ def load_spec_file(path: str) -> JobRequest:
 
 
 def job_command(args: argparse.Namespace) -> int:
-    job = admit(request_from_args(args))
+    request = request_from_args(args)
+    if args.resume and request.output is not None and os.path.lexists(request.output):
+        return _resume_same(request, args)
+    job = admit(request)
     if args.background:
         from aner_coord.background import submit
 
@@ -114,10 +113,34 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
+def _resume_same(request: JobRequest, args: argparse.Namespace) -> int:
+    """`--resume` with an existing output: it must hold this very job."""
+    from aner_coord.resume import prepare_resume
+
+    assert request.output is not None
+    job, resumption = prepare_resume(request.output, expect=request)
+    args.job = request.output
+    return resume_command(args, prepared=(job, resumption))
+
+
+def resume_command(args: argparse.Namespace, prepared: tuple[Job, Resumption] | None = None) -> int:
+    from aner_coord.resume import prepare_resume
+
+    job, resumption = prepared if prepared is not None else prepare_resume(args.job)
+    if args.background:
+        from aner_coord.background import submit
+
+        resumption.lock.release()  # the detached coordinator takes it again
+        resumption.directory.close()
+        return submit(job, quiet=args.quiet, resume=True)
+    return run_foreground(job, quiet=args.quiet, resume=resumption)
+
+
 def run_foreground(
     job: Job,
     *,
     quiet: bool,
+    resume: Resumption | None = None,
     extra_observers: tuple[Callable[..., None], ...] = (),
     on_ready: Callable[[], None] | None = None,
 ) -> int:
@@ -127,13 +150,13 @@ def run_foreground(
 
     async def main() -> JobReport:
         cancel = asyncio.Event()
-        with cancel_on_signals(cancel):
+        with cancel_on_signals(cancel), contextlib.ExitStack() as stack:
+            observers = list(extra_observers)
             if show_live:
-                with LiveProgress() as live:
-                    return await execute(
-                        job, observers=[live, *extra_observers], cancel=cancel, on_ready=on_ready
-                    )
-            return await execute(job, observers=extra_observers, cancel=cancel, on_ready=on_ready)
+                observers.insert(0, stack.enter_context(LiveProgress()))
+            return await execute(
+                job, observers=observers, cancel=cancel, on_ready=on_ready, resume=resume
+            )
 
     report = run_sync(main())
     return report_outcome(job, report, quiet=quiet)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aner_coord import ledger
 from aner_coord.admission import Job
 from aner_coord.backends import Backend, ProcessBackend, ThreadBackend
 from aner_coord.computations import Accounting, Run
@@ -30,11 +31,15 @@ from aner_coord.jobstate import (
     AuditFailed,
     BeginPass,
     CancelRequested,
+    DropWorker,
     Event,
     Instruction,
     JobEnded,
     JobMachine,
     Progress,
+    RecordAccepted,
+    RecordCommitted,
+    RecordLoss,
     ResultReceived,
     SendTask,
     ShellFailed,
@@ -42,8 +47,10 @@ from aner_coord.jobstate import (
     WorkersStopped,
     WriteStatus,
 )
+from aner_coord.ledger import LedgerWriter, Recovered
 from aner_coord.staging import plan_of
-from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot
+from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
+from aner_worker.kernels import decode, encode
 
 Observer = Callable[[StatusSnapshot], None]
 
@@ -73,19 +80,38 @@ class Coordinator:
         *,
         observers: Sequence[Observer] = (),
         cancel: asyncio.Event | None = None,
+        ledger: LedgerWriter | None = None,
+        recovered: Recovered | None = None,
+        first_seq: int = 0,
     ) -> None:
         self.job = job
         self.observers = list(observers)
         self.cancel = cancel if cancel is not None else asyncio.Event()
+        self._ledger = ledger
+        self._resumes = recovered.resumes if recovered is not None else 0
         self._run: Run = job.computation.start(job.request.computation, job.chunk)
+        stats_type = job.computation.kernel.stats_type
         self._machine = JobMachine(
             self._run,
             job.workers.slots,
             chunk=job.chunk,
             passes=job.admitted.passes,
             audit=job.request.audit,
+            retries=job.request.retries,
+            recovered=None
+            if recovered is None
+            else {
+                pass_id: {chunk: decode(stats_type, body) for chunk, body in chunks.items()}
+                for pass_id, chunks in recovered.chunks.items()
+            },
+            losses=()
+            if recovered is None
+            else [
+                WorkerLoss(r.identity, r.phase, r.detail, r.at, "an earlier coordinator's run")
+                for r in recovered.losses
+            ],
         )
-        self._seq = 0
+        self._seq = first_seq
         self._created = time.time()
         self._started = time.monotonic()
         self._backend: Backend | None = None
@@ -122,6 +148,7 @@ class Coordinator:
                 seconds=seconds,
                 workers=tuple(snapshot.workers),
                 execution=self.job.describe_execution(),
+                losses=tuple(snapshot.losses),
                 staging=tuple(snapshot.staging),
             )
             result = self._run.result(accounting)
@@ -141,7 +168,8 @@ class Coordinator:
         self._loop_thread = threading.get_ident()
         self._backend = self._make_backend()
         self._execute(self._machine.start())
-        self._backend.start(self.deliver)
+        if not self._ended.is_set():  # a resumed job whose ledger holds everything needs none
+            self._backend.start(self.deliver)
 
     async def main_loop(self) -> None:
         backend = self._backend
@@ -211,6 +239,25 @@ class Coordinator:
                         self._changed.set()
                     elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
                         self._publish_now()
+                elif isinstance(instruction, RecordAccepted):
+                    if self._ledger is not None:
+                        stats = encode(instruction.stats)
+                        self._ledger.append(
+                            ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
+                        )
+                elif isinstance(instruction, RecordCommitted):
+                    if self._ledger is not None:
+                        self._ledger.append(ledger.Committed(instruction.pass_id))
+                elif isinstance(instruction, RecordLoss):
+                    loss = instruction.loss
+                    log.warning(
+                        'worker "%s" lost, going on without it: %s', loss.identity, loss.detail
+                    )
+                    if self._ledger is not None:
+                        record = ledger.Lost(loss.identity, loss.phase, loss.detail, loss.at)
+                        self._ledger.append(record)
+                elif isinstance(instruction, DropWorker):
+                    backend.drop(instruction.worker)
                 elif isinstance(instruction, StopWorkers):
                     backend.request_stop(instruction.reason)
                 elif isinstance(instruction, JobEnded):
@@ -305,6 +352,9 @@ class Coordinator:
             error=self._error,
             committed_steps=progress.committed_steps,
             unit=self.job.computation.unit,
+            losses=list(progress.losses),
+            resumes=self._resumes,
+            recovered=progress.recovered,
             staging=list(getattr(self._backend, "staging", ())),
         )
 

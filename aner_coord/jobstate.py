@@ -26,6 +26,14 @@ shell reading the machine's fields.
 - Anything that goes wrong fails the job with a message saying where: a lost worker, a
   failed task, a computation that raised (`Diverged` is the request's fault, anything else
   a bug, both named), or a fault the shell reports as `ShellFailed`.
+- Retries (SPEC section 11): with `retries=N`, up to N lost workers are survived while
+  another worker remains. The lost worker's outstanding chunks go back to the front of the
+  queue and are recomputed by others (`DropWorker` tells the shell to let it go); a late
+  result from it is ignored, never counted. Chunk results sit in per-chunk slots and a pass
+  commits only when all are accepted, so the result is the undisturbed run's, bit for bit.
+- Ledger: each accepted chunk and committed pass is handed to the shell (`RecordAccepted`,
+  `RecordCommitted`) before any status reports it. A resumed job starts with `recovered`
+  chunk statistics: each pass first accepts those chunks, then dispatches only the rest.
 - A cancel request stops dispatch; the shell stops the workers and reports
   `WorkersStopped`, after which the job is CANCELLED. Results that arrive while cancelling
   are checked and counted, but only as diagnostics.
@@ -50,11 +58,12 @@ Transitions (state, event -> state):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aner_coord.computations import Diverged, PassSpec, Run
-from aner_coord.status import JobState, WorkerAccount
+from aner_coord.status import JobState, WorkerAccount, WorkerLoss
 from protocol import Task
 
 
@@ -91,6 +100,7 @@ class WorkerLost:
     worker: str
     phase: str
     detail: str
+    at: float = 0.0  # Unix time the shell noticed, for the record
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,8 @@ class Progress:
     workers: tuple[WorkerAccount, ...]
     error: str | None
     committed_steps: int | None
+    losses: tuple[WorkerLoss, ...] = ()
+    recovered: int = 0  # items taken from the ledger of an earlier coordinator
 
 
 @dataclass(frozen=True)
@@ -175,7 +187,44 @@ class JobEnded:
     state: JobState
 
 
-Instruction = BeginPass | SendTask | StopWorkers | WriteStatus | JobEnded
+@dataclass(frozen=True)
+class DropWorker:
+    """The job goes on without this worker (retries): stop it, accept nothing more from it."""
+
+    worker: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecordAccepted:
+    """Append to the ledger: chunk `chunk` of pass `pass_id` was accepted with `stats`."""
+
+    pass_id: int
+    chunk: int
+    stats: Any
+
+
+@dataclass(frozen=True)
+class RecordCommitted:
+    pass_id: int
+
+
+@dataclass(frozen=True)
+class RecordLoss:
+    loss: WorkerLoss
+
+
+Instruction = (
+    BeginPass
+    | SendTask
+    | StopWorkers
+    | DropWorker
+    | RecordAccepted
+    | RecordCommitted
+    | RecordLoss
+    | WriteStatus
+    | JobEnded
+)
 
 
 @dataclass
@@ -187,6 +236,7 @@ class _Worker:
     items: int = 0
     chunks: int = 0
     items_by_pass: list[int] = field(default_factory=list)
+    lost: bool = False
 
     def account(self, identity: str) -> WorkerAccount:
         return WorkerAccount(
@@ -203,7 +253,16 @@ class _Outstanding:
 
 class JobMachine:
     def __init__(
-        self, run: Run, workers: dict[str, int], *, chunk: int, passes: int, audit: float = 0.0
+        self,
+        run: Run,
+        workers: dict[str, int],
+        *,
+        chunk: int,
+        passes: int,
+        audit: float = 0.0,
+        retries: int = 0,
+        recovered: Mapping[int, Mapping[int, Any]] | None = None,
+        losses: Sequence[WorkerLoss] = (),
     ) -> None:
         if not workers:
             raise ValueError("a job needs at least one worker")
@@ -212,6 +271,10 @@ class JobMachine:
         self._passes = passes
         self._audit = audit
         self._audit_seq = 0
+        self._retries = retries
+        self._losses: list[WorkerLoss] = list(losses)  # earlier coordinators' count too
+        self._recovered = {p: dict(c) for p, c in (recovered or {}).items()}
+        self._recovered_items = 0
         self.state = JobState.STARTING
         self.error: str | None = None
         self._workers = {name: _Worker(slots) for name, slots in workers.items()}
@@ -223,7 +286,7 @@ class JobMachine:
         self._items_done = 0  # accepted in the current pass
         self._items_total = 0  # accepted over all passes
         self._chunks_done = 0  # accepted in the current pass
-        self._next_chunk = 0
+        self._todo: deque[int] = deque()  # chunks of the current pass still to dispatch
         self._next_task_id = 1
         self._outstanding: dict[int, _Outstanding] = {}
         self._never_served: set[str] = set(workers)
@@ -232,7 +295,10 @@ class JobMachine:
     # -- the one entry point -------------------------------------------------------------
     def start(self) -> list[Instruction]:
         """The first instructions: begin the first pass and report STARTING."""
-        return [*self._begin_pass(), self._status(urgent=True)]
+        out = self._begin_pass()
+        if self.state is JobState.STARTING and self._pass is not None and not self._todo:
+            out.extend(self._end_pass())  # a resumed pass that the ledger already holds
+        return [*out, self._status(urgent=True)]
 
     def handle(self, event: Event) -> list[Instruction]:
         if isinstance(event, ResultReceived):
@@ -240,6 +306,8 @@ class JobMachine:
         if isinstance(event, WorkerReady):
             return self._on_ready(event)
         if isinstance(event, TaskError):
+            if self._workers[event.worker].lost:
+                return []
             return self._fail(f'worker "{event.worker}" failed during task: {event.reason}')
         if isinstance(event, AuditFailed):
             return self._fail(
@@ -247,9 +315,7 @@ class JobMachine:
                 f"{event.task_id} differs from the coordinator's own: {event.detail}"
             )
         if isinstance(event, WorkerLost):
-            return self._fail(
-                f'worker "{event.worker}" failed during {event.phase}: {event.detail}'
-            )
+            return self._on_lost(event)
         if isinstance(event, ShellFailed):
             return self._on_shell_failed(event)
         if isinstance(event, CancelRequested):
@@ -271,9 +337,43 @@ class JobMachine:
         out.extend(self._dispatch())
         return out
 
+    def _on_lost(self, event: WorkerLost) -> list[Instruction]:
+        lost = self._workers[event.worker]
+        if lost.lost:
+            return []
+        survivors = [w for name, w in self._workers.items() if not w.lost and name != event.worker]
+        if not self.state.active or len(self._losses) >= self._retries or not survivors:
+            return self._fail(
+                f'worker "{event.worker}" failed during {event.phase}: {event.detail}'
+            )
+        label = self._pass.label if self._pass is not None else "start"
+        loss = WorkerLoss(event.worker, event.phase, event.detail, event.at, label)
+        self._losses.append(loss)
+        lost.lost = True
+        lost.in_flight = 0
+        mine = sorted(
+            (o.chunk, task_id)
+            for task_id, o in self._outstanding.items()
+            if o.worker == event.worker
+        )
+        for _, task_id in mine:
+            del self._outstanding[task_id]
+        # Back to the front of the queue, in chunk order.
+        self._todo.extendleft(chunk for chunk, _ in reversed(mine))
+        self._never_served.discard(event.worker)
+        if event.worker in self._ready_order:
+            self._ready_order.remove(event.worker)
+        reason = f"lost during {event.phase}: {event.detail}"
+        return [
+            RecordLoss(loss),
+            DropWorker(event.worker, reason),
+            self._status(urgent=True),
+            *self._dispatch(),
+        ]
+
     def _on_result(self, event: ResultReceived) -> list[Instruction]:
-        if self.state.terminal:
-            return []  # too late: a finished job accepts nothing more
+        if self.state.terminal or self._workers[event.worker].lost:
+            return []  # too late: a finished job or a dropped worker counts nothing more
         pending = self._outstanding.get(event.task_id)
         if pending is None or pending.worker != event.worker:
             return self._fail(
@@ -308,9 +408,10 @@ class JobMachine:
         self._chunks_done += 1
         if self.state is not JobState.RUNNING:
             return []  # cancelling: diagnostic accounting only
+        record = RecordAccepted(self._pass_id, pending.chunk, event.stats)
         if self._chunks_done < self._n_chunks:
-            return [*self._dispatch(), self._status(urgent=False)]
-        return self._end_pass()
+            return [record, *self._dispatch(), self._status(urgent=False)]
+        return [record, *self._end_pass()]
 
     def _end_pass(self) -> list[Instruction]:
         label = self._pass.label if self._pass else "?"
@@ -321,13 +422,21 @@ class JobMachine:
         except Exception as exc:
             return self._fail(f"computation error while committing {label}: {exc!r}")
         self._passes_done += 1
+        committed = RecordCommitted(self._pass_id)
         begin = self._begin_pass()
-        if self.state is not JobState.RUNNING:
-            return begin  # the computation failed to begin its next pass
+        if self.state.terminal:
+            return [committed, *begin]  # the computation failed to begin its next pass
         if self._pass is None:
             self.state = JobState.COMPLETED
-            return [self._status(urgent=True), StopWorkers("job completed"), JobEnded(self.state)]
-        return [*begin, self._status(urgent=True), *self._dispatch()]
+            return [
+                committed,
+                self._status(urgent=True),
+                StopWorkers("job completed"),
+                JobEnded(self.state),
+            ]
+        if not self._todo:  # the ledger of a resumed job already holds this whole pass
+            return [committed, *begin, *self._end_pass()]
+        return [committed, *begin, self._status(urgent=True), *self._dispatch()]
 
     def _begin_pass(self) -> list[Instruction]:
         try:
@@ -335,16 +444,28 @@ class JobMachine:
         except Exception as exc:
             return self._fail(f"computation error while planning the next pass: {exc!r}")
         self._pass = spec
+        if spec is None:
+            return []  # the last pass's counts stay: the final status reports them
         self._items_done = 0
         self._chunks_done = 0
-        self._next_chunk = 0
-        if spec is None:
-            return []
+        self._todo.clear()
         self._pass_id += 1
         self._requested = spec.items
         self._n_chunks = -(-spec.items // self._chunk)
         for worker in self._workers.values():
             worker.items_by_pass.append(0)
+        recovered = self._recovered.pop(self._pass_id, {})
+        for chunk in sorted(recovered):
+            try:
+                self._run.accept(chunk, recovered[chunk])
+            except Exception as exc:
+                return self._fail(f"computation error while replaying the ledger: {exc!r}")
+            count = min(self._chunk, spec.items - chunk * self._chunk)
+            self._items_done += count
+            self._items_total += count
+            self._recovered_items += count
+            self._chunks_done += 1
+        self._todo.extend(c for c in range(self._n_chunks) if c not in recovered)
         return [BeginPass(self._pass_id, spec.params)]
 
     def _on_shell_failed(self, event: ShellFailed) -> list[Instruction]:
@@ -394,7 +515,7 @@ class JobMachine:
                 worker = self._workers[name]
                 if worker.in_flight >= worker.window:
                     continue
-                remaining = self._n_chunks - self._next_chunk
+                remaining = len(self._todo)
                 # An unserved worker may always take one; a served one leaves one chunk for
                 # each unserved worker. With fewer chunks than workers (local runs allow
                 # that) holding chunks back for everyone would dispatch nothing at all.
@@ -407,8 +528,7 @@ class JobMachine:
 
     def _send(self, worker: str) -> SendTask:
         assert self._pass is not None
-        chunk = self._next_chunk
-        self._next_chunk += 1
+        chunk = self._todo.popleft()
         start = chunk * self._chunk
         count = min(self._chunk, self._pass.items - start)
         task = Task(self._next_task_id, self._pass_id, start, count)
@@ -443,6 +563,8 @@ class JobMachine:
                 workers=tuple(w.account(name) for name, w in self._workers.items()),
                 error=self.error,
                 committed_steps=self._run.committed_steps,
+                losses=tuple(self._losses),
+                recovered=self._recovered_items,
             ),
             urgent,
         )

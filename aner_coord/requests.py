@@ -8,6 +8,7 @@ alone holds the chunk size.
 
     output = "aner-jobs/pi"          # optional; must not exist
     audit = 0.0                      # fraction of chunks the coordinator recomputes
+    retries = 0                      # lost workers the job survives
 
     [computation]
     kind = "monte-carlo"
@@ -22,6 +23,7 @@ alone holds the chunk size.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -88,6 +90,7 @@ class JobRequest(_Data, frozen=True):
     execution: Execution = LocalExecution()
     output: str | None = None
     audit: float = 0.0
+    retries: int = 0  # lost workers the job survives (SPEC section 11)
 
 
 class _Placement(_Data, frozen=True):
@@ -96,6 +99,7 @@ class _Placement(_Data, frozen=True):
     execution: Execution = LocalExecution()
     output: str | None = None
     audit: float = 0.0
+    retries: int = 0
 
 
 def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
@@ -115,9 +119,21 @@ def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
             execution=rest.execution,
             output=rest.output,
             audit=rest.audit,
+            retries=rest.retries,
         )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(f"{source}: {exc}") from None
+
+
+def with_absolute_paths(request: JobRequest) -> JobRequest:
+    """The request with every path absolute, for a coordinator that starts elsewhere (a
+    detached one starts in `/`, a resumed one wherever the user is)."""
+    execution = request.execution
+    if isinstance(execution, ClusterExecution):
+        config = Path(execution.config).expanduser().absolute()
+        execution = msgspec.structs.replace(execution, config=str(config))
+    output = None if request.output is None else str(Path(request.output).absolute())
+    return msgspec.structs.replace(request, output=output, execution=execution)
 
 
 def encode_request(request: JobRequest) -> bytes:

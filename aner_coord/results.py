@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from aner_coord.status import WorkerAccount
+from aner_coord.status import WorkerAccount, WorkerLoss
 
 RESULT_SCHEMA = "aner-result/2"
 
@@ -21,6 +21,7 @@ class _Result(msgspec.Struct, frozen=True, kw_only=True, tag_field="computation"
     execution: dict[str, Any]
     workers: list[WorkerAccount]
     schema: str = RESULT_SCHEMA
+    losses: list[WorkerLoss] = []  # workers lost and survived (retries)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = msgspec.to_builtins(self)

@@ -70,6 +70,16 @@ class WorkerAccount(msgspec.Struct, frozen=True):
     items_by_pass: list[int] = []
 
 
+class WorkerLoss(msgspec.Struct, frozen=True):
+    """A worker lost during a job that went on without it (retries, SPEC section 11)."""
+
+    identity: str
+    phase: str
+    detail: str
+    at: float  # Unix time
+    during: str  # the pass it was lost in
+
+
 class StagingRecord(msgspec.Struct, frozen=True):
     """How a worker process got the job's file data: "cold" when blocks were sent, "cached"
     when its block cache already held them all (nothing sent)."""
@@ -105,6 +115,9 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     error: str | None = None
     committed_steps: int | None = None
     unit: str = "items"
+    losses: list[WorkerLoss] = []
+    resumes: int = 0  # how many times a coordinator resumed this job from its ledger
+    recovered: int = 0  # items the last resume took from the ledger
     staging: list[StagingRecord] = []
 
     @property

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from aner_worker.philox import Stopped, check_range, philox_block
+from aner_worker.kernels import Stopped
+from aner_worker.philox import check_range, philox_block
 
 FIXTURE_ID = "aner-fixture/logistic/v1"
 

@@ -23,8 +23,6 @@ from typing import Any, ClassVar, Protocol
 
 import msgspec
 
-from aner_worker.philox import Stopped
-
 __all__ = [
     "KERNELS",
     "Kernel",
@@ -39,6 +37,10 @@ __all__ = [
 ]
 
 StopCheck = Callable[[], bool]
+
+
+class Stopped(Exception):
+    """A kernel was asked to stop between two sub-ranges; its partial sums are discarded."""
 
 
 class Kernel(Protocol):
@@ -141,5 +143,6 @@ class RegressionKernel:
 register(MonteCarloKernel())
 register(RegressionKernel())
 
-# The Dense classifier's kernel lives in its own module, which registers itself on import.
+# The Dense classifier's kernel lives in its own module, which registers itself on import
+# (light: its computation is imported when it first runs).
 import aner_worker.dense_task  # noqa: E402, F401

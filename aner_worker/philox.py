@@ -21,6 +21,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from aner_worker.kernels import Stopped
+
 STREAM_ID = "aner-mc/philox4x64-10/v1"
 
 # Largest exclusive end of a sample (or row) range accepted by the public wrappers. It keeps
@@ -158,10 +160,6 @@ def check_range(seed: int, start: int, count: int) -> None:
         raise ValueError(f"count must be >= 0, got {count}")
     if start + count > RANGE_LIMIT:
         raise ValueError(f"start + count must be <= 2**62, got {start + count}")
-
-
-class Stopped(Exception):
-    """A kernel was asked to stop between two sub-ranges; its partial sums are discarded."""
 
 
 # Samples per uninterrupted kernel call when a caller may ask to stop: about 15 ms of one

@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from aner_worker import dense_task
 from aner_worker.blocks import BlockCache
 from aner_worker.kernels import KERNELS, Stopped, decode, encode
 from protocol import (
@@ -142,8 +141,10 @@ class _Stager:
         self.received: dict[str, bytes] = {}
 
     def begin(self, event: StageReceived, connection: WorkerConnection, out: _Output) -> None:
+        from aner_worker import dense_rows
+
         self.dataset, self.blocks, self.received = event.dataset, event.blocks, {}
-        if dense_task.has(event.dataset):
+        if dense_rows.has(event.dataset):
             missing: tuple[str, ...] = ()
         else:
             unique = dict.fromkeys(event.blocks)
@@ -167,7 +168,9 @@ class _Stager:
             self.finish(connection, out)
 
     def finish(self, connection: WorkerConnection, out: _Output) -> None:
-        if not dense_task.has(self.dataset):
+        from aner_worker import dense_rows
+
+        if not dense_rows.has(self.dataset):
             parts = []
             for digest in self.blocks:
                 data = self.received.get(digest) or self.cache.get(digest)
@@ -176,7 +179,7 @@ class _Stager:
                     raise _Refused
                 parts.append(data)
             try:
-                dense_task.stage(self.dataset, b"".join(parts))
+                dense_rows.stage(self.dataset, b"".join(parts))
             except ValueError as exc:
                 log.error("staged data set %s is unusable: %s", self.dataset, exc)
                 raise _Refused from None

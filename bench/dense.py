@@ -135,7 +135,7 @@ def teacher_fit(sizes: Sizes, execution: Any) -> Any:
 def chunk_seconds(sizes: Sizes) -> float:
     """One training chunk on one thread, rows generated in it, as a worker computes it."""
     from aner_coord.dense_plan import assign_roles, init_params, layer_sizes
-    from aner_worker import dense_task
+    from aner_worker import dense_rows, dense_task
     from aner_worker.dense_kernel import flatten
 
     roles = assign_roles(SEED, sizes.teacher_rows)
@@ -147,11 +147,11 @@ def chunk_seconds(sizes: Sizes) -> float:
         flatten(init_params(SEED, sizes_l)).tobytes(), np.zeros(64).tobytes(),
         np.ones(64).tobytes(),
     )  # fmt: skip
-    dense_task.compute(params, 0, sizes.chunk)
+    dense_rows.compute(params, 0, sizes.chunk)
     walls = []
     for _ in range(5):
         started = time.perf_counter()
-        dense_task.compute(params, 0, sizes.chunk)
+        dense_rows.compute(params, 0, sizes.chunk)
         walls.append(time.perf_counter() - started)
     return float(np.median(walls))
 

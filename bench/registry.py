@@ -11,5 +11,6 @@ BENCHMARKS: tuple[str, ...] = (
     "memory",
     "cluster",
     "fixture",
+    "durable",
     "dense",
 )

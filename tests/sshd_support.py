@@ -15,9 +15,10 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support import reap, wait_for
 
 SSHD = "/usr/sbin/sshd"
 ALIAS = "aner-peer"
@@ -71,13 +72,7 @@ class SshServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        reap(self.process, grace=5)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -116,17 +111,25 @@ def free_port() -> int:
         return port
 
 
-def _wait_for_banner(port: int, process: subprocess.Popen[bytes], deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-                if sock.recv(64).startswith(b"SSH-2.0-"):
-                    return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+def _banner(port: int, process: subprocess.Popen[bytes]) -> str | None:
+    """ "ready" once sshd greets on `port`, "exited" if it died, None while neither."""
+    if process.poll() is not None:
+        return "exited"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            if sock.recv(64).startswith(b"SSH-2.0-"):
+                return "ready"
+    except OSError:
+        pass
+    return None
+
+
+def _started(port: int, process: subprocess.Popen[bytes]) -> bool:
+    try:
+        outcome = wait_for(lambda: _banner(port, process), _START_TIMEOUT, "sshd's banner")
+    except AssertionError:  # timed out: the caller tries another port
+        return False
+    return bool(outcome == "ready")
 
 
 def start_sshd(directory: Path) -> SshServer:
@@ -183,11 +186,9 @@ def start_sshd(directory: Path) -> SshServer:
             )
         finally:
             log.close()
-        if _wait_for_banner(port, process, time.monotonic() + _START_TIMEOUT):
+        if _started(port, process):
             break
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+        reap(process)
     else:
         text = (directory / "sshd.log").read_text(errors="replace")
         raise SshdUnavailable("sshd did not start; its log ends:\n" + text[-2000:])

@@ -146,15 +146,21 @@ def spawned(
         reap(proc)
 
 
-def reap(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
-    """Kill `proc` if it still runs, collect it and close its pipes (unread: a child of it
-    may hold them open for as long as it likes)."""
+def reap(proc: subprocess.Popen[Any], timeout: float = 30, grace: float = 0.0) -> None:
+    """Stop `proc` if it still runs (SIGTERM and up to `grace` seconds first, if given;
+    then SIGKILL), collect it and close its pipes (unread: a child of it may hold them open
+    for as long as it likes)."""
+    if proc.poll() is None and grace > 0:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
     if proc.poll() is None:
         proc.kill()
     proc.wait(timeout=timeout)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
-            pipe.close()
+            with contextlib.suppress(BrokenPipeError):  # unflushed input to a dead process
+                pipe.close()
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:

@@ -19,11 +19,10 @@ Nothing here knows workers, transports or files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from aner_coord.requests import ComputationRequest
-from aner_coord.status import JobState, StagingRecord, WorkerAccount
+from aner_coord.status import JobState, StagingRecord, WorkerAccount, WorkerLoss
 from aner_worker.kernels import Kernel
 
 
@@ -58,6 +57,7 @@ class Accounting:
     seconds: float
     workers: tuple[WorkerAccount, ...]
     execution: dict[str, Any]
+    losses: tuple[WorkerLoss, ...] = ()
     staging: tuple[StagingRecord, ...] = ()
 
 
@@ -116,9 +116,10 @@ class StagesData(Protocol):
 
 @runtime_checkable
 class WritesFiles(Protocol):
-    """A run that leaves files in its job directory (a model, say) however the job ended."""
+    """A run that leaves files in its job directory (a model, say) however the job ended:
+    their names and bytes; the job directory writes them, before `result.json`."""
 
-    def write_files(self, directory: Path, state: JobState) -> None: ...
+    def files(self, state: JobState) -> dict[str, bytes]: ...
 
 
 class Computation(Protocol):

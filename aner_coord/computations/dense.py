@@ -17,7 +17,7 @@ the parameters equal its own bit for bit for the same chunk size whoever compute
 chunks. The run reads a clock only to record each epoch's seconds.
 
 Worker processes receive file data once per job (`staging`); local threads share it
-(`aner_worker.dense_task.share`). A teacher set is generated where it is used.
+(`aner_worker.dense_rows.share`). A teacher set is generated where it is used.
 """
 
 from __future__ import annotations
@@ -26,14 +26,13 @@ import enum
 import math
 import os
 import time
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec, StagePlan
-from aner_coord.dense_model import DenseModel, save_model
+from aner_coord.dense_model import DenseModel, encode_model
 from aner_coord.dense_plan import (
     DEFAULT_TEST_FRACTION,
     DEFAULT_VALIDATION_FRACTION,
@@ -56,7 +55,7 @@ from aner_coord.limits import check_int, check_positive, check_seed
 from aner_coord.optimizers import OptimizerName, initial_state, step
 from aner_coord.requests import DenseRequest
 from aner_coord.status import JobState
-from aner_worker import dense_task
+from aner_worker import dense_rows, dense_task
 from aner_worker.blocks import split
 from aner_worker.dense_data import (
     ArrayDataset,
@@ -66,16 +65,9 @@ from aner_worker.dense_data import (
     open_dataset,
 )
 from aner_worker.dense_kernel import ChunkStats, flatten, parameter_count, unflatten
+from aner_worker.dense_rows import floats, to_bytes
 from aner_worker.dense_streams import TEST, TRAIN, VALIDATION
-from aner_worker.dense_task import (
-    EVALUATE,
-    MOMENTS,
-    DenseKernel,
-    DenseParams,
-    DenseStats,
-    floats,
-    to_bytes,
-)
+from aner_worker.dense_task import EVALUATE, MOMENTS, DenseKernel, DenseParams, DenseStats
 
 MODEL_ID = "aner-dense/v1"
 
@@ -323,9 +315,9 @@ class DenseRun:
             self._teacher: tuple[int, ...] = (dataset.n_rows, dataset.n_features, dataset.n_classes)
         else:
             assert isinstance(dataset, ArrayDataset)
-            self._data_name = dense_task.blob_digest(dataset.x, dataset.y)
+            self._data_name = dense_rows.blob_digest(dataset.x, dataset.y)
             self._teacher = ()
-            dense_task.share(self._data_name, dataset)  # local threads read it in place
+            dense_rows.share(self._data_name, dataset)  # local threads read it in place
 
     # -- passes ------------------------------------------------------------------------------
     def _params(self, kind: str, role: int, positions: bytes = b"", flat: bytes = b"") -> Any:
@@ -484,7 +476,7 @@ class DenseRun:
         if not isinstance(dataset, ArrayDataset):
             return None  # a teacher set is generated where it is used, never sent
         if self._stage_plan is None:
-            blob = dense_task.encode_blob(dataset.x, dataset.y)
+            blob = dense_rows.encode_blob(dataset.x, dataset.y)
             self._stage_plan = StagePlan(self._data_name, tuple(split(blob)))
         return self._stage_plan
 
@@ -499,11 +491,11 @@ class DenseRun:
         params = [p.copy() for p in unflatten(flat, self.sizes)]
         return DenseModel(list(self.sizes), params, self.normalisation, self._dataset.classes)
 
-    def write_files(self, directory: Path, state: JobState) -> None:
+    def files(self, state: JobState) -> dict[str, bytes]:
         """`model.npz`: the final (best) model of a completed run; of any other, the model
         of the last committed step, marked incomplete. Nothing before the normalisation."""
         if self.normalisation is None:
-            return
+            return {}
         meta: dict[str, Any] = {
             "data": self._dataset.identity,
             "seed": self._seed,
@@ -515,7 +507,7 @@ class DenseRun:
         else:
             model = self._model(self.flat)
             meta.update(epoch=self._epoch, complete=False, state=state.value)
-        save_model(directory / "model.npz", model, meta)
+        return {"model.npz": encode_model(model, meta)}
 
     def result(self, accounting: Accounting) -> DenseResult:
         assert self._test is not None

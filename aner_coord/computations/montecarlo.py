@@ -47,8 +47,8 @@ class MonteCarlo:
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
         return [
-            f"estimate  {result['estimate']:.10f} (pi ~ 4 * hits / samples)",
-            f"hits      {result['hits']:,} of {result['samples']:,} samples",
+            f"estimate  pi ~ {float(result['estimate']):.10f}",
+            f"hits      {int(result['hits']):,} of {int(result['samples']):,} samples",
         ]
 
 
@@ -101,4 +101,5 @@ class _Run:
             seconds=accounting.seconds,
             execution=accounting.execution,
             workers=list(accounting.workers),
+            losses=list(accounting.losses),
         )

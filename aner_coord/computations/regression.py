@@ -59,9 +59,9 @@ class Regression:
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
         return [
-            f"loss      {result['initial_loss']:.6f} -> {result['final_loss']:.6f} "
-            f"after {result['steps']} steps",
-            f"accuracy  {result['fit_accuracy']:.6f} (on the fitted rows)",
+            f"loss      final_loss {float(result['final_loss']):.6f} "
+            f"(initial {float(result['initial_loss']):.6f}, {int(result['steps'])} steps)",
+            f"accuracy  fit_accuracy {float(result['fit_accuracy']):.6f} (on the fitted rows)",
         ]
 
 
@@ -173,4 +173,5 @@ class _Run:
             seconds=accounting.seconds,
             execution=accounting.execution,
             workers=list(accounting.workers),
+            losses=list(accounting.losses),
         )

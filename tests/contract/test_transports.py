@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 from sshd_support import SshServer, free_port
+from support import wait_for
 
 from aner_coord.transports import Transport, TransportError, open_pipe, open_ssh
 
@@ -96,12 +97,7 @@ async def read_to_end(transport: Transport) -> bytes:
 
 
 def wait_gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while psutil.pid_exists(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return bool(wait_for(lambda: not psutil.pid_exists(pid), timeout, f"process {pid} to go"))
 
 
 def test_bytes_round_trip_exactly(open_worker: Opener) -> None:
@@ -249,7 +245,8 @@ def test_close_ends_a_pending_read(open_worker: Opener) -> None:
         transport = await open_worker(STUBBORN)
         await read_pid(transport)
         reader = asyncio.create_task(transport.read())
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one turn of the loop: the read is now waiting for data
+        assert not reader.done()
         await transport.close(timeout=0.2)
         try:
             return await asyncio.wait_for(reader, 5)

@@ -116,6 +116,7 @@ def test_completed_is_written_only_after_the_result(tmp_path: Path) -> None:
     # No result.json yet, so no reader may see COMPLETED.
     assert status_of(tmp_path).state is JobState.RUNNING
     writer.commit_completed()
+    writer.close()  # the writer thread has written what it was given
     written = status_of(tmp_path)
     assert (written.state, written.seq) == (JobState.COMPLETED, 3)
 

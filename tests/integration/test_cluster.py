@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support import ANER, write_cluster
+from support import ANER, ROOT, finish, spawned, status_of, wait_for, write_cluster
 
+from aner_coord.status import JobState
 from aner_worker.inventory import current
 from aner_worker.philox import count_hits
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = 3_000_017  # uneven: the last chunk keeps the remainder
 
 
@@ -35,36 +36,41 @@ def run_job(
     out = tmp_path / f"job-{time.monotonic_ns()}"
     proc = subprocess.run(
         [
-            ANER,
-            "parallel",
-            "run",
-            "--samples",
-            str(samples),
-            "--seed",
-            str(seed),
-            "--chunk",
-            str(chunk),
-            "--cluster",
-            str(cluster),
-            "--output",
-            str(out),
+            ANER, "parallel", "run", "--samples", str(samples), "--seed", str(seed),
+            "--chunk", str(chunk), "--cluster", str(cluster), "--output", str(out),
         ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+        capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
     return proc, out
 
 
 def job_files_text(job: Path) -> str:
-    return "\n".join(p.read_text() for p in sorted(job.iterdir()) if p.is_file())
+    # Some job files are binary (the ledger): a secret inside them is still found.
+    files = sorted(p for p in job.iterdir() if p.is_file())
+    return "\n".join(p.read_bytes().decode("utf-8", "replace") for p in files)
+
+
+def leaks(text: str, secret: str) -> bool:
+    """Whether `secret` occurs in `text` as a whole token: a port number inside a memory
+    figure, or an alias inside a longer word, is not a leak."""
+    edge = r"[A-Za-z0-9_.-]"
+    return re.search(rf"(?<!{edge}){re.escape(secret)}(?!{edge})", text) is not None
 
 
 def assert_private(job: Path, *secrets: str) -> None:
     text = job_files_text(job)
     for secret in secrets:
-        assert secret not in text, f"{secret!r} leaked into a job file"
+        assert not leaks(text, secret), f"{secret!r} leaked into a job file"
+
+
+def test_leaks_are_whole_tokens() -> None:
+    assert leaks('"endpoint": "127.0.0.1:2222"', "127.0.0.1")
+    assert leaks('"endpoint": "127.0.0.1:2222"', "2222")
+    assert leaks('"exec": "/opt/aner/bin/aner"', "/opt/aner/bin/aner")
+    assert leaks("ssh aner-test-peer failed", "aner-test-peer")
+    assert not leaks('"memory_total": 25275973632', "2597")  # a port inside a number
+    assert not leaks('"identity": "peer-10"', "peer-1")
+    assert not leaks("10.127.0.0.15", "127.0.0.1")
 
 
 def test_local_pipe_group_matches_kernel(tmp_path: Path) -> None:
@@ -79,7 +85,7 @@ def test_local_pipe_group_matches_kernel(tmp_path: Path) -> None:
     per_worker = {w["identity"]: w for w in result["workers"]}
     assert set(per_worker) == {"w1", "w2"}
     assert all(w["chunks"] >= 1 for w in per_worker.values())
-    assert sum(w["samples"] for w in per_worker.values()) == SAMPLES
+    assert sum(w["items"] for w in per_worker.values()) == SAMPLES
     assert sum(w["chunks"] for w in per_worker.values()) == -(-SAMPLES // 65536)
     assert_private(job, ANER)
 
@@ -122,10 +128,10 @@ def test_wrong_host_key_is_refused(tmp_path: Path, sshd) -> None:  # type: ignor
     proc, job = run_job(tmp_path, cluster, env=env)
     assert proc.returncode == 3, proc.stderr
     assert 'worker "peer-1"' in proc.stderr and "host key" in proc.stderr
-    status = json.loads((job / "status.json").read_text())
-    assert status["state"] == "FAILED"
-    assert "peer-1" in status["error"]
-    assert status["accepted"] == 0
+    status = status_of(job)
+    assert status.state is JobState.FAILED
+    assert status.error is not None and "peer-1" in status.error
+    assert status.accepted == 0
     assert not (job / "result.json").exists()
     assert_private(job, sshd.alias, "127.0.0.1", str(sshd.port))
 
@@ -138,7 +144,7 @@ def test_worker_with_more_slots_than_its_allocation_is_refused(tmp_path: Path, s
     assert proc.returncode == 3, proc.stderr
     assert 'worker "peer-1" failed during handshake' in proc.stderr
     assert f"assigned {too_many} slots" in proc.stderr
-    assert json.loads((job / "status.json").read_text())["accepted"] == 0
+    assert status_of(job).accepted == 0
 
 
 def test_local_slots_above_allocation_are_refused_before_work(tmp_path: Path) -> None:
@@ -181,52 +187,32 @@ def test_worker_killed_mid_run_fails_the_job_naming_it(tmp_path: Path) -> None:
         tmp_path / "c", [("steady", "local", "-", ANER, 1), ("victim", "local", "-", ANER, 1)]
     )
     out = tmp_path / "job"
-    coordinator = subprocess.Popen(
-        [
-            ANER,
-            "parallel",
-            "run",
-            "--samples",
-            "10000000000",
-            "--seed",
-            "1",
-            "--chunk",
-            "10000000",
-            "--cluster",
-            str(cluster),
-            "--output",
-            str(out),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    argv = [
+        ANER, "parallel", "run", "--samples", "10000000000", "--seed", "1",
+        "--chunk", "10000000", "--cluster", str(cluster), "--output", str(out),
+    ]  # fmt: skip
+    with spawned(argv) as coordinator:
         parent = psutil.Process(coordinator.pid)
-        victim = None
-        deadline = time.monotonic() + 60
-        while victim is None and time.monotonic() < deadline:
+
+        def second_worker_with_work_done() -> psutil.Process | None:
             status = out / "status.json"
-            if status.exists() and json.loads(status.read_text())["accepted"] > 0:
-                children = parent.children(recursive=True)
-                # Workers are started in record order; the second is the victim.
-                workers = sorted(children, key=lambda p: p.create_time())
-                if len(workers) == 2:
-                    victim = workers[1]
-            time.sleep(0.05)
-        assert victim is not None, "the job never started running"
+            # Both workers past their handshake, with work accepted: a kill now is mid-run.
+            if not status.exists() or any(w.chunks == 0 for w in status_of(out).workers):
+                return None
+            # Workers are started in record order; the second is the victim.
+            workers = sorted(parent.children(recursive=True), key=lambda p: p.create_time())
+            return workers[1] if len(workers) == 2 else None
+
+        victim = wait_for(second_worker_with_work_done, 60, "the job to start running")
         all_children = parent.children(recursive=True)
         victim.send_signal(signal.SIGKILL)
-        _, stderr = coordinator.communicate(timeout=60)
-    finally:
-        if coordinator.poll() is None:
-            coordinator.kill()
-            coordinator.wait()
-    assert coordinator.returncode == 3, stderr
+        code, _out, stderr = finish(coordinator, timeout=60)
+    assert code == 3, stderr
     assert 'worker "victim" failed during run' in stderr
-    status = json.loads((out / "status.json").read_text())
-    assert status["state"] == "FAILED" and "victim" in status["error"]
-    assert 0 < status["accepted"] < status["requested"]
+    status = status_of(out)
+    assert status.state is JobState.FAILED
+    assert status.error is not None and "victim" in status.error
+    assert 0 < status.accepted < status.requested
     assert not (out / "result.json").exists()
     _, alive = psutil.wait_procs(all_children, timeout=10)
     assert not alive, f"processes left behind: {alive}"
@@ -238,4 +224,19 @@ def test_killed_worker_leaves_no_zombie_and_cluster_file_permissions(tmp_path: P
     proc, job = run_job(tmp_path, cluster)
     assert proc.returncode == 2
     assert "chmod 600" in proc.stderr
+    assert not job.exists()
+
+
+def test_too_few_chunks_for_the_workers_suggests_a_smaller_chunk(tmp_path: Path) -> None:
+    cluster = write_cluster(
+        tmp_path / "c", [("a", "local", "-", ANER, 1), ("b", "local", "-", ANER, 1)]
+    )
+    proc, job = run_job(tmp_path, cluster, samples=10, chunk=10)
+    assert proc.returncode == 2
+    message = proc.stderr.strip()
+    assert len(message.splitlines()) == 1
+    assert (
+        "10 items in chunks of 10 make 1 chunk(s), fewer than the 2 configured workers" in message
+    )
+    assert message.endswith("use a chunk of at most 5 (--chunk)")
     assert not job.exists()

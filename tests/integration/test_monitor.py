@@ -6,10 +6,9 @@ import json
 import os
 import pty
 import re
+import select
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,19 @@ from support import (
     FEW_SECONDS,
     LONG,
     Coordinators,
+    finish,
     lock_held,
     process_gone,
-    read_status,
     run_aner,
+    spawned,
+    status_of,
     submit,
     wait_for,
     wait_running,
     write_cluster_file,
 )
+
+from aner_coord.status import JobState
 
 
 def test_status_and_cancel_refuse_what_is_not_a_job_directory(tmp_path: Path) -> None:
@@ -68,16 +71,8 @@ print(reads, len(seqs))
 def test_concurrent_json_readers_always_parse(tmp_path: Path, coordinators: Coordinators) -> None:
     job = tmp_path / "job"
     coordinators.add(submit(job, FEW_SECONDS, "--workers", "1"))
-    readers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _READER, str(job)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    try:
+    argv = [sys.executable, "-c", _READER, str(job)]
+    with spawned(argv) as first_reader, spawned(argv) as second_reader:
         seen: list[dict[str, object]] = []
         while True:
             done = run_aner("parallel", "status", "--job", str(job), "--json")
@@ -85,17 +80,12 @@ def test_concurrent_json_readers_always_parse(tmp_path: Path, coordinators: Coor
             seen.append(json.loads(done.stdout))
             if seen[-1]["observed_state"] == "COMPLETED":
                 break
-        for reader in readers:
-            out, err = reader.communicate(timeout=30)
-            assert reader.returncode == 0, err
+        for reader in (first_reader, second_reader):
+            code, out, err = finish(reader, timeout=30)
+            assert code == 0, err
             reads, distinct = map(int, out.split())
             assert reads >= 300, reads
             assert distinct >= 3, distinct
-    finally:
-        for reader in readers:
-            if reader.poll() is None:
-                reader.kill()
-                reader.wait()
     seqs = [int(s["seq"]) for s in seen]  # type: ignore[call-overload]
     assert seqs == sorted(seqs)
     running = [s for s in seen if s["observed_state"] == "RUNNING"]
@@ -110,7 +100,7 @@ def test_human_status_of_a_running_job(tmp_path: Path, coordinators: Coordinator
     job = tmp_path / "job"
     coordinators.add(submit(job, LONG, "--workers", "1"))
     wait_running(job, min_accepted=3 * int(CHUNK))
-    wait_for(lambda: read_status(job)["eta_s"] is not None, 30, "an ETA")
+    wait_for(lambda: status_of(job).eta_s is not None, 30, "an ETA")
     done = run_aner("parallel", "status", "--job", str(job))
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(None, 1) for line in done.stdout.splitlines() if line[:1] != " ")
@@ -132,26 +122,16 @@ def test_interrupting_a_watch_leaves_the_job_running(
 ) -> None:
     job = tmp_path / "job"
     pid = coordinators.add(submit(job, FEW_SECONDS, "--workers", "1"))
-    watch = subprocess.Popen(
-        [ANER, "parallel", "status", "--job", str(job), "--watch"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with spawned([ANER, "parallel", "status", "--job", str(job), "--watch"]) as watch:
         assert watch.stdout is not None
         first = watch.stdout.readline()
         assert first.startswith(("STARTING", "RUNNING")), first
         watch.send_signal(signal.SIGINT)
-        _out, err = watch.communicate(timeout=5)
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
-    assert watch.returncode == 130
+        code, _out, err = finish(watch, timeout=5)
+    assert code == 130
     assert "stopped watching; the job itself goes on" in err
     assert lock_held(job)
-    assert read_status(job)["state"] in ("STARTING", "RUNNING")
+    assert status_of(job).state in (JobState.STARTING, JobState.RUNNING)
     final = run_aner("parallel", "status", "--job", str(job), "--watch")
     assert final.returncode == 0, final.stderr
     assert json.loads((job / "result.json").read_text())["samples"] == int(FEW_SECONDS)
@@ -160,24 +140,18 @@ def test_interrupting_a_watch_leaves_the_job_running(
 
 def test_cancel_reaches_a_foreground_job_too(tmp_path: Path) -> None:
     job = tmp_path / "job"
-    foreground = subprocess.Popen(
-        [ANER, "parallel", "run", "--samples", LONG, "--seed", "3", "--workers", "1",
-         "--chunk", CHUNK, "--output", str(job)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: (job / "status.json").exists(), 30, "the first status")
+    argv = [
+        ANER, "parallel", "run", "--samples", LONG, "--seed", "3", "--workers", "1",
+        "--chunk", CHUNK, "--output", str(job),
+    ]  # fmt: skip
+    with spawned(argv) as foreground:
         wait_running(job)
         cancel = run_aner("parallel", "cancel", "--job", str(job))
-        _out, err = foreground.communicate(timeout=20)
-    finally:
-        if foreground.poll() is None:
-            foreground.kill()
-            foreground.wait()
+        code, _out, err = finish(foreground, timeout=20)
     assert cancel.returncode == 4, cancel.stderr
-    assert foreground.returncode == 4
+    assert code == 4
     assert "job cancelled" in err
-    assert read_status(job)["state"] == "CANCELLED"
+    assert status_of(job).state is JobState.CANCELLED
     assert not (job / "result.json").exists()
 
 
@@ -216,6 +190,12 @@ def test_a_completed_job_and_one_whose_result_never_came(tmp_path: Path) -> None
     assert "state     COMPLETED" in status.stdout
     assert "work      1,000,000 of 1,000,000 samples (100.0%)" in status.stdout
     assert f"result    {job / 'result.json'}" in status.stdout
+    # The result itself, not only where it is.
+    hits = json.loads((job / "result.json").read_text())["hits"]
+    assert f"hits      {hits:,} of 1,000,000 samples" in status.stdout
+    (estimate,) = [line for line in status.stdout.splitlines() if line.startswith("estimate ")]
+    assert f"{4 * hits / 1_000_000:.10f}" in estimate
+    assert "ETA" not in status.stdout
     cancel = run_aner("parallel", "cancel", "--job", str(job))
     assert cancel.returncode == 0
     assert "already ended: COMPLETED; nothing to cancel" in cancel.stdout
@@ -237,24 +217,23 @@ def test_watch_on_a_terminal_redraws_and_exits_with_the_job(tmp_path: Path) -> N
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     controller, terminal = pty.openpty()
+    argv = [ANER, "parallel", "status", "--job", str(job), "--watch"]
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
     try:
-        watch = subprocess.Popen(
-            [ANER, "parallel", "status", "--job", str(job), "--watch"],
-            stdin=terminal, stdout=terminal, stderr=terminal,
-            env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
-        )  # fmt: skip
-        os.close(terminal)
-        output = b""
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:  # EIO: the terminal's last writer has gone
-                break
-            if not chunk:
-                break
-            output += chunk
-        assert watch.wait(timeout=10) == 0
+        with spawned(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env) as watch:
+            os.close(terminal)
+            output = b""
+            while True:  # until the terminal's last writer has gone (EIO) or end of file
+                readable, _, _ = select.select([controller], [], [], 20)
+                assert readable, f"the watch went silent without exiting: {output!r}"
+                try:
+                    chunk = os.read(controller, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            assert watch.wait(timeout=10) == 0
     finally:
         os.close(controller)
     text = output.decode(errors="replace")

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support import ANER, write_cluster
+from support import ANER, finish, run_aner, spawned, status_of, wait_status, write_cluster
 
 from aner_coord import parallel
+from aner_coord.status import JobState
 
 SEED = 11
 STEPS = 5
@@ -60,7 +59,7 @@ def reference_fit(n: int, seed: int, steps: int, rate: float) -> dict[str, objec
     }
 
 
-def assert_matches(result: parallel.FixtureResult, ref: dict[str, object]) -> None:
+def assert_matches(result: parallel.RegressionResult, ref: dict[str, object]) -> None:
     assert np.max(np.abs(np.array(result.theta) - ref["theta"])) <= 1e-10
     assert abs(result.initial_loss - ref["initial_loss"]) <= 1e-10
     assert abs(result.final_loss - ref["final_loss"]) <= 1e-10
@@ -87,8 +86,9 @@ def test_local_plans_match_the_reference(
     assert_matches(result, reference)
     assert result.steps == STEPS and result.samples == 65_539
     # Every pass accounted for every row, across all workers.
-    assert [len(s.items_by_pass) for s in result.shares] == [STEPS + 2] * len(result.shares)
-    per_phase = np.sum([s.items_by_pass for s in result.shares], axis=0)
+    assert result.committed_steps == STEPS
+    assert [len(w.items_by_pass) for w in result.workers] == [STEPS + 2] * len(result.workers)
+    per_phase = np.sum([w.items_by_pass for w in result.workers], axis=0)
     assert per_phase.tolist() == [65_539] * (STEPS + 2)
 
 
@@ -128,7 +128,7 @@ def test_local_pipe_group_with_uneven_chunks(tmp_path: Path, reference: dict[str
         execution=parallel.cluster(config, chunk=10_007),
     )
     assert_matches(result, reference)
-    assert {s.identity for s in result.shares} == {"p1", "p2"}
+    assert {w.identity for w in result.workers} == {"p1", "p2"}
 
 
 @pytest.mark.ssh
@@ -143,39 +143,20 @@ def test_ssh_and_mixed_groups(
     }.items():
         config = write_cluster(tmp_path / name, records)
         out = tmp_path / f"job-{name}"
-        proc = subprocess.run(
-            [
-                ANER,
-                "parallel",
-                "regression",
-                "--samples",
-                "65539",
-                "--steps",
-                str(STEPS),
-                "--rate",
-                str(RATE),
-                "--seed",
-                str(SEED),
-                "--chunk",
-                "20000",
-                "--cluster",
-                str(config),
-                "--output",
-                str(out),
-                "--quiet",
-            ],
-            capture_output=True,
-            text=True,
-            env=sshd.env,
-            timeout=180,
-        )
+        proc = run_aner(
+            "parallel", "regression", "--samples", "65539", "--steps", str(STEPS),
+            "--rate", str(RATE), "--seed", str(SEED), "--chunk", "20000",
+            "--cluster", str(config), "--output", str(out), "--quiet",
+            env=sshd.env, timeout=180,
+        )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == ""
         data = json.loads((out / "result.json").read_text())
         assert np.max(np.abs(np.array(data["theta"]) - reference["theta"])) <= 1e-10
         assert abs(data["final_loss"] - reference["final_loss"]) <= 1e-10
         assert abs(data["fit_accuracy"] - reference["fit_accuracy"]) <= 1e-12
-        rows = {w["identity"]: w["rows_by_phase"] for w in data["workers"]}
+        assert data["computation"] == "regression"
+        rows = {w["identity"]: w["items_by_pass"] for w in data["workers"]}
         assert all(len(r) == STEPS + 2 for r in rows.values())
         assert np.sum(list(rows.values()), axis=0).tolist() == [65_539] * (STEPS + 2)
         assert sshd.alias not in (out / "status.json").read_text()
@@ -183,85 +164,58 @@ def test_ssh_and_mixed_groups(
 
 def test_cancel_mid_step_keeps_the_last_committed_step(tmp_path: Path) -> None:
     out = tmp_path / "job"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aner_coord",
-            "parallel",
-            "regression",
-            "--samples",
-            "5000000",
-            "--steps",
-            "1000",
-            "--rate",
-            "0.5",
-            "--seed",
-            "1",
-            "--workers",
-            "1",
-            "--chunk",
-            "100000",
-            "--output",
-            str(out),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            status = out / "status.json"
-            if status.exists():
-                snap = json.loads(status.read_text())
-                if (snap["committed_steps"] or 0) >= 1 and snap["accepted_in_pass"] > 0:
-                    break
-            time.sleep(0.05)
+    argv = [
+        sys.executable, "-m", "aner_coord", "parallel", "regression", "--samples", "5000000",
+        "--steps", "1000", "--rate", "0.5", "--seed", "1", "--workers", "1",
+        "--chunk", "100000", "--output", str(out),
+    ]  # fmt: skip
+    with spawned(argv) as proc:
+        wait_status(
+            out,
+            lambda s: (s.committed_steps or 0) >= 1 and s.accepted_in_pass > 0,
+            60,
+            "a step committed and the next one under way",
+        )
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 4, stderr
-    snap = json.loads((out / "status.json").read_text())
-    assert snap["state"] == "CANCELLED"
-    assert 1 <= snap["committed_steps"] < 1000
+        code, _out, stderr = finish(proc, timeout=60)
+    assert code == 4, stderr
+    snap = status_of(out)
+    assert snap.state is JobState.CANCELLED
+    assert snap.committed_steps is not None and 1 <= snap.committed_steps < 1000
     # Passes completed = initial metrics pass + committed steps: the partial pass was dropped.
-    assert snap["pass_index"] == snap["committed_steps"] + 1
+    assert snap.pass_index == snap.committed_steps + 1
     assert not (out / "result.json").exists()
     assert "cancelled" in stderr
 
 
 def test_bad_regression_requests_fail_before_anything_starts(tmp_path: Path) -> None:
     for args, fragment in [
-        (["--steps", "-1", "--rate", "0.5"], "steps"),
-        (["--steps", "3", "--rate", "0"], "rate must be positive"),
-        (["--steps", "3", "--rate", "nan"], "rate must be a finite number"),
+        (["--steps", "-1", "--rate", "0.5"], "--steps"),
+        (["--steps", "100001", "--rate", "0.5"], "--steps must be in [0, 100000], got 100001"),
+        (["--steps", "3", "--rate", "0"], "--rate must be positive"),
+        (["--steps", "3", "--rate", "nan"], "--rate must be a finite number"),
         (["--steps", "3"], "--rate"),
     ]:
         out = tmp_path / "never"
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "aner_coord",
-                "parallel",
-                "regression",
-                "--samples",
-                "100",
-                "--seed",
-                "1",
-                "--output",
-                str(out),
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = run_aner(
+            "parallel", "regression", "--samples", "100", "--seed", "1",
+            "--output", str(out), *args,
+        )  # fmt: skip
         assert proc.returncode == 2, (args, proc.stderr)
         assert fragment in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
         assert not out.exists()
+
+
+def test_a_diverging_fit_is_a_numerical_divergence_not_a_worker_fault(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    proc = run_aner(
+        "parallel", "regression", "--samples", "10000", "--steps", "5", "--rate", "1e308",
+        "--seed", "1", "--workers", "1", "--output", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert "numerical divergence" in proc.stderr
+    assert "step" in proc.stderr and "lower --rate" in proc.stderr
+    assert "inconsistent result" not in proc.stderr
+    assert status_of(out).state is JobState.FAILED
+    assert not (out / "result.json").exists()

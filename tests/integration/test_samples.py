@@ -6,12 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import ANER, write_cluster
+from support import ANER, SAMPLES, write_cluster
 
 from aner_coord.clusterfile import parse_cluster_text
 from aner_worker.philox import count_hits
-
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
 def test_local_program_runs_serial_and_parallel_with_identical_hits() -> None:
@@ -59,3 +57,15 @@ def test_cluster_program_explains_a_bad_file(tmp_path: Path) -> None:
 def test_example_cluster_file_parses() -> None:
     config = parse_cluster_text((SAMPLES / "cluster.example").read_text(), "cluster.example")
     assert [w.identity for w in config.workers] == ["this-machine", "lab-peer-1"]
+
+
+def test_local_program_prints_one_line_for_a_bad_number() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / "local_pi.py"), "--samples", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr == "local_pi: samples= must be positive, got 0\n"  # no traceback
+    assert "hits" not in proc.stdout

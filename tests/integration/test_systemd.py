@@ -23,18 +23,28 @@ import pytest
 from support import (
     ANER,
     CHUNK,
+    DEPLOY,
     LONG,
+    finish,
     process_gone,
-    read_status,
+    spawned,
+    status_of,
     wait_for,
     wait_running,
     write_cluster_file,
 )
 
+from aner_coord.admission import admit
 from aner_coord.commands import load_spec_file
-from aner_coord.jobs import prepare
+from aner_coord.errors import RequestError
+from aner_coord.requests import (
+    ClusterExecution,
+    LocalExecution,
+    MonteCarloRequest,
+    RegressionRequest,
+)
+from aner_coord.status import JobState
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 UNIT = DEPLOY / "aner-job@.service"
 EXAMPLE = DEPLOY / "example-job.toml"
 
@@ -95,28 +105,75 @@ def test_the_unit_says_what_the_contract_needs() -> None:
     assert settings["KillMode"] == ["mixed"]
     assert int(settings["TimeoutStopSec"][0]) > 0
     assert settings["SuccessExitStatus"] == ["4"]
-    assert "Restart" not in settings  # no resume in this version
+    # A dead coordinator or a failed job is restarted, and the restart resumes the job.
+    assert settings["Restart"] == ["on-failure"]
+    assert settings["RestartPreventExitStatus"] == ["2"]
     command = shlex.split(settings["ExecStart"][0])
-    assert command[-5:] == ["aner", "parallel", "run", "--spec", "%h/.config/aner/jobs/%i.toml"]
+    assert command[-6:] == [
+        "aner", "parallel", "run", "--spec", "%h/.config/aner/jobs/%i.toml", "--resume"
+    ]  # fmt: skip
 
 
 def test_the_example_spec_describes_both_computations(tmp_path: Path) -> None:
-    spec = load_spec_file(str(EXAMPLE))
-    assert (spec.computation, spec.samples, spec.seed) == ("monte-carlo", 2_000_000_000, 1)
-    assert spec.output == "aner-jobs/pi-2e9-seed1"
+    request = load_spec_file(str(EXAMPLE))
+    assert request.computation == MonteCarloRequest(samples=2_000_000_000, seed=1)
+    assert request.execution == LocalExecution(workers=0, chunk=4_000_000)
+    assert request.output == "aner-jobs/pi-2e9-seed1"
+    assert request.audit == 0.0
     text = EXAMPLE.read_text()
-    block = text[text.index("# computation = ") :]
+    # The commented-out alternatives, swapped in: the regression fixture on a cluster.
+    computation = text[text.index("[computation]") : text.index("[execution]")]
+    alternative = re.findall(r"^# (kind = \"regression\"$.*?)(?=^\n|\Z)", computation, re.M | re.S)
+    assert alternative, computation
+    body = re.sub(r"^# ", "", alternative[0], flags=re.MULTILINE)
     regression = tmp_path / "regression.toml"
-    regression.write_text(re.sub(r"^# ", "", block, flags=re.MULTILINE))
-    spec = load_spec_file(str(regression))
-    assert spec.computation == "regression"
-    assert (spec.samples, spec.steps, spec.rate, spec.seed) == (1_000_000, 50, 0.5, 7)
-    # Both are admissible requests as they stand (given an output that may be created).
+    regression.write_text(f'output = "out"\n\n[computation]\n{body}\n')
+    request = load_spec_file(str(regression))
+    assert request.computation == RegressionRequest(samples=1_000_000, steps=50, rate=0.5, seed=7)
+    assert request.execution == LocalExecution()
+    execution = text[text.index("[execution]") :]
+    cluster = re.sub(r"^# ", "", execution[execution.index('# kind = "cluster"') :], flags=re.M)
+    clustered = tmp_path / "cluster.toml"
+    clustered.write_text(
+        f'[computation]\nkind = "monte-carlo"\nsamples = 10\nseed = 1\n\n[execution]\n{cluster}'
+    )
+    assert load_spec_file(str(clustered)).execution == ClusterExecution(
+        config="/home/me/.config/aner/cluster", chunk=4_000_000
+    )
+    # Both computations are admissible requests as they stand (given an output that may be
+    # created).
     from msgspec.structs import replace
 
     for path in (EXAMPLE, regression):
-        prepared = prepare(replace(load_spec_file(str(path)), output=str(tmp_path / "out")))
-        assert prepared.spec.samples > 0
+        job = admit(replace(load_spec_file(str(path)), output=str(tmp_path / "out")))
+        assert job.admitted.items > 0
+        assert job.output == tmp_path / "out"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("samples = 10\nseed = 1\n", "missing [computation]"),
+        ('[computation]\nkind = "fixture"\nsamples = 10\nseed = 1\n', "fixture"),
+        ('[computation]\nkind = "monte-carlo"\nsamples = 10\nseed = 1\nsurprise = 1\n', "surprise"),
+        ('colour = "red"\n[computation]\nkind = "monte-carlo"\nsamples = 10\nseed = 1\n', "colour"),
+        (
+            '[computation]\nkind = "monte-carlo"\nsamples = 10\nseed = 1\n'
+            '[execution]\nkind = "local"\nworkers = "many"\n',
+            "workers",
+        ),
+        ("computation = [", "spec file"),
+    ],
+    ids=["flat", "old-kind", "unknown-computation-key", "unknown-top-key", "bad-type", "syntax"],
+)
+def test_a_bad_spec_is_refused_naming_the_file(tmp_path: Path, text: str, words: str) -> None:
+    spec = tmp_path / "bad.toml"
+    spec.write_text(text)
+    with pytest.raises(RequestError) as caught:
+        load_spec_file(str(spec))
+    message = str(caught.value)
+    assert message.startswith(f"spec file {spec}: ")
+    assert words in message
 
 
 # --------------------------------------------------------------------------- sd_notify
@@ -184,8 +241,9 @@ def test_the_units_command_runs_a_job_and_notifies_systemd(
     jobs = home / ".config" / "aner" / "jobs"
     jobs.mkdir(parents=True)
     (jobs / "demo.toml").write_text(
-        'computation = "monte-carlo"\nsamples = 400_000_000\nseed = 5\n'
-        f'output = "aner-jobs/demo"\nworkers = 1\nchunk = {CHUNK}\n'
+        'output = "aner-jobs/demo"\n\n'
+        '[computation]\nkind = "monte-carlo"\nsamples = 400_000_000\nseed = 5\n\n'
+        f'[execution]\nkind = "local"\nworkers = 1\nchunk = {CHUNK}\n'
     )
     (home / "aner-jobs").mkdir()
     settings = unit_settings()
@@ -225,16 +283,13 @@ def test_sigterm_under_systemd_is_a_graceful_cancel(
     spec = tmp_path / "job.toml"
     job = tmp_path / "job"
     spec.write_text(
-        f'computation = "monte-carlo"\nsamples = {LONG}\nseed = 9\noutput = "{job}"\n'
-        f'cluster = "{cluster}"\nchunk = {CHUNK}\n'
+        f'output = "{job}"\n\n'
+        f'[computation]\nkind = "monte-carlo"\nsamples = {LONG}\nseed = 9\n\n'
+        f'[execution]\nkind = "cluster"\nconfig = "{cluster}"\nchunk = {CHUNK}\n'
     )
-    service = subprocess.Popen(
-        [ANER, "parallel", "run", "--spec", str(spec)],
-        env={**os.environ, "NOTIFY_SOCKET": address},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    worker_pid: int | None = None
-    try:
+    argv = [ANER, "parallel", "run", "--spec", str(spec)]
+    env = {**os.environ, "NOTIFY_SOCKET": address}
+    with spawned(argv, env=env) as service:
         wait_for(lambda: "READY=1" in notify.fields(), 30, "READY=1")
         wait_running(job)
         workers = [p for p in psutil.Process(service.pid).children() if "worker" in p.cmdline()]
@@ -243,18 +298,13 @@ def test_sigterm_under_systemd_is_a_graceful_cancel(
         # The notify socket is the service's alone: its workers do not inherit it.
         assert b"NOTIFY_SOCKET=" not in Path(f"/proc/{worker_pid}/environ").read_bytes()
         service.send_signal(signal.SIGTERM)
-        _out, err = service.communicate(timeout=30)
-    finally:
-        if service.poll() is None:
-            service.kill()
-            service.wait()
-    assert service.returncode == 4, err
+        code, _out, err = finish(service, timeout=30)
+    assert code == 4, err
     assert "job cancelled" in err
-    status = read_status(job)
-    assert status["state"] == "CANCELLED"
+    assert status_of(job).state is JobState.CANCELLED
     assert not (job / "result.json").exists()
     assert "STOPPING=1" in notify.fields()
-    assert worker_pid is not None
+    assert any(f.startswith("STATUS=CANCELLED") for f in notify.fields()), notify.fields()
     wait_for(lambda: process_gone(worker_pid), 10, "the worker to be reaped")
 
 
@@ -262,8 +312,9 @@ def test_a_regression_spec_runs_the_fixture(tmp_path: Path) -> None:
     spec = tmp_path / "regression.toml"
     job = tmp_path / "job"
     spec.write_text(
-        'computation = "regression"\nsamples = 100_000\nsteps = 3\nrate = 0.5\nseed = 7\n'
-        f'output = "{job}"\nworkers = 1\n'
+        f'output = "{job}"\n\n'
+        '[computation]\nkind = "regression"\nsamples = 100_000\nsteps = 3\nrate = 0.5\n'
+        'seed = 7\n\n[execution]\nkind = "local"\nworkers = 1\n'
     )
     done = subprocess.run(
         [sys.executable, "-m", "aner_coord", "parallel", "run", "--spec", str(spec)],
@@ -274,4 +325,5 @@ def test_a_regression_spec_runs_the_fixture(tmp_path: Path) -> None:
     assert result["steps"] == 3
     assert result["samples"] == 100_000
     assert result["final_loss"] < result["initial_loss"]
-    assert read_status(job)["kind"] == "fixture"
+    assert result["computation"] == "regression"
+    assert status_of(job).kind == "regression"

@@ -2,35 +2,50 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from typing import Any
 
+import msgspec
 import pytest
+from support import reap
 
 from aner_worker.contract import source_fingerprint
+from aner_worker.fixture import fixture_pass
 from aner_worker.inventory import current
+from aner_worker.kernels import (
+    McParams,
+    McStats,
+    RegressionParams,
+    RegressionStats,
+    decode,
+    encode,
+)
 from aner_worker.philox import count_hits
 from aner_worker.worker import platform_identity
 from protocol import (
+    MAX_QUEUED_PER_SLOT,
     PROTOCOL_VERSION,
     FrameDecoder,
     FrameEncoder,
-    FxResult,
-    FxTask,
     Hello,
-    McResult,
-    McTask,
     Message,
+    Params,
+    Ping,
+    Pong,
     Refused,
+    Result,
     Shutdown,
+    Task,
     Welcome,
 )
 
-WAIT_S = 30  # guards against a hang only; nothing here measures time
+WAIT_S = 30  # guards against a hang only
+HUGE = 9_000_000_000  # samples: most of a minute of one core, within the admission limits
 
 
 class Worker:
@@ -95,14 +110,13 @@ class Worker:
         assert self.proc.stderr is not None
         return self.proc.stderr.read().decode()
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=WAIT_S)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None and not stream.closed:
-                with contextlib.suppress(BrokenPipeError):
-                    stream.close()
+    def stats(self, task_id: int, kind: type[Any]) -> Any:
+        """The next message, which must be the Result of `task_id`; its decoded statistics."""
+        message = self.recv()
+        assert isinstance(message, Result), message
+        assert message.task_id == task_id
+        assert message.busy_s >= 0
+        return decode(kind, message.body)
 
 
 @pytest.fixture
@@ -111,11 +125,28 @@ def worker() -> Iterator[Worker]:
     try:
         yield w
     finally:
-        w.kill()
+        reap(w.proc, timeout=WAIT_S)
+
+
+KERNELS = ("monte-carlo", "regression")
 
 
 def hello(slots: int = 1, fingerprint: str | None = None) -> Hello:
-    return Hello(PROTOCOL_VERSION, "Atlas-01", slots, fingerprint or source_fingerprint())
+    fingerprint = fingerprint or source_fingerprint()
+    return Hello(PROTOCOL_VERSION, "Atlas-01", slots, fingerprint, KERNELS)
+
+
+def mc_params(seed: int, pass_id: int = 0) -> Params:
+    return Params(pass_id, "monte-carlo", msgspec.Raw(encode(McParams(seed))))
+
+
+def mc_result(task: Task, seed: int) -> tuple[int, int, int, McStats]:
+    return (task.task_id, task.start, task.count, McStats(count_hits(seed, task.start, task.count)))
+
+
+def as_tuple(message: Message) -> tuple[int, int, int, McStats]:
+    assert isinstance(message, Result), message
+    return (message.task_id, message.start, message.count, decode(McStats, message.body))
 
 
 def welcome(worker: Worker, slots: int = 1) -> Welcome:
@@ -136,35 +167,44 @@ def test_hello_gets_welcome(worker: Worker) -> None:
     )
 
 
-def test_mc_task_gets_the_oracle_hits(worker: Worker) -> None:
+def test_monte_carlo_tasks_get_the_oracle_hits(worker: Worker) -> None:
     welcome(worker)
     seed = 2**64 - 1
-    worker.send(McTask(task_id=7, seed=seed, start=123_456, count=200_000))
-    worker.send(McTask(task_id=8, seed=42, start=0, count=1))
-    assert worker.recv() == McResult(7, 123_456, 200_000, count_hits(seed, 123_456, 200_000))
-    assert worker.recv() == McResult(8, 0, 1, count_hits(42, 0, 1))
+    first, second = Task(7, 0, 123_456, 200_000), Task(8, 0, 0, 1)
+    worker.send(mc_params(seed), first, second)
+    assert as_tuple(worker.recv()) == mc_result(first, seed)
+    assert as_tuple(worker.recv()) == mc_result(second, seed)
 
 
-def test_fx_task_gets_sufficient_statistics(worker: Worker) -> None:
-    from aner_worker.fixture import fixture_pass
+def test_a_new_pass_brings_new_parameters(worker: Worker) -> None:
+    welcome(worker)
+    worker.send(mc_params(1, pass_id=0), Task(1, 0, 0, 1_000))
+    assert as_tuple(worker.recv()) == mc_result(Task(1, 0, 0, 1_000), 1)
+    worker.send(mc_params(2, pass_id=1), Task(2, 1, 0, 1_000))
+    assert as_tuple(worker.recv()) == mc_result(Task(2, 1, 0, 1_000), 2)
 
+
+def test_regression_task_gets_sufficient_statistics(worker: Worker) -> None:
     welcome(worker)
     theta = (0.1, -0.2, 0.3, 0.0, 0.5, -0.6, 0.7, 0.8, -0.9)
-    worker.send(FxTask(task_id=3, seed=5, start=10, count=1_000, theta=theta))
-    result = worker.recv()
+    body = msgspec.Raw(encode(RegressionParams(5, theta)))
+    worker.send(Params(0, "regression", body), Task(3, 0, 10, 1_000))
+    stats = worker.stats(3, RegressionStats)
     expected = fixture_pass(5, 10, 1_000, theta)
-    assert isinstance(result, FxResult)
-    assert (result.task_id, result.start, result.count, result.valid) == (3, 10, 1_000, 1_000)
-    assert result.grad == tuple(expected.grad)
-    assert result.loss_sum == expected.loss_sum
-    assert result.correct == expected.correct
+    assert stats == RegressionStats(expected.grad, expected.loss_sum, expected.correct, 1_000)
 
 
 def test_tasks_sent_with_the_hello_are_not_left_waiting(worker: Worker) -> None:
-    # A coordinator may pipeline: Hello and the first task in one write.
-    worker.send(hello(), McTask(task_id=1, seed=42, start=0, count=1_000))
+    # A coordinator may pipeline: Hello, the parameters and the first task in one write.
+    worker.send(hello(), mc_params(42), Task(1, 0, 0, 1_000))
     assert isinstance(worker.recv(), Welcome)
-    assert worker.recv() == McResult(1, 0, 1_000, count_hits(42, 0, 1_000))
+    assert as_tuple(worker.recv()) == mc_result(Task(1, 0, 0, 1_000), 42)
+
+
+def test_a_ping_is_answered_even_while_every_slot_computes(worker: Worker) -> None:
+    welcome(worker)
+    worker.send(mc_params(3), Task(1, 0, 0, HUGE), Ping(99))  # minutes of work, then a ping
+    assert worker.recv() == Pong(99)
 
 
 def test_wrong_fingerprint_is_refused_naming_both(worker: Worker) -> None:
@@ -193,10 +233,18 @@ def test_too_many_slots_is_refused(worker: Worker) -> None:
 
 
 def test_wrong_protocol_version_is_refused(worker: Worker) -> None:
-    worker.send(Hello(PROTOCOL_VERSION + 1, "Atlas-01", 1, source_fingerprint()))
+    worker.send(Hello(PROTOCOL_VERSION + 1, "Atlas-01", 1, source_fingerprint(), KERNELS))
     message = worker.recv()
     assert isinstance(message, Refused)
     assert f"coordinator {PROTOCOL_VERSION + 1}, worker {PROTOCOL_VERSION}" in message.reason
+    assert worker.wait() == 1
+
+
+def test_a_kernel_the_worker_lacks_is_refused(worker: Worker) -> None:
+    worker.send(Hello(PROTOCOL_VERSION, "Atlas-01", 1, source_fingerprint(), ("dense",)))
+    message = worker.recv()
+    assert isinstance(message, Refused)
+    assert "this worker has no kernel dense" in message.reason
     assert worker.wait() == 1
 
 
@@ -208,8 +256,8 @@ def test_closing_stdin_before_hello_exits_cleanly(worker: Worker) -> None:
 
 def test_closing_stdin_after_work_exits_cleanly(worker: Worker) -> None:
     welcome(worker)
-    worker.send(McTask(task_id=1, seed=1, start=0, count=10_000))
-    assert worker.recv() == McResult(1, 0, 10_000, count_hits(1, 0, 10_000))
+    worker.send(mc_params(1), Task(1, 0, 0, 10_000))
+    assert as_tuple(worker.recv()) == mc_result(Task(1, 0, 0, 10_000), 1)
     worker.close_stdin()
     assert worker.wait(timeout=5) == 0
     assert worker.rest_of_stdout() == []
@@ -222,19 +270,69 @@ def test_shutdown_makes_it_exit(worker: Worker) -> None:
     assert worker.rest_of_stdout() == []
 
 
-def test_shutdown_drops_queued_tasks_quietly(worker: Worker) -> None:
+def test_shutdown_stops_running_and_queued_tasks_quietly(worker: Worker) -> None:
     welcome(worker)
-    big = McTask(task_id=1, seed=3, start=0, count=50_000_000)
-    queued = [McTask(task_id=i, seed=3, start=i, count=10) for i in range(2, 6)]
-    worker.send(big, *queued, Shutdown("cancelled"))
+    big = Task(1, 0, 0, HUGE)  # minutes of work, stopped at a kernel boundary
+    queued = [Task(i, 0, i, 10) for i in range(2, 6)]
+    worker.send(mc_params(3), big, *queued)
+    worker.send(Ping(1))
+    assert worker.recv() == Pong(1)  # the big task is under way
+    started = time.monotonic()
+    worker.send(Shutdown("cancelled"))
     messages = worker.rest_of_stdout()
     assert worker.wait() == 0
-    assert messages[0] == McResult(1, 0, big.count, count_hits(3, 0, big.count))
-    for message in messages[1:]:  # a queued task may have started before Shutdown: fine
-        assert isinstance(message, McResult)
-        assert message.hits == count_hits(3, message.start, message.count)
+    assert time.monotonic() - started < 5  # a kernel boundary, not the end of the task
+    for message in messages:  # a queued task may have finished before Shutdown: fine
+        assert as_tuple(message) == mc_result(Task(message.task_id, 0, message.start, 10), 3)  # type: ignore[union-attr]
+        assert message.task_id != 1  # type: ignore[union-attr]
     log = worker.stderr()
     assert "ERROR" not in log and "Traceback" not in log, log
+
+
+def test_end_of_input_mid_task_stops_at_a_kernel_boundary(worker: Worker) -> None:
+    welcome(worker)
+    worker.send(mc_params(3), Task(1, 0, 0, HUGE), Ping(1))
+    assert worker.recv() == Pong(1)
+    started = time.monotonic()
+    worker.close_stdin()  # the coordinator is gone
+    assert worker.wait(timeout=5) == 0
+    assert time.monotonic() - started < 5
+    assert worker.rest_of_stdout() == []
+
+
+def test_a_task_before_its_parameters_is_a_protocol_error(worker: Worker) -> None:
+    welcome(worker)
+    worker.send(Task(1, 0, 0, 10))
+    assert worker.wait() == 1
+    assert "whose parameters were never sent" in worker.stderr()
+    assert worker.rest_of_stdout() == []
+
+
+def test_parameters_for_an_unknown_kernel_are_a_protocol_error(worker: Worker) -> None:
+    welcome(worker)
+    worker.send(Params(0, "dense", msgspec.Raw(encode(McParams(1)))))
+    assert worker.wait() == 1
+    assert "parameters for unknown kernel 'dense'" in worker.stderr()
+
+
+def test_more_tasks_than_the_window_is_a_protocol_error(worker: Worker) -> None:
+    welcome(worker)
+    limit = MAX_QUEUED_PER_SLOT  # one slot
+    tasks = [Task(i, 0, 0, HUGE) for i in range(1, limit + 2)]
+    worker.send(mc_params(1), *tasks)
+    assert worker.wait() == 1
+    assert f"more than {limit} tasks in flight" in worker.stderr()
+
+
+@pytest.mark.parametrize(("start", "count"), [(0, 10_000_000_001), (10_000_000_000, 1), (0, 0)])
+def test_a_task_beyond_the_admission_limits_is_refused(
+    worker: Worker, start: int, count: int
+) -> None:
+    welcome(worker)
+    worker.send(mc_params(1), Task(1, 0, start, count))
+    assert worker.wait() == 1
+    assert "outside the admitted limit of 10,000,000,000 items" in worker.stderr()
+    assert worker.rest_of_stdout() == []
 
 
 def test_a_second_hello_is_a_protocol_error(worker: Worker) -> None:
@@ -272,7 +370,7 @@ def test_garbage_after_welcome_exits_non_zero(worker: Worker) -> None:
 
 def test_truncated_frame_then_eof_exits_non_zero(worker: Worker) -> None:
     welcome(worker)
-    frame = worker.encoder.encode(McTask(task_id=1, seed=1, start=0, count=10))
+    frame = worker.encoder.encode(Task(1, 0, 0, 10))
     worker.write(frame[:-3])
     worker.close_stdin()
     assert worker.wait() == 1
@@ -282,15 +380,12 @@ def test_truncated_frame_then_eof_exits_non_zero(worker: Worker) -> None:
 
 def test_stdout_carries_frames_only(worker: Worker) -> None:
     welcome(worker)
-    worker.send(
-        McTask(task_id=1, seed=3, start=0, count=5_000),
-        McTask(task_id=2, seed=3, start=5_000, count=5_000),
-    )
+    worker.send(mc_params(3), Task(1, 0, 0, 5_000), Task(2, 0, 5_000, 5_000))
     messages = [worker.recv(), worker.recv()]
     worker.send(Shutdown())
     messages += worker.rest_of_stdout()
     assert worker.wait() == 0
-    assert sorted(m.task_id for m in messages if isinstance(m, McResult)) == [1, 2]
+    assert sorted(m.task_id for m in messages if isinstance(m, Result)) == [1, 2]
     assert len(messages) == 2
     # Re-decode every byte the worker wrote: whole frames, nothing else.
     again = FrameDecoder("stdout")
@@ -303,6 +398,6 @@ def test_stdout_carries_frames_only(worker: Worker) -> None:
 
 def test_worker_exits_when_killed_mid_task(worker: Worker) -> None:
     welcome(worker)
-    worker.send(McTask(task_id=1, seed=3, start=0, count=2**40))  # minutes of work
+    worker.send(mc_params(3), Task(1, 0, 0, HUGE))  # minutes of work
     worker.proc.terminate()
     assert worker.wait() == -15

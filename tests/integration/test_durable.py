@@ -1,0 +1,260 @@
+"""Durable jobs (SPEC section 11) with real parts: a real sshd worker and pipe workers
+killed with SIGKILL mid-run, a background coordinator killed three times and resumed each
+time, a torn ledger, and the refusals of `resume`. Every surviving job must end with the
+exact result of an undisturbed run."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+from support import (
+    ANER,
+    Coordinators,
+    process_gone,
+    run_aner,
+    status_of,
+    wait_for,
+    wait_status,
+    write_cluster,
+)
+
+from aner_coord import parallel
+from aner_coord.ledger import LEDGER, scan
+from aner_coord.status import JobState
+
+HITS_1E9 = 785_386_550  # SPEC section 1, seed 42
+
+
+def workers_of(pid: int) -> list[psutil.Process]:
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [p for p in children if "worker" in " ".join(p.cmdline())]
+
+
+def background(job: Path, *args: str, env: dict[str, str] | None = None) -> int:
+    done = run_aner(
+        "parallel", "run", "--samples", "1e9", "--seed", "42", "--output", str(job),
+        "--background", *args, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return status_of(job).pid
+
+
+def wait_accepted(job: Path, at_least: int) -> None:
+    wait_status(
+        job,
+        lambda s: s.state is JobState.RUNNING and s.accepted >= at_least,
+        120,
+        f"{at_least:,} accepted",
+    )
+
+
+def test_a_killed_ssh_worker_is_survived_with_the_exact_hits(
+    tmp_path: Path,
+    sshd,
+    coordinators: Coordinators,  # type: ignore[no-untyped-def]
+) -> None:
+    cluster = write_cluster(
+        tmp_path / "c",
+        [("remote-1", "ssh", sshd.alias, ANER, 1), ("pipe-1", "local", "-", ANER, 1)],
+    )
+    job = tmp_path / "job"
+    args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "1")
+    pid = coordinators.add(background(job, *args, env=sshd.env))
+    # Mid-run: both workers past their handshake, each with work accepted.
+    wait_status(job, lambda s: all(w.chunks > 0 for w in s.workers), 120, "both workers working")
+    remote = workers_of(sshd.process.pid)
+    assert len(remote) == 1
+    remote[0].kill()
+    final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
+    assert final.state is JobState.COMPLETED, final.error
+    result = parallel_result(job)
+    assert result["hits"] == HITS_1E9
+    [loss] = result["losses"]
+    assert loss["identity"] == "remote-1" and loss["phase"] == "run"
+    assert [loss.identity for loss in final.losses] == ["remote-1"]
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to exit")
+
+
+def parallel_result(job: Path) -> dict:  # type: ignore[type-arg]
+    import json
+
+    return json.loads((job / "result.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_without_retries_a_lost_worker_still_fails_the_job(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    cluster = write_cluster(
+        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    )
+    job = tmp_path / "job"
+    pid = coordinators.add(background(job, "--cluster", str(cluster), "--chunk", "10000000"))
+    wait_accepted(job, 1)
+    workers_of(pid)[0].kill()
+    final = wait_status(job, lambda s: s.state.terminal, 60, "the job to end")
+    assert final.state is JobState.FAILED
+    assert "failed during run: the worker closed its connection" in (final.error or "")
+    assert not (job / "result.json").exists()
+
+
+def test_a_killed_pipe_worker_mid_step_gives_the_undisturbed_parameters(tmp_path: Path) -> None:
+    kwargs = {"samples": 1_000_003, "steps": 40, "rate": 0.5, "seed": 11}
+    undisturbed = parallel.regression(**kwargs, execution=parallel.local(2, chunk=100_000))
+    cluster = write_cluster(
+        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    )
+    job = tmp_path / "job"
+    done = run_aner(
+        "parallel", "regression", "--samples", "1000003", "--steps", "40", "--rate", "0.5",
+        "--seed", "11", "--chunk", "100000", "--cluster", str(cluster), "--retries", "1",
+        "--output", str(job), "--background",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pid = status_of(job).pid
+    wait_status(job, lambda s: (s.committed_steps or 0) >= 2, 120, "two committed steps")
+    workers_of(pid)[0].kill()
+    final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
+    assert final.state is JobState.COMPLETED, final.error
+    result = parallel_result(job)
+    assert result["theta"] == list(undisturbed.theta)  # bitwise: the same floats
+    assert result["final_loss"] == undisturbed.final_loss
+    assert len(result["losses"]) == 1
+
+
+def test_a_coordinator_killed_three_times_and_resumed_gives_the_exact_hits(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    cluster = write_cluster(
+        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    )
+    job = tmp_path / "job"
+    pid = coordinators.add(background(job, "--cluster", str(cluster), "--chunk", "10000000"))
+    every_worker: list[psutil.Process] = []
+    for threshold in (100_000_000, 300_000_000, 500_000_000):
+        wait_accepted(job, threshold)
+        every_worker.extend(workers_of(pid))
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: process_gone(pid), 30, "the coordinator to die")  # noqa: B023
+        wait_for(
+            lambda: run_aner("parallel", "status", "--job", str(job)).returncode == 5,
+            30,
+            "COORDINATOR_OFFLINE",
+        )
+        done = run_aner("parallel", "resume", "--job", str(job), "--background")
+        assert done.returncode == 0, done.stderr
+        assert "job resumed in the background" in done.stdout
+        pid = coordinators.add(status_of(job).pid)
+    final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
+    assert final.state is JobState.COMPLETED, final.error
+    assert final.resumes == 3
+    assert final.recovered >= 500_000_000
+    assert parallel_result(job)["hits"] == HITS_1E9
+    shown = run_aner("parallel", "status", "--job", str(job)).stdout
+    assert "resumed   3 times; the last resume recovered" in shown
+    # No worker of any killed coordinator is left running.
+    wait_for(lambda: all(process_gone(w.pid) for w in every_worker), 30, "no orphan workers")
+    assert len(every_worker) >= 6
+
+
+def test_a_torn_ledger_tail_is_ignored_and_its_chunk_recomputed(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    pid = coordinators.add(background(job, "--workers", "1", "--chunk", "10000000"))
+    wait_accepted(job, 200_000_000)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    data = (job / LEDGER).read_bytes()
+    records, intact = scan(data)
+    assert intact == len(data) and len(records) >= 20
+    (job / LEDGER).write_bytes(data[:-3])  # the last record loses its tail
+    assert len(scan((job / LEDGER).read_bytes())[0]) == len(records) - 1
+    done = run_aner("parallel", "resume", "--job", str(job))
+    assert done.returncode == 0, done.stderr
+    assert f"{HITS_1E9:,} hits" in done.stdout
+    assert status_of(job).recovered == (len(records) - 1) * 10_000_000
+
+
+def test_resume_refuses_a_live_a_completed_and_a_foreign_job(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    live = tmp_path / "live"
+    coordinators.add(run_and_pid(live, "--samples", "6e9", "--chunk", "4000000", "--workers", "1"))
+    wait_accepted(live, 1)
+    done = run_aner("parallel", "resume", "--job", str(live))
+    assert done.returncode == 2
+    assert "has a live coordinator (it holds the lock): nothing to resume" in done.stderr
+    run_aner("parallel", "cancel", "--job", str(live))
+
+    finished = tmp_path / "finished"
+    done = run_aner("parallel", "run", "--samples", "1e6", "--seed", "1", "--output", str(finished))
+    assert done.returncode == 0
+    done = run_aner("parallel", "resume", "--job", str(finished))
+    assert done.returncode == 2
+    assert "has COMPLETED: nothing to resume" in done.stderr
+
+    foreign = tmp_path / "foreign"
+    pid = run_and_pid(foreign, "--samples", "6e9", "--chunk", "4000000", "--workers", "1")
+    coordinators.add(pid)
+    wait_accepted(foreign, 1)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    manifest = foreign / "run-manifest.json"
+    text = manifest.read_text()
+    marker = '"source_fingerprint": "sha256:'
+    assert marker in text
+    manifest.write_text(text.replace(marker, marker + "0000"))
+    done = run_aner("parallel", "resume", "--job", str(foreign))
+    assert done.returncode == 2
+    assert "was started by a different aner (source fingerprint sha256:0000" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def run_and_pid(job: Path, *args: str) -> int:
+    done = run_aner("parallel", "run", "--seed", "1", "--output", str(job), "--background", *args)
+    assert done.returncode == 0, done.stderr
+    return status_of(job).pid
+
+
+@pytest.mark.parametrize("retries", ["-1", "x"])
+def test_retries_must_be_a_whole_number(retries: str, tmp_path: Path) -> None:
+    done = run_aner(
+        "parallel", "run", "--samples", "10", "--seed", "1", "--retries", retries,
+        "--output", str(tmp_path / "j"),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--retries" in done.stderr
+
+
+def test_the_units_resume_flag_continues_the_same_job_and_refuses_another(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    job = tmp_path / "job"
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        f'output = "{job}"\n[computation]\nkind = "monte-carlo"\nsamples = 1_000_000_000\n'
+        'seed = 42\n[execution]\nkind = "local"\nworkers = 1\nchunk = 10_000_000\n'
+    )
+    started = run_aner("parallel", "run", "--spec", str(spec), "--resume", "--background")
+    assert started.returncode == 0, started.stderr
+    pid = coordinators.add(status_of(job).pid)
+    wait_accepted(job, 100_000_000)
+    os.kill(pid, signal.SIGKILL)  # what systemd's Restart=on-failure then sees
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    again = run_aner("parallel", "run", "--spec", str(spec), "--resume")
+    assert again.returncode == 0, again.stderr
+    assert f"{HITS_1E9:,} hits" in again.stdout
+    assert status_of(job).resumes == 1
+
+    other = tmp_path / "other.toml"
+    other.write_text(spec.read_text().replace("seed = 42", "seed = 43"))
+    refused = run_aner("parallel", "run", "--spec", str(other), "--resume")
+    assert refused.returncode == 2
+    assert "holds a different job than this request" in refused.stderr
