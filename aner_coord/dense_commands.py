@@ -60,6 +60,13 @@ def add_train_arguments(
     )
     p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
     p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
+    p.add_argument(
+        "--retries",
+        type=count,
+        default=0,
+        metavar="N",
+        help="lost workers to survive: their chunks go to the others (default 0)",
+    )
     p.add_argument("--background", action="store_true", help="detach; watch with `status`")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
@@ -105,7 +112,9 @@ def train_request(args: argparse.Namespace) -> JobRequest:
         execution = ClusterExecution(config=args.cluster, chunk=args.chunk)
     else:
         execution = LocalExecution(workers=args.workers, chunk=args.chunk)
-    return JobRequest(computation=computation, execution=execution, output=args.output)
+    return JobRequest(
+        computation=computation, execution=execution, output=args.output, retries=args.retries
+    )
 
 
 def train_command(args: argparse.Namespace) -> int:

@@ -534,6 +534,7 @@ class DenseRun:
             committed_steps=self._committed,
             rows_processed=self._rows,
             staging=list(accounting.staging),
+            losses=list(accounting.losses),
             seconds=accounting.seconds,
             execution=accounting.execution,
             workers=list(accounting.workers),

@@ -325,6 +325,33 @@ def test_a_worker_killed_mid_step_leaves_the_last_committed_model(tmp_path: Path
     assert np.array_equal(flat, long_reference(committed).final_params)
 
 
+def test_with_retries_a_killed_worker_changes_no_bit(tmp_path: Path) -> None:
+    group = write_cluster(
+        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    )
+    job = tmp_path / "job"
+    plan = [*LONG[: LONG.index("--epochs")], "--epochs", "2", *LONG[LONG.index("--patience") :]]
+    argv = [ANER, "parallel", "train", *plan, "--retries", "1", "--cluster", str(group),
+            "--output", str(job)]  # fmt: skip
+    with spawned(argv) as proc:
+        wait_status(job, lambda s: (s.committed_steps or 0) >= 3, 120, "three committed steps")
+        coordinator = psutil.Process(proc.pid)
+        workers = [p for p in coordinator.children() if "worker" in " ".join(p.cmdline())]
+        workers[0].send_signal(signal.SIGKILL)
+        code, _, err = finish(proc, 120)
+    assert code == 0, err
+    result = result_of(job)
+    [loss] = result["losses"]
+    assert loss["identity"] in ("w1", "w2")
+    reference = train_single(
+        TeacherDataset(40000, 16, 4, 9), seed=9, hidden=(32,), batch=512, epochs=2,
+        patience=1000, chunk=64,
+    )  # fmt: skip
+    assert np.array_equal(params_of(job)[0], flatten(reference.model.params))
+    assert result["committed_steps"] == reference.committed_steps
+    assert result["rows_processed"] == 2 * reference.roles["train"]
+
+
 def test_background_training_shows_epochs_and_cancels_at_a_committed_step(
     tmp_path: Path, coordinators: Any
 ) -> None:
