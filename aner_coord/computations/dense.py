@@ -499,6 +499,7 @@ class DenseRun:
         meta: dict[str, Any] = {
             "data": self._dataset.identity,
             "seed": self._seed,
+            "label": self._request.label,  # `predict` drops this column from a CSV that has it
             "committed_steps": self._committed,
         }
         if state is JobState.COMPLETED:

@@ -431,3 +431,26 @@ def test_the_dense_sample_trains_on_digits_and_on_a_csv(tmp_path: Path, small_cs
     assert done.stderr.strip().splitlines() == [
         f"dense_digits: {bad}: needs at least two classes, found 1"
     ]
+
+
+def test_predict_drops_the_label_column_the_model_was_trained_with(tmp_path: Path) -> None:
+    from aner_coord import parallel
+    from aner_coord.dense_commands import predict_command
+
+    x, y = TeacherDataset(600, 4, 3, 2).rows(np.arange(600))
+    data = tmp_path / "d.csv"
+    with data.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["species", "a", "b", "c", "d"])
+        for row, label in zip(x, y, strict=True):
+            writer.writerow([f"s{label}", *(repr(float(v)) for v in row)])
+    fit = parallel.dense_fit(
+        data=data, label="species", seed=2, hidden=(4,), epochs=2, output=tmp_path / "job",
+        execution=parallel.local(workers=1, chunk=64),
+    )  # fmt: skip
+    out = tmp_path / "p.csv"
+    assert predict_command(str(tmp_path / "job"), str(data), str(out)) == 0
+    with out.open() as f:
+        table = list(csv.reader(f))
+    assert table[0] == ["predicted", "p_s0", "p_s1", "p_s2"]
+    assert [r[0] for r in table[1:]] == list(fit.predict(x))
