@@ -265,7 +265,6 @@ class Dense:
             f"epochs    {len(history)} run, best {best} (validation accuracy "
             f"{history[best]['validation_accuracy']:.4f})",
             f"test      accuracy {result['test_accuracy']:.4f}, loss {result['test_loss']:.4f}",
-            f"steps     {result['committed_steps']} committed",
         ]
         if result.get("time_to_target_s") is not None:
             lines.append(f"target    reached after {result['time_to_target_s']:.3f} s")
