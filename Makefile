@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench bench-slurm clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,7 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.test
 	bash .ci/ensure-sshd
+	bash .ci/ensure-slurm
 	$(MAKE) --no-print-directory lint typecheck pytest
 
 lint: $(VENV)/.test
@@ -35,6 +36,11 @@ pytest: $(VENV)/.test
 
 bench: $(VENV)/.base
 	$(PY) -m bench --json bench-results.json
+
+# Slurm job steps against local pipes, on a single-node Slurm it starts itself (needs root).
+bench-slurm: $(VENV)/.base
+	bash .ci/ensure-slurm
+	$(PY) bench/slurm_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

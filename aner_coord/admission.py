@@ -153,6 +153,13 @@ def _admit_cluster(execution: ClusterExecution) -> Workers:
             f"in all, more than this machine's effective CPU allocation of {effective}: "
             "lower their slots"
         )
+    if any(w.transport == "slurm" for w in config.workers):
+        from aner_coord.transports_slurm import slurm_start_timeout
+
+        try:
+            slurm_start_timeout()
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
     slots = {w.identity: w.slots for w in config.workers}
     return Workers(slots, tuple(config.workers), automatic=False)
 

@@ -4,7 +4,7 @@ Grammar, one item per line (lines end at "\\n"; a trailing "\\r" is ignored):
 
     ANER_CLUSTER 1
     # comment lines and blank lines are ignored
-    worker "<identity>" <local|ssh> "<endpoint>" "<executable>" <slots>
+    worker "<identity>" <local|ssh|slurm> "<endpoint>" "<executable>" <slots>
 
 - Fields are separated by spaces or tabs. `worker`, the transport and the slots are bare words;
   identity, endpoint and executable are double-quoted. There are no escapes: a quoted string
@@ -14,7 +14,9 @@ Grammar, one item per line (lines end at "\\n"; a trailing "\\r" is ignored):
 - endpoint: `"-"` for `local`; for `ssh` an alias of the user's OpenSSH config or
   `[user@]host[:port]` (host a name or IPv4 address of `A-Z a-z 0-9 . _ -`, or an IPv6
   address in brackets; user of `A-Z a-z 0-9 . _ -`; port 1-65535). Nothing may start with
-  `-`, so an endpoint can never be taken for an option.
+  `-`, so an endpoint can never be taken for an option.  For `slurm`, `"-"` (the current
+  allocation, or the cluster's defaults) or space-separated `key=value` pairs with keys from
+  `SLURM_KEYS`, each at most once; they become srun options (`SlurmEndpoint`).
 - executable: an absolute path (spaces allowed, control characters not).
   No line may contain control characters; tabs separate fields like spaces.
 - slots: a decimal integer from 1 to 256.
@@ -39,12 +41,24 @@ MAX_SLOTS = 256
 MAX_CLUSTER_FILE_BYTES = 1 << 20
 
 HEADER = "ANER_CLUSTER 1"
-RECORD_SHAPE = 'worker "<identity>" <local|ssh> "<endpoint>" "<absolute executable path>" <slots>'
+RECORD_SHAPE = (
+    'worker "<identity>" <local|ssh|slurm> "<endpoint>" "<absolute executable path>" <slots>'
+)
+# The srun options a slurm endpoint may set (SPEC section 5), in the order they are passed.
+SLURM_KEYS = ("partition", "nodelist", "account", "qos", "constraint", "time")
 
 _IDENTITY = re.compile(r"[A-Za-z0-9._-]{1,64}", re.ASCII)
 _NAME = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
 _IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?\]", re.ASCII)
 _DECIMAL = re.compile(r"[0-9]+", re.ASCII)
+# A value is one srun option argument: printable ASCII without spaces, quotes or backslashes
+# (node lists like node[01-04],gpu7 and constraints like intel&ib|amd need the punctuation).
+_SLURM_VALUE = re.compile(r"[!#-\[\]-~]{1,256}", re.ASCII)
+# Slurm's time formats: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or unlimited.
+_SLURM_TIME = re.compile(
+    r"[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}|UNLIMITED|INFINITE|unlimited|infinite",
+    re.ASCII,
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -59,14 +73,41 @@ class ClusterFileError(RequestError):
         self.reason = reason
 
 
+Transport = Literal["local", "ssh", "slurm"]
+
+
+@dataclass(frozen=True)
+class SlurmEndpoint:
+    """The srun options of a slurm worker; None leaves an option to Slurm (or the allocation)."""
+
+    partition: str | None = None
+    nodelist: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    time: str | None = None
+
+    def srun_options(self) -> tuple[str, ...]:
+        """One `--key=value` argument per set option, in SLURM_KEYS order."""
+        return tuple(
+            f"--{key}={value}" for key in SLURM_KEYS if (value := getattr(self, key)) is not None
+        )
+
+    def values(self) -> tuple[str, ...]:
+        """The option values, which are private (partition and node names, accounts)."""
+        return tuple(v for key in SLURM_KEYS if (v := getattr(self, key)) is not None)
+
+
 @dataclass(frozen=True)
 class WorkerRecord:
     identity: str
-    transport: Literal["local", "ssh"]
+    transport: Transport
     endpoint: str
     executable: str
     slots: int
     line: int
+    # The parsed endpoint of a slurm record; None for the other transports.
+    slurm: SlurmEndpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +162,45 @@ def parse_ssh_endpoint(endpoint: str) -> SshEndpoint:
         if host.startswith("-"):
             raise ValueError("the host must not start with '-'")
     return SshEndpoint(host=host, user=user, port=port)
+
+
+def parse_slurm_endpoint(endpoint: str) -> SlurmEndpoint:
+    """Parse `"-"` or `key=value ...`; ValueError says what is wrong without repeating values."""
+    if endpoint == "-":
+        return SlurmEndpoint()
+    words = endpoint.split()
+    if not words:
+        raise ValueError(
+            'the slurm endpoint is empty (use "-" for the current allocation, or key=value '
+            f"pairs with keys {' '.join(SLURM_KEYS)})"
+        )
+    options: dict[str, str] = {}
+    for position, word in enumerate(words, start=1):
+        key, equals, value = word.partition("=")
+        if not equals:
+            raise ValueError(
+                f"item {position} of the slurm endpoint is not key=value "
+                f"(keys: {' '.join(SLURM_KEYS)})"
+            )
+        if key not in SLURM_KEYS:
+            shown = _show(key) if _NAME.fullmatch(key) else f"at item {position}"
+            raise ValueError(
+                f"slurm endpoint key {shown} is not allowed (allowed: {' '.join(SLURM_KEYS)})"
+            )
+        if key in options:
+            raise ValueError(f'slurm endpoint key "{key}" is given twice')
+        if not _SLURM_VALUE.fullmatch(value):
+            raise ValueError(
+                f'the value of "{key}" must be 1 to 256 printable characters without spaces, '
+                "quotes or backslashes"
+            )
+        if key == "time" and not _SLURM_TIME.fullmatch(value):
+            raise ValueError(
+                'the value of "time" must be a Slurm time limit: minutes, M:S, H:M:S, D-H, '
+                "D-H:M, D-H:M:S or UNLIMITED"
+            )
+        options[key] = value
+    return SlurmEndpoint(**options)
 
 
 def _parse_port(text: str) -> int:
@@ -197,16 +277,22 @@ def _parse_record(tokens: list[_Token], line: int) -> WorkerRecord:
         )
 
     transport = transport_tok.text
-    if transport_tok.quoted or transport not in ("local", "ssh"):
+    if transport_tok.quoted or transport not in ("local", "ssh", "slurm"):
         shown = f'"{transport}"' if transport_tok.quoted else _show(transport)
-        raise _LineError(f"unknown transport {shown} (use local or ssh, without quotes)")
+        raise _LineError(f"unknown transport {shown} (use local, ssh or slurm, without quotes)")
 
     if not endpoint_tok.quoted:
         raise _LineError('the endpoint must be in double quotes ("-" for local)')
     endpoint = endpoint_tok.text
+    slurm: SlurmEndpoint | None = None
     if transport == "local":
         if endpoint != "-":
             raise _LineError('a local worker takes the endpoint "-"')
+    elif transport == "slurm":
+        try:
+            slurm = parse_slurm_endpoint(endpoint)
+        except ValueError as exc:
+            raise _LineError(str(exc)) from None
     else:
         if not endpoint:
             raise _LineError("the ssh endpoint is empty (use an ssh config alias or user@host)")
@@ -241,12 +327,16 @@ def _parse_record(tokens: list[_Token], line: int) -> WorkerRecord:
 
     return WorkerRecord(
         identity=identity,
-        transport="local" if transport == "local" else "ssh",
+        transport=_TRANSPORTS[transport],
         endpoint=endpoint,
         executable=executable,
         slots=slots,
         line=line,
+        slurm=slurm,
     )
+
+
+_TRANSPORTS: dict[str, Transport] = {"local": "local", "ssh": "ssh", "slurm": "slurm"}
 
 
 def parse_cluster_text(text: str, path: str) -> ClusterConfig:

@@ -134,13 +134,7 @@ class Coordinator:
             await self.main_loop()
         finally:
             await self.shutdown()
-        try:
-            snapshot = self._publish_now()
-        except _ObserverError as exc:
-            if not self._state.terminal or self._state is JobState.COMPLETED:
-                self._state = JobState.FAILED
-                self._error = f"{exc.where} failed: {exc.detail}"
-            snapshot = self._snapshot()
+        snapshot = self._final_snapshot()
         seconds = time.monotonic() - self._started
         result = None
         if self._state is JobState.COMPLETED:
@@ -151,7 +145,13 @@ class Coordinator:
                 losses=tuple(snapshot.losses),
                 staging=tuple(snapshot.staging),
             )
-            result = self._run.result(accounting)
+            try:
+                result = self._run.result(accounting)
+            except Exception as exc:  # the last seam: a FAILED job naming it, like the others
+                log.exception("building the result")
+                self._state = JobState.FAILED
+                self._error = f"computation error while building the result: {exc!r}"
+                snapshot = self._final_snapshot()
         return JobReport(
             state=self._state,
             error=self._error,
@@ -161,6 +161,16 @@ class Coordinator:
             task_exception=self._backend.task_exception if self._backend else None,
             run=self._run,
         )
+
+    def _final_snapshot(self) -> StatusSnapshot:
+        """Publish the job's last snapshot; an observer that fails now fails the job."""
+        try:
+            return self._publish_now()
+        except _ObserverError as exc:
+            if not self._state.terminal or self._state is JobState.COMPLETED:
+                self._state = JobState.FAILED
+                self._error = f"{exc.where} failed: {exc.detail}"
+            return self._snapshot()
 
     def startup(self) -> None:
         self._started = time.monotonic()

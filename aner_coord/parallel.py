@@ -76,13 +76,17 @@ def run(
     execution: Execution | None = None,
     output: str | os.PathLike[str] | None = None,
     audit: float = 0.0,
+    retries: int = 0,
 ) -> Any:
-    """Run any registered computation's request and return its result."""
+    """Run any registered computation's request and return its result. `output` makes a job
+    directory (SPEC section 7), `audit` recomputes that fraction of the chunks here, and
+    `retries` lost workers are survived (SPEC section 11)."""
     request = JobRequest(
         computation=computation,
         execution=execution if execution is not None else LocalExecution(),
         output=None if output is None else os.fspath(output),
         audit=audit,
+        retries=retries,
     )
     return _outcome(run_sync(execute(admit(request)))).result
 
@@ -102,10 +106,13 @@ def monte_carlo(
     execution: Execution | None = None,
     output: str | os.PathLike[str] | None = None,
     audit: float = 0.0,
+    retries: int = 0,
 ) -> MonteCarloResult:
     """Estimate pi from `samples` Philox samples of `seed`; the hits depend on nothing else."""
     request = MonteCarloRequest(samples=samples, seed=seed)
-    result: MonteCarloResult = run(request, execution=execution, output=output, audit=audit)
+    result: MonteCarloResult = run(
+        request, execution=execution, output=output, audit=audit, retries=retries
+    )
     return result
 
 
@@ -118,10 +125,13 @@ def regression(
     execution: Execution | None = None,
     output: str | os.PathLike[str] | None = None,
     audit: float = 0.0,
+    retries: int = 0,
 ) -> RegressionResult:
     """Fit the logistic-regression fixture of SPEC section 2 with full-batch steps."""
     request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
-    result: RegressionResult = run(request, execution=execution, output=output, audit=audit)
+    result: RegressionResult = run(
+        request, execution=execution, output=output, audit=audit, retries=retries
+    )
     return result
 
 

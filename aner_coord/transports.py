@@ -1,23 +1,28 @@
-"""Byte pipes to a worker process: local pipes or an SSH channel, behind one small interface.
+"""Byte pipes to a worker process: local pipes, an SSH channel or a Slurm job step's stdio
+(srun's pipes), behind one small interface; `open_transport()` picks one for a record. The
+SSH and Slurm transports live in `transports_ssh` and `transports_slurm`, imported only by a
+job that has such a record.
 
 A transport carries the worker's stdin and stdout as raw bytes (framing is `protocol/`'s job),
 drains the worker's stderr into a short tail for diagnostics, and owns the process (and, for
 SSH, the connection) until `close()` has reaped it.
 
-Behaviour both transports share, checked by one contract suite (tests/test_transports.py):
+Behaviour all transports share, checked by one contract suite (tests/contract/test_transports.py):
 
 - `read()` returns b"" once the worker's stdout has ended, for whatever reason: the worker
   exited after its stdin was closed, it crashed, or it was killed.  Only a broken transport
   (a lost SSH connection, an OS error on the pipe) raises `TransportError(phase="receive")`.
 - A worker that could not be started raises `TransportError(phase="start")`: locally from
   `open_pipe()` itself; over SSH, where only the remote shell knows, from the first `read()`
-  or `write()` that finds the worker gone with exit status 127 or 126 and no output at all.
+  or `write()` that finds the worker gone with exit status 127 or 126 and no output at all;
+  under Slurm from `open_slurm()` when the step does not start in time, and from the first
+  `read()` or `write()` when slurmstepd could not execute the program.
 - `write()` to a worker that has gone raises `TransportError(phase="send")`.
 - `close()` never raises: it closes stdin, waits, terminates, waits, kills and waits again,
   then releases pipes, channel and connection.  It is idempotent, and after it `read()`
   returns b"".  Over SSH, terminate and kill are an SSH signal request and, since sshd
   refuses those for root logins, `kill` run in a second session on the pid the remote
-  wrapper reported.
+  wrapper reported.  Under Slurm they go to srun, which on SIGTERM cancels its step.
 
 Endpoints, host names, user names, ports and executable paths are private (SPEC section 5):
 error messages name the worker by identity and translate native failures into generic words;
@@ -35,7 +40,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-from aner_coord.clusterfile import WorkerRecord
+from aner_coord.clusterfile import SlurmEndpoint, WorkerRecord
 from aner_coord.errors import WorkerFailure
 
 Phase = Literal["connect", "start", "send", "receive", "close"]
@@ -261,16 +266,9 @@ class _PipeTransport:
             self._process.send_signal(signum)
 
 
-async def open_pipe(
-    identity: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
-) -> Transport:
-    """Start `argv` as a local worker with its stdin, stdout and stderr on private pipes.
-
-    `close_fds=True`: the worker inherits no descriptor but its three pipes.  The worker stays
-    in our process group rather than a new session, so a signal to the group (Ctrl-C in a
-    terminal, or stopping a detached coordinator's session) reaches the workers too and none
-    outlives the coordinator by accident; `close()` remains the orderly way to stop one.
-    """
+async def _spawn(
+    identity: str, argv: Sequence[str], env: Mapping[str, str] | None
+) -> tuple[asyncio.subprocess.Process, asyncio.SubprocessTransport]:
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.subprocess_exec(
@@ -292,7 +290,20 @@ async def open_pipe(
         ) from None
     except OSError as exc:
         raise TransportError(identity, "start", _describe_os_error(exc)) from None
-    process = asyncio.subprocess.Process(transport, protocol, loop)
+    return asyncio.subprocess.Process(transport, protocol, loop), transport
+
+
+async def open_pipe(
+    identity: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Transport:
+    """Start `argv` as a local worker with its stdin, stdout and stderr on private pipes.
+
+    `close_fds=True`: the worker inherits no descriptor but its three pipes.  The worker stays
+    in our process group rather than a new session, so a signal to the group (Ctrl-C in a
+    terminal, or stopping a detached coordinator's session) reaches the workers too and none
+    outlives the coordinator by accident; `close()` remains the orderly way to stop one.
+    """
+    process, transport = await _spawn(identity, argv, env)
     return _PipeTransport(identity, process, transport, private=[argv[0]] if argv else [])
 
 
@@ -306,8 +317,28 @@ async def open_ssh(
     return await open_over_ssh(identity, endpoint, argv, connect_timeout=connect_timeout)
 
 
-async def open_transport(record: WorkerRecord, argv: Sequence[str]) -> Transport:
-    """Start the worker of a cluster-file record over its own transport."""
+async def open_slurm(
+    identity: str,
+    endpoint: SlurmEndpoint,
+    slots: int,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    start_timeout: float | None = None,
+) -> Transport:
+    """Run `argv` as a Slurm job step (see `aner_coord.transports_slurm`)."""
+    from aner_coord.transports_slurm import open_slurm as open_step
+
+    return await open_step(identity, endpoint, slots, argv, env=env, start_timeout=start_timeout)
+
+
+async def open_transport(
+    record: WorkerRecord, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Transport:
+    """Start the worker of one cluster-file record over the transport it names."""
     if record.transport == "local":
-        return await open_pipe(record.identity, argv)
-    return await open_ssh(record.identity, record.endpoint, argv)
+        return await open_pipe(record.identity, argv, env=env)
+    if record.transport == "ssh":
+        return await open_ssh(record.identity, record.endpoint, argv)
+    endpoint = record.slurm if record.slurm is not None else SlurmEndpoint()
+    return await open_slurm(record.identity, endpoint, record.slots, argv, env=env)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from slurm_support import SlurmCluster, SlurmUnavailable, start_slurm
 from sshd_support import SshdUnavailable, SshServer, start_sshd
 from support import Coordinators
 
@@ -26,6 +27,23 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real single-node Slurm cluster (munged, slurmctld, slurmd; see tests/slurm_support.py).
+
+    Fields: `env` (os.environ with SLURM_CONF, for subprocesses), `conf`, `node`, `cpus` and
+    `command(*argv)` for Slurm's client commands.  Fails, never skips, when Slurm is missing.
+    """
+    try:
+        cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
+    except SlurmUnavailable as exc:
+        pytest.fail(f"real-Slurm tests need Slurm and munge: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

@@ -174,12 +174,14 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def submit(job: Path, samples: str, *extra: str, timeout: float = 60) -> int:
+def submit(
+    job: Path, samples: str, *extra: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> int:
     """`aner parallel run --background`; returns the coordinator's pid."""
     done = run_aner(
         "parallel", "run", "--samples", samples, "--seed", "1", "--chunk", CHUNK,
         "--output", str(job), "--background", *extra,
-        timeout=timeout,
+        timeout=timeout, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return status_of(job).pid

@@ -1,8 +1,10 @@
-"""One contract suite for both worker transports: local pipes and SSH through a real sshd.
+"""One contract suite for every worker transport: local pipes, SSH through a real sshd and
+Slurm job steps on a real single-node Slurm.
 
 The worker is a small Python echo program: it says hello on stderr, prints its pid on stdout,
 then copies stdin to stdout until end of file.  The loopback sshd runs it as the current user,
-so the test can see (and kill) the very process behind either transport.
+and the Slurm node is this machine, so the test can see (and kill) the very process behind
+each transport.
 """
 
 from __future__ import annotations
@@ -19,10 +21,18 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
+from slurm_support import HELD_PARTITION, SlurmCluster
 from sshd_support import SshServer, free_port
 from support import wait_for
 
-from aner_coord.transports import Transport, TransportError, open_pipe, open_ssh
+from aner_coord.clusterfile import SlurmEndpoint
+from aner_coord.transports import Transport, TransportError, open_pipe, open_slurm, open_ssh
+from aner_coord.transports_slurm import (
+    SLURM_START_TIMEOUT_ENV,
+    SLURM_START_TIMEOUT_S,
+    slurm_start_timeout,
+    srun_command,
+)
 
 T = TypeVar("T")
 Opener = Callable[[Sequence[str]], Awaitable[Transport]]
@@ -62,10 +72,19 @@ def use_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
 
 
-@pytest.fixture(params=["pipe", pytest.param("ssh", marks=pytest.mark.ssh)])
+@pytest.fixture(
+    params=[
+        "pipe",
+        pytest.param("ssh", marks=pytest.mark.ssh),
+        pytest.param("slurm", marks=pytest.mark.slurm),
+    ]
+)
 def open_worker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Opener:
     if request.param == "pipe":
         return lambda argv: open_pipe("Atlas-01", argv)
+    if request.param == "slurm":
+        cluster: SlurmCluster = request.getfixturevalue("slurm")
+        return lambda argv: open_slurm("Atlas-03", SlurmEndpoint(), 1, argv, env=cluster.env)
     server: SshServer = request.getfixturevalue("sshd")
     use_home(monkeypatch, server.home)
     return lambda argv: open_ssh("Atlas-02", server.alias, argv)
@@ -159,7 +178,9 @@ def test_close_reaps_the_worker_and_is_idempotent(open_worker: Opener) -> None:
     assert wait_gone(run(main()))
 
 
-def test_close_terminates_then_kills_a_stubborn_worker(open_worker: Opener) -> None:
+def test_close_terminates_then_kills_a_stubborn_worker(
+    open_worker: Opener, request: pytest.FixtureRequest
+) -> None:
     async def main() -> tuple[int, float]:
         transport = await open_worker(STUBBORN)
         pid = await read_pid(transport)
@@ -169,7 +190,11 @@ def test_close_terminates_then_kills_a_stubborn_worker(open_worker: Opener) -> N
 
     pid, elapsed = run(main())
     assert wait_gone(pid)
-    assert 0.6 <= elapsed < 5.0  # waited after end of input and after SIGTERM, then killed
+    if request.node.callspec.params["open_worker"] == "slurm":
+        # srun answers SIGTERM by cancelling its step (Slurm kills the task) and exits.
+        assert 0.3 <= elapsed < 5.0
+    else:
+        assert 0.6 <= elapsed < 5.0  # waited after end of input and after SIGTERM, then killed
 
 
 def test_nonexistent_executable_fails_at_start(open_worker: Opener) -> None:
@@ -370,3 +395,104 @@ def test_ssh_stderr_tail_masks_private_names(
         return transport.stderr_tail()
 
     assert run(main()) == "at <private>"
+
+
+# --------------------------------------------------------------------------- Slurm only
+
+
+def test_srun_command_is_an_argument_vector_with_unbuffered_io() -> None:
+    endpoint = SlurmEndpoint(partition="cpu", nodelist="node[01-02]", time="1-00:00")
+    argv = ["/opt/aner bin/aner", "parallel", "worker", "--stdio"]
+    command = srun_command(endpoint, 4, argv, job_name="aner-A-1", job_id=None)
+    assert command == [
+        "srun",
+        "--unbuffered",
+        "--ntasks=1",
+        "--nodes=1",
+        "--cpus-per-task=4",
+        "--job-name=aner-A-1",
+        "--partition=cpu",
+        "--nodelist=node[01-02]",
+        "--time=1-00:00",
+        "--",
+        *argv,
+    ]
+    inside = srun_command(SlurmEndpoint(), 2, argv, job_name="n", job_id="77")
+    assert inside[: inside.index("--")][-1] == "--jobid=77"
+
+
+def test_slurm_start_timeout_comes_from_the_environment() -> None:
+    assert slurm_start_timeout({}) == SLURM_START_TIMEOUT_S
+    assert slurm_start_timeout({SLURM_START_TIMEOUT_ENV: "2.5"}) == 2.5
+    for bad in ("0", "-1", "soon", "nan"):
+        with pytest.raises(ValueError, match=SLURM_START_TIMEOUT_ENV):
+            slurm_start_timeout({SLURM_START_TIMEOUT_ENV: bad})
+
+
+@pytest.mark.slurm
+def test_slurm_step_that_stays_pending_fails_at_start_with_slurms_reason(
+    slurm: SlurmCluster,
+) -> None:
+    endpoint = SlurmEndpoint(partition=HELD_PARTITION)
+
+    async def main() -> None:
+        await open_slurm("Atlas-04", endpoint, 1, ECHO, env=slurm.env, start_timeout=1.0)
+
+    with pytest.raises(TransportError) as info:
+        run(main())
+    assert info.value.phase == "start"
+    message = str(info.value)
+    assert message.startswith('worker "Atlas-04" failed during start: Slurm did not start')
+    assert "job PENDING, reason PartitionDown" in message
+    assert HELD_PARTITION not in message
+    # Stopping srun withdrew the queued request.
+    queued = wait_for(
+        lambda: (
+            (done := slurm.command("squeue", "--noheader", "--format=%j")).returncode == 0
+            and "aner-Atlas-04" not in done.stdout
+        ),
+        10,
+        "the pending job to leave the queue",
+    )
+    assert queued
+
+
+@pytest.mark.slurm
+def test_slurm_stderr_tail_masks_endpoint_values(slurm: SlurmCluster) -> None:
+    secret_node = slurm.node
+    shout = [sys.executable, "-c", f"import sys; sys.stderr.write('on {secret_node} now\\n')"]
+
+    async def main() -> str:
+        endpoint = SlurmEndpoint(nodelist=secret_node)
+        transport = await open_slurm("Atlas-05", endpoint, 1, shout, env=slurm.env)
+        try:
+            assert await read_to_end(transport) == b""
+        finally:
+            await transport.close()
+        return transport.stderr_tail()
+
+    tail = run(main())
+    assert "on <private> now" in tail
+    assert secret_node not in tail
+
+
+@pytest.mark.slurm
+def test_cancelling_a_queued_slurm_start_withdraws_the_request(slurm: SlurmCluster) -> None:
+    def queued() -> list[str]:
+        listed = slurm.command("squeue", "--noheader", "--format=%j %T").stdout.split("\n")
+        return [line for line in listed if line.startswith("aner-Atlas-06-")]
+
+    async def main() -> list[str]:
+        endpoint = SlurmEndpoint(partition=HELD_PARTITION)
+        opening = asyncio.create_task(
+            open_slurm("Atlas-06", endpoint, 1, ECHO, env=slurm.env, start_timeout=600)
+        )
+        seen = await asyncio.to_thread(wait_for, queued, 10, "the job in the queue")
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        return list(seen)
+
+    seen = run(main())
+    assert seen[0].endswith(" PENDING")
+    wait_for(lambda: not queued(), 10, "the cancelled request to leave the queue")

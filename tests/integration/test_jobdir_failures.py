@@ -20,10 +20,21 @@ import resource
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
-from support import ANER, CHUNK, LONG, read_status, run_aner, wait_for, wait_running
+from support import (
+    ANER,
+    CHUNK,
+    LONG,
+    finish,
+    run_aner,
+    spawned,
+    status_of,
+    wait_for,
+    wait_running,
+)
 
 from aner_coord import jobdir
 from aner_coord.status import JobState
@@ -71,22 +82,12 @@ class Filler:
 
 def start_run(
     job: Path, *extra: str, preexec: Callable[[], None] | None = None
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [ANER, "parallel", "run", "--samples", LONG, "--seed", "1", "--workers", "1",
-         "--chunk", CHUNK, "--output", str(job), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=preexec,
-    )  # fmt: skip
-
-
-def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
-    try:
-        return proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+) -> AbstractContextManager[subprocess.Popen[str]]:
+    argv = [
+        ANER, "parallel", "run", "--samples", LONG, "--seed", "1", "--workers", "1",
+        "--chunk", CHUNK, "--output", str(job), *extra,
+    ]  # fmt: skip
+    return spawned(argv, preexec_fn=preexec)
 
 
 def wait_started(job: Path) -> None:
@@ -107,16 +108,16 @@ def one_line(stderr: str) -> str:
 def test_a_disk_filling_up_mid_run_fails_the_job_with_one_line(tmp_path: Path) -> None:
     with tmpfs(tmp_path / "disk", "1m") as disk:
         job = disk / "job"
-        proc = start_run(job)
         filler = Filler(disk / "filler")
         try:
-            wait_started(job)
-            # Keep taking freed space: each status replacement frees the old file's page.
-            wait_for(lambda: filler.take() and proc.poll() is not None, 60, "the run to fail")
-            out, err = finish(proc)
+            with start_run(job) as proc:
+                wait_started(job)
+                # Keep taking freed space: each status replacement frees the old file's page.
+                wait_for(lambda: filler.take() and proc.poll() is not None, 60, "the run to fail")
+                code, out, err = finish(proc, timeout=60)
         finally:
             filler.close()
-        assert proc.returncode == 3, err
+        assert code == 3, err
         assert out == ""
         line = one_line(err)
         assert line == (
@@ -124,7 +125,7 @@ def test_a_disk_filling_up_mid_run_fails_the_job_with_one_line(tmp_path: Path) -
             f"cannot write {job / 'status.json'}: No space left on device"
         )
         # What was written before stays whole; no temp file is left behind.
-        assert read_status(job).state is JobState.RUNNING
+        assert status_of(job).state is JobState.RUNNING
         assert sorted(os.listdir(job)) == [
             "ledger", "request.json", "run-manifest.json", "status.json"
         ]  # fmt: skip
@@ -157,9 +158,9 @@ def test_a_file_size_limit_at_start_fails_cleanly_and_leaves_no_directory(
 ) -> None:
     """Unprivileged: the manifest (over 256 bytes) cannot be written (EFBIG)."""
     job = tmp_path / "job"
-    proc = start_run(job, preexec=_limit_file_size)
-    out, err = finish(proc)
-    assert proc.returncode == 3, err
+    with start_run(job, preexec=_limit_file_size) as proc:
+        code, out, err = finish(proc, timeout=60)
+    assert code == 3, err
     assert out == ""
     assert one_line(err) == f"aner: cannot write {job / 'run-manifest.json'}: File too large"
     assert os.listdir(tmp_path) == []
@@ -176,13 +177,11 @@ def _delete(job: Path) -> bool:
 
 def test_a_job_directory_deleted_mid_run_fails_the_job_with_one_line(tmp_path: Path) -> None:
     job = tmp_path / "job"
-    proc = start_run(job)
-    try:
+    with start_run(job) as proc:
         wait_started(job)
         wait_for(lambda: _delete(job), 30, "the job directory to be deleted")
-    finally:
-        out, err = finish(proc)
-    assert proc.returncode == 3, err
+        code, out, err = finish(proc, timeout=60)
+    assert code == 3, err
     assert out == ""
     assert one_line(err) == (
         f"aner: job failed (job directory {job}): writing the job directory failed: "

@@ -17,9 +17,12 @@ from support import (
     CHUNK,
     LONG,
     Coordinators,
+    finish,
     process_gone,
     read_status,
     run_aner,
+    spawned,
+    status_of,
     submit,
     wait_for,
     wait_running,
@@ -93,11 +96,7 @@ def test_watch_of_a_deleted_job_directory_says_it_is_gone(
     job = tmp_path / "job"
     pid = coordinators.add(submit(job, LONG, "--workers", "1"))
     wait_running(job)
-    watch = subprocess.Popen(
-        [ANER, "parallel", "status", "--job", str(job), "--watch"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
+    with spawned([ANER, "parallel", "status", "--job", str(job), "--watch"]) as watch:
         assert watch.stdout is not None
         assert watch.stdout.readline().startswith(("STARTING", "RUNNING"))
 
@@ -106,12 +105,8 @@ def test_watch_of_a_deleted_job_directory_says_it_is_gone(
             return not os.path.lexists(job)
 
         wait_for(deleted, 30, "the job directory to be deleted")
-        _out, err = watch.communicate(timeout=30)
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
-    assert watch.returncode == 3, err
+        code, _out, err = finish(watch, timeout=30)
+    assert code == 3, err
     assert err == f"aner: job directory {job} was deleted: there is nothing to report\n"
     # The coordinator fails too: it cannot write its status any more.
     wait_for(lambda: process_gone(pid), 30, "the coordinator to end")
@@ -169,7 +164,7 @@ def test_an_offline_job_shows_no_eta(tmp_path: Path, coordinators: Coordinators)
     wait_for(lambda: (s := read_status(job)) is not None and s.eta_s is not None, 30, "an ETA")
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: process_gone(pid), 10, "the killed coordinator to disappear")
-    assert read_status(job).eta_s is not None  # the last snapshot had one
+    assert status_of(job).eta_s is not None  # the last snapshot had one
     human = run_aner("parallel", "status", "--job", str(job))
     assert human.returncode == 5
     assert "COORDINATOR_OFFLINE" in human.stdout
@@ -193,7 +188,7 @@ def test_sighup_to_a_background_coordinator_cancels_gracefully(
     wait_running(job)
     os.kill(pid, signal.SIGHUP)
     wait_for(lambda: process_gone(pid), 20, "the coordinator to exit")
-    assert read_status(job).state is JobState.CANCELLED
+    assert status_of(job).state is JobState.CANCELLED
     assert not (job / "result.json").exists()
     assert "SIGHUP received: cancelling" in (job / "coordinator.log").read_text()
     assert run_aner("parallel", "status", "--job", str(job)).returncode == 4
@@ -201,21 +196,15 @@ def test_sighup_to_a_background_coordinator_cancels_gracefully(
 
 def test_sighup_to_a_foreground_run_cancels_gracefully(tmp_path: Path) -> None:
     job = tmp_path / "job"
-    run = subprocess.Popen(
-        [ANER, "parallel", "run", "--samples", LONG, "--seed", "3", "--workers", "1",
-         "--chunk", CHUNK, "--output", str(job)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: (job / "status.json").exists(), 30, "the first status")
+    argv = [
+        ANER, "parallel", "run", "--samples", LONG, "--seed", "3", "--workers", "1",
+        "--chunk", CHUNK, "--output", str(job),
+    ]  # fmt: skip
+    with spawned(argv) as run:
         wait_running(job)
         run.send_signal(signal.SIGHUP)
-        _out, err = run.communicate(timeout=30)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 4, err
+        code, _out, err = finish(run, timeout=30)
+    assert code == 4, err
     assert "job cancelled" in err
-    assert read_status(job).state is JobState.CANCELLED
+    assert status_of(job).state is JobState.CANCELLED
     assert not (job / "result.json").exists()

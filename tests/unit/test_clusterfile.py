@@ -13,9 +13,11 @@ from aner_coord.clusterfile import (
     MAX_WORKER_RECORDS,
     ClusterConfig,
     ClusterFileError,
+    SlurmEndpoint,
     WorkerRecord,
     load_cluster_file,
     parse_cluster_text,
+    parse_slurm_endpoint,
     parse_ssh_endpoint,
 )
 
@@ -82,6 +84,44 @@ def test_ssh_endpoint_parts(endpoint: str, host: str, user: str | None, port: in
     assert (parts.host, parts.user, parts.port) == (host, user, port)
 
 
+def test_slurm_records_keep_their_endpoint_parsed() -> None:
+    config = parse(
+        record(
+            'worker "Atlas-10" slurm "partition=cpu nodelist=node[07-08],gpu1 '
+            'time=1-00:00:00" "/opt/aner/bin/aner" 32\n'
+            'worker "Atlas-11" slurm "-" "/opt/aner/bin/aner" 8'
+        )
+    )
+    first, second = config.workers
+    assert first.transport == "slurm"
+    assert first.slurm == SlurmEndpoint(
+        partition="cpu", nodelist="node[07-08],gpu1", time="1-00:00:00"
+    )
+    assert first.slurm.srun_options() == (
+        "--partition=cpu",
+        "--nodelist=node[07-08],gpu1",
+        "--time=1-00:00:00",
+    )
+    assert second.slurm == SlurmEndpoint()
+    assert second.slurm.srun_options() == ()
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "account=proj_42 qos=normal constraint=intel&ib|amd",
+        "time=30",
+        "time=10:00",
+        "time=2-12",
+        "time=UNLIMITED",
+        "partition=a\tnodelist=n1",
+    ],
+)
+def test_slurm_endpoint_forms_accepted(endpoint: str) -> None:
+    parsed = parse_slurm_endpoint(endpoint)
+    assert parsed.srun_options()
+
+
 ERRORS = [
     ("", None, "the file is empty"),
     ("# only a comment\n\n", None, "the file is empty"),
@@ -93,7 +133,23 @@ ERRORS = [
     ),
     ("\nANER_CLUSTER 2\n", 2, 'this aner reads exactly "ANER_CLUSTER 1"'),
     ("ANER_CLUSTER 1 extra\n", 1, "unsupported header"),
-    (record('worker "a" rsh "-" "/bin/aner" 1'), 2, 'unknown transport "rsh" (use local or ssh'),
+    (
+        record('worker "a" rsh "-" "/bin/aner" 1'),
+        2,
+        'unknown transport "rsh" (use local, ssh or slurm',
+    ),
+    (
+        record('worker "a" slurm "partition=cpu mem=4G" "/bin/aner" 1'),
+        2,
+        'slurm endpoint key "mem" is not allowed (allowed: partition nodelist account qos',
+    ),
+    (record('worker "a" slurm "--exclusive" "/bin/aner" 1'), 2, "item 1 of the slurm endpoint"),
+    (record('worker "a" slurm "partition" "/bin/aner" 1'), 2, "is not key=value"),
+    (record('worker "a" slurm "qos=a qos=b" "/bin/aner" 1'), 2, '"qos" is given twice'),
+    (record('worker "a" slurm "account=" "/bin/aner" 1'), 2, 'the value of "account" must be'),
+    (record('worker "a" slurm "time=soon" "/bin/aner" 1'), 2, "must be a Slurm time limit"),
+    (record('worker "a" slurm "" "/bin/aner" 1'), 2, "the slurm endpoint is empty"),
+    (record('worker "a" slurm "  " "/bin/aner" 1'), 2, "the slurm endpoint is empty"),
     (record('worker "a" "ssh" "h" "/bin/aner" 1'), 2, "unknown transport"),
     (record('worker "a" local "-" "bin/aner" 1'), 2, "must be an absolute path"),
     (record('worker "a" local "-" "" 1'), 2, "must be an absolute path"),
@@ -307,3 +363,19 @@ def test_mutations_of_a_valid_file_are_parsed_or_refused(
         else:
             text = text[:at] + fragment + text[at + 1 :]
     only_refuses_cleanly(text)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "partition=secret-part mem=4G",
+        "nodelist=secret-node07 secret-node08",
+        "account=secret-acct account=secret-acct",
+        "time=secret-time",
+        'qos=secret"q',
+    ],
+)
+def test_slurm_endpoint_errors_never_repeat_values(endpoint: str) -> None:
+    error = refused(record(f'worker "a" slurm "{endpoint}" "/bin/aner" 1'))
+    assert error.line == 2
+    assert "secret" not in str(error)

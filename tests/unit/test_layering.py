@@ -1,6 +1,6 @@
 """The layers of the source tree, read from the modules' own import statements (with `ast`,
 so nothing is imported to check them): the wire knows nothing of ours, the worker never
-needs the coordinator, and the kernels know nothing of the wire."""
+needs the coordinator, and the kernels know nothing of the wire (nor of scikit-learn)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ import pytest
 from support import ROOT
 
 PACKAGES = ("protocol", "aner_worker", "aner_coord")
-KERNELS = ("aner_worker/philox.py", "aner_worker/fixture.py")
+# The numerical kernels: arrays and numbers in, numbers out; no wire, no coordinator.
+KERNELS = (
+    "aner_worker/philox.py",
+    "aner_worker/fixture.py",
+    "aner_worker/dense_kernel.py",
+    "aner_worker/dense_streams.py",
+    "aner_worker/dense_data.py",
+    "aner_worker/dense_task.py",
+    "aner_worker/dense_rows.py",
+)
 
 
 def imported_modules(path: Path, text: str | None = None) -> set[str]:
@@ -66,6 +75,12 @@ def test_kernels_do_not_import_the_protocol(kernel: str) -> None:
     path = ROOT / kernel
     assert path.is_file()
     assert offending([path], {"protocol", "aner_coord"}) == {}
+
+
+@pytest.mark.parametrize("module", [k for k in KERNELS if "dense" in k])
+def test_dense_worker_modules_do_not_import_sklearn(module: str) -> None:
+    # digits is read from scikit-learn's data file; importing it would cost about a second.
+    assert offending([ROOT / module], {"sklearn"}) == {}
 
 
 # -- the checker itself must be able to fail ----------------------------------------------
