@@ -150,6 +150,7 @@ def dense_fit(
     seed: int,
     execution: Execution | None = None,
     output: str | os.PathLike[str] | None = None,
+    retries: int = 0,
 ) -> DenseFit:
     """Train a Dense classifier (SPEC section 9) on `data` (a CSV or NPZ file, or "digits")
     or on the procedural `teacher` set (rows, features, classes).
@@ -178,6 +179,7 @@ def dense_fit(
         computation=request,
         execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
         output=None if output is None else os.fspath(output),
+        retries=retries,
     )
     report = _outcome(run_sync(execute(admit(job_request))))
     return DenseFit(report.result, report.run.model)
