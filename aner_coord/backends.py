@@ -32,6 +32,7 @@ from aner_coord.computations.base import StagePlan
 from aner_coord.jobstate import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
 from aner_coord.staging import StagingLost, stage_worker
 from aner_coord.status import StagingRecord
+from aner_coord.timing import TaskTimes
 from aner_coord.transports import Transport, TransportError, open_transport
 from aner_worker.kernels import Kernel, Stopped, decode, encode
 from protocol import (
@@ -54,6 +55,10 @@ HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
 # ANER_WORKER_SILENCE_S lowers it (tests) or raises it (very slow links).
 DEFAULT_SILENCE_S = 30.0
 LOST_CLOSE_S = 1.0  # how long a lost worker may take to exit once its stdin is closed
+# A lost worker is reconnected after 0.5 s, then 1, 2, 4, ... at most 10 s between tries.
+REJOIN_FIRST_S = 0.5
+REJOIN_MAX_S = 10.0
+MAX_REJOINS = 5  # tries per worker and job
 
 
 def silence_timeout() -> float:
@@ -65,6 +70,7 @@ def silence_timeout() -> float:
 
 class Backend(Protocol):
     task_exception: BaseException | None
+    timing: TaskTimes
 
     def start(self, deliver: Deliver) -> None: ...
     def begin_pass(self, pass_id: int, params: Any) -> None: ...
@@ -88,9 +94,14 @@ class ThreadBackend:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self.task_exception: BaseException | None = None
+        self.timing = TaskTimes(link=False)
 
     def start(self, deliver: Deliver) -> None:
+        from aner_worker.machine import machine_identity
+
+        self.timing.start()
         for name in self._names:
+            self.timing.machine(name, machine_identity())
             thread = threading.Thread(
                 target=self._run, args=(name, deliver), name=f"aner-{name}", daemon=True
             )
@@ -108,6 +119,9 @@ class ThreadBackend:
     def _serve(self, name: str, deliver: Deliver) -> None:
         tasks = self._queues[name]
         kernel = self._kernel
+        # Load the kernel before the first task, as a worker process does before its
+        # Welcome, so that a task's measured compute time is the kernel's alone.
+        kernel.warm_up()
         # Two tasks: the next one waits in the queue while the loop handles this one's result.
         deliver(WorkerReady(name, window=2))
         while not self._stop.is_set():
@@ -115,9 +129,11 @@ class ThreadBackend:
             if task is None or self._stop.is_set():
                 return
             try:
+                began = time.monotonic()
                 stats = kernel.run(
                     self._params[task.pass_id], task.start, task.count, self._stop.is_set
                 )
+                self.timing.received(name, task.task_id, time.monotonic() - began)
             except Stopped:
                 return
             except Exception as exc:  # a task's failure is the job's failure, named
@@ -190,14 +206,19 @@ class ProcessBackend:
         self._write_locks = {r.identity: asyncio.Lock() for r in self._records}
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_workers: set[str] = set()
+        self._rejoins: dict[str, int] = {r.identity: 0 for r in self._records}
+        self._rejoining: set[str] = set()  # reconnecting, not yet ready again
         self._stopping = False
         self._stopped = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
         self._deliver: Deliver | None = None
         self.task_exception: BaseException | None = None
+        self.timing = TaskTimes(link=True)
+        self._unstamped: dict[str, list[int]] = {r.identity: [] for r in self._records}
 
     def start(self, deliver: Deliver) -> None:
         self._deliver = deliver
+        self.timing.start()
         for record in self._records:
             self._tasks.append(asyncio.create_task(self._serve(record, deliver)))
 
@@ -223,6 +244,7 @@ class ProcessBackend:
             if isinstance(first, Rejected):
                 raise _Lost(first.reason)
             assert isinstance(first, Accepted)
+            self.timing.machine(identity, first.welcome.machine)
             if self._stage is not None:  # staging: a separate step, see aner_coord.staging
                 phase = "staging"
                 self.staging.append(
@@ -234,6 +256,7 @@ class ProcessBackend:
             # Write more once the worker holds no more than its slots plus half its queue.
             self._low_water[identity] = record.slots + (window - record.slots) // 2
             phase = "run"
+            self._rejoining.discard(identity)
             deliver(WorkerReady(identity, window))
             await self._flush(identity)
             pinger = asyncio.create_task(self._ping(identity))
@@ -276,6 +299,9 @@ class ProcessBackend:
                         stats = decode(stats_type, message.body)
                     except msgspec.DecodeError as exc:
                         raise _Lost(f"protocol error: malformed statistics: {exc}") from None
+                    self.timing.received(
+                        identity, message.task_id, message.busy_s, message.queued_s
+                    )
                     deliver(ResultReceived(identity, message.task_id, stats))
                 else:
                     deliver(TaskError(identity, message.task_id, message.reason))
@@ -306,17 +332,42 @@ class ProcessBackend:
         if identity in self._lost_workers:
             return
         self._lost_workers.add(identity)
+        if identity in self._rejoining:
+            # A reconnection that failed: the job already counted this loss; try again later.
+            self._rejoining.discard(identity)
+            if self._rejoins[identity] < MAX_REJOINS and not self._stopping:
+                record = next(r for r in self._records if r.identity == identity)
+                self._tasks.append(asyncio.get_running_loop().create_task(self._rejoin(record)))
+            return
         if not self._stopping and self._deliver is not None:
             self._deliver(WorkerLost(identity, phase, detail, at=time.time()))
 
     def drop(self, worker: str) -> None:
-        """The job goes on without `worker`: stop it now, whatever it still sends."""
+        """The job goes on without `worker`: stop it now, whatever it still sends, then try
+        to reconnect it after a back-off (the job's retries bound how often it may be lost)."""
         self._lost_workers.add(worker)
         self._outgoing[worker].clear()
-        transport = self._transports.get(worker)
+        transport = self._transports.pop(worker, None)
+        self._connections.pop(worker, None)
+        loop = asyncio.get_running_loop()
         if transport is not None:
-            task = asyncio.get_running_loop().create_task(transport.close(timeout=LOST_CLOSE_S))
-            self._tasks.append(task)
+            self._tasks.append(loop.create_task(transport.close(timeout=LOST_CLOSE_S)))
+        record = next(r for r in self._records if r.identity == worker)
+        self._tasks.append(loop.create_task(self._rejoin(record)))
+
+    async def _rejoin(self, record: WorkerRecord) -> None:
+        identity = record.identity
+        self._rejoins[identity] += 1
+        await asyncio.sleep(min(REJOIN_MAX_S, REJOIN_FIRST_S * 2 ** (self._rejoins[identity] - 1)))
+        if self._stopping or self._deliver is None:
+            return
+        log.info("reconnecting worker %s", identity)
+        self._rejoining.add(identity)
+        self._lost_workers.discard(identity)
+        self._on_wire[identity] = 0
+        self._buffered_tasks[identity] = 0
+        self._outgoing[identity] = []
+        await self._serve(record, self._deliver)
 
     def begin_pass(self, pass_id: int, params: Any) -> None:
         self._params = (pass_id, encode(params))
@@ -329,6 +380,7 @@ class ProcessBackend:
             frames.append(connection.params(task.pass_id, self._kernel.name, self._params[1]))
         frames.append(connection.task(task))
         self._buffered_tasks[worker] += 1
+        self._unstamped[worker].append(task.task_id)
 
     async def _flush_all(self) -> None:
         for identity, frames in self._outgoing.items():
@@ -346,7 +398,9 @@ class ProcessBackend:
         self._on_wire[identity] += self._buffered_tasks[identity]
         self._buffered_tasks[identity] = 0
         frames.clear()
+        task_ids, self._unstamped[identity] = self._unstamped[identity], []
         async with self._write_locks[identity]:
+            self.timing.dispatched(identity, task_ids)
             try:
                 await transport.write(data)
             except TransportError as exc:

@@ -141,6 +141,24 @@ def build_parser() -> argparse.ArgumentParser:
     re_.add_argument("--background", action="store_true", help="detach; watch with `status`")
     re_.add_argument("--quiet", action="store_true", help="print nothing on success")
 
+    sc = sub.add_parser("scaling", help="timed scaling experiment: trials, records, charts")
+    sc.add_argument("--experiment", metavar="FILE.toml", help="the experiment to run")
+    sc.add_argument("--auto", action="store_true", help="the standard matrix (see README)")
+    sc.add_argument("--cluster", metavar="FILE", help="with --auto: its records alone and all")
+    sc.add_argument("--samples", type=count, help="with --auto: Monte Carlo samples (2e8)")
+    sc.add_argument("--seed", type=count, default=1, help="with --auto: seed (1)")
+    sc.add_argument("--repetitions", type=count, default=3, help="with --auto: at least 3")
+    sc.add_argument("--output", required=True, metavar="DIR", help="directory to create")
+    sc.add_argument("--registry", metavar="FILE", help="configuration registry to use")
+    sc.add_argument("--no-predict", action="store_true", help="skip the probe and predictions")
+
+    pl = sub.add_parser("plan", help="probe the machines, predict plans, recommend one")
+    pl.add_argument("--cluster", metavar="FILE", help="probe the workers of this cluster file")
+    pl.add_argument("--samples", type=count, help="a Monte Carlo job of this many samples")
+    pl.add_argument("--experiment", metavar="FILE.toml", help="the computation of an experiment")
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+    pl.add_argument("--save", default="probe.json", metavar="FILE", help="probe file to write")
+
     wk = sub.add_parser(
         "worker", help="serve as a worker on stdin/stdout (started by a coordinator)"
     )
@@ -213,6 +231,30 @@ def _dispatch(args: argparse.Namespace) -> int:
         from aner_coord.commands import resume_command
 
         return resume_command(args)
+    if command == "scaling":
+        from aner_coord.scaling.command import scaling_command
+
+        return scaling_command(
+            experiment_file=args.experiment,
+            auto=args.auto,
+            cluster=args.cluster,
+            samples=args.samples,
+            seed=args.seed,
+            repetitions=args.repetitions,
+            output=args.output,
+            registry_file=args.registry,
+            predict=not args.no_predict,
+        )
+    if command == "plan":
+        from aner_coord.scaling.command import plan_command
+
+        return plan_command(
+            cluster=args.cluster,
+            samples=args.samples,
+            experiment_file=args.experiment,
+            as_json=args.json,
+            save=args.save,
+        )
     if command == "worker":
         from aner_worker.worker import main as worker_main
 

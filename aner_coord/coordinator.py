@@ -358,7 +358,11 @@ class Coordinator:
             in_flight=progress.in_flight,
             throughput=throughput,
             eta_s=eta,
-            workers=list(progress.workers),
+            workers=(
+                self._backend.timing.annotate(progress.workers)
+                if self._backend is not None
+                else list(progress.workers)
+            ),
             error=self._error,
             committed_steps=progress.committed_steps,
             unit=self.job.computation.unit,

@@ -29,7 +29,8 @@ shell reading the machine's fields.
 - Retries (SPEC section 11): with `retries=N`, up to N lost workers are survived while
   another worker remains. The lost worker's outstanding chunks go back to the front of the
   queue and are recomputed by others (`DropWorker` tells the shell to let it go); a late
-  result from it is ignored, never counted. Chunk results sit in per-chunk slots and a pass
+  result from it is ignored, never counted. The shell may reconnect it after a back-off: a
+  new `WorkerReady` makes it a worker again. Chunk results sit in per-chunk slots and a pass
   commits only when all are accepted, so the result is the undisturbed run's, bit for bit.
 - Ledger: each accepted chunk and committed pass is handed to the shell (`RecordAccepted`,
   `RecordCommitted`) before any status reports it. A resumed job starts with `recovered`
@@ -325,8 +326,13 @@ class JobMachine:
     # -- transitions ---------------------------------------------------------------------
     def _on_ready(self, event: WorkerReady) -> list[Instruction]:
         worker = self._workers[event.worker]
-        if not self.state.active or worker.ready:
+        if not self.state.active or (worker.ready and not worker.lost):
             return []
+        if worker.lost:
+            # A lost worker the shell reconnected (retries): it starts afresh, its earlier
+            # tasks long since requeued; its loss stays counted and recorded.
+            worker.lost = False
+            worker.in_flight = 0
         worker.ready = True
         worker.window = max(1, event.window)
         self._ready_order.append(event.worker)

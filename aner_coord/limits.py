@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from aner_coord.errors import RequestError
+from aner_coord.errors import AdmissionError, RequestError
 from protocol import MAX_ITEMS
 
 MAX_SAMPLES = MAX_ITEMS
@@ -32,6 +32,16 @@ def check_positive(name: str, value: object) -> int:
     if value <= 0:
         raise RequestError(f"{{{name}}} must be positive, got {value}", name)
     return value
+
+
+def check_items(name: str, value: object, unit: str) -> int:
+    """A count of samples or rows: positive and within MAX_SAMPLES."""
+    items = check_positive(name, value)
+    if items > MAX_SAMPLES:
+        raise AdmissionError(
+            f"{{{name}}} is {items:,} {unit}; the limit is {MAX_SAMPLES:,}: ask for fewer", name
+        )
+    return items
 
 
 def check_seed(value: object) -> int:

@@ -6,19 +6,25 @@
     print(result.summary())
 
 Calls are synchronous for the caller (they also work inside a running event loop, as in
-Jupyter). Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the
-message names the argument to change, as `workers=`), `JobFailed` for a failed job (its
-message says where: the worker and phase, a divergence, the job directory), `JobCancelled`
-if it was cancelled.
+Jupyter); an interrupt (Ctrl-C, a kernel interrupt) cancels the job gracefully and raises
+`JobCancelled` chained from it, with nothing of the job left running. Async callers await
+`run_async`, `monte_carlo_async` or `regression_async`, which never block their loop.
+
+Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the message
+names the argument to change, as `workers=`), `JobFailed` for a failed job (its message says
+where: the worker and phase, a divergence, the job directory), `JobCancelled` if it was
+cancelled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aner_coord.admission import admit, cluster, local
+from aner_coord.coordinator import JobReport
 from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
 from aner_coord.jobs import execute
 from aner_coord.requests import (
@@ -32,7 +38,7 @@ from aner_coord.requests import (
     RegressionRequest,
 )
 from aner_coord.results import MonteCarloResult, RegressionResult
-from aner_coord.runner import run_sync
+from aner_coord.runner import run_interruptible
 from aner_coord.status import JobState, WorkerAccount
 
 if TYPE_CHECKING:
@@ -58,8 +64,11 @@ __all__ = [
     "inventory",
     "local",
     "monte_carlo",
+    "monte_carlo_async",
     "regression",
+    "regression_async",
     "run",
+    "run_async",
 ]
 
 
@@ -81,22 +90,94 @@ def run(
     """Run any registered computation's request and return its result. `output` makes a job
     directory (SPEC section 7), `audit` recomputes that fraction of the chunks here, and
     `retries` lost workers are survived (SPEC section 11)."""
-    request = JobRequest(
+    job = admit(_request(computation, execution, output, audit, retries))
+    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    return _outcome(report, interrupt)
+
+
+def _request(
+    computation: ComputationRequest,
+    execution: Execution | None,
+    output: str | os.PathLike[str] | None,
+    audit: float,
+    retries: int,
+) -> JobRequest:
+    return JobRequest(
         computation=computation,
         execution=execution if execution is not None else LocalExecution(),
         output=None if output is None else os.fspath(output),
         audit=audit,
         retries=retries,
     )
-    return _outcome(run_sync(execute(admit(request)))).result
 
 
-def _outcome(report: Any) -> Any:
+def _outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
     if report.state is JobState.COMPLETED:
-        return report
+        return report.result
     if report.state is JobState.CANCELLED:
-        raise JobCancelled(report.error or "cancelled")
+        # An interrupt (Ctrl-C, a notebook's kernel interrupt) cancelled it: chained, so a
+        # notebook shows why, and nothing of the job runs on.
+        raise JobCancelled(report.error or "cancelled") from interrupt
     raise JobFailed(report.error or "job failed") from report.task_exception
+
+
+async def run_async(
+    computation: ComputationRequest,
+    *,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    audit: float = 0.0,
+    retries: int = 0,
+) -> Any:
+    """`run` for async callers: runs on the caller's event loop and never blocks it (the
+    kernels run in threads or worker processes). Cancelling the awaiting task cancels the
+    job gracefully, then re-raises the cancellation."""
+    job = admit(_request(computation, execution, output, audit, retries))
+    cancel = asyncio.Event()
+    task = asyncio.ensure_future(execute(job, cancel=cancel))
+    try:
+        report = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        cancel.set()
+        await task
+        raise
+    return _outcome(report)
+
+
+async def monte_carlo_async(
+    *,
+    samples: int,
+    seed: int,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    audit: float = 0.0,
+    retries: int = 0,
+) -> MonteCarloResult:
+    """`monte_carlo` for async callers (see `run_async`)."""
+    request = MonteCarloRequest(samples=samples, seed=seed)
+    result: MonteCarloResult = await run_async(
+        request, execution=execution, output=output, audit=audit, retries=retries
+    )
+    return result
+
+
+async def regression_async(
+    *,
+    samples: int,
+    steps: int,
+    rate: float,
+    seed: int,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    audit: float = 0.0,
+    retries: int = 0,
+) -> RegressionResult:
+    """`regression` for async callers (see `run_async`)."""
+    request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
+    result: RegressionResult = await run_async(
+        request, execution=execution, output=output, audit=audit, retries=retries
+    )
+    return result
 
 
 def monte_carlo(
@@ -181,5 +262,6 @@ def dense_fit(
         output=None if output is None else os.fspath(output),
         retries=retries,
     )
-    report = _outcome(run_sync(execute(admit(job_request))))
-    return DenseFit(report.result, report.run.model)
+    job = admit(job_request)
+    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    return DenseFit(_outcome(report, interrupt), report.run.model)

@@ -2,6 +2,11 @@
 
 Works where an event loop is already running in this thread (a Jupyter notebook): the
 coroutine then runs on a fresh loop in a helper thread, and the caller blocks until it ends.
+
+`run_interruptible` is for jobs: an interrupt of the calling thread (Ctrl-C, a Jupyter kernel
+interrupt) does not abandon the coordinator and its workers to run on, it sets the job's
+cancel event, waits for the graceful cancel (workers stop at their kernels' next sub-range
+boundary, within milliseconds) and hands back the interrupt for the caller to chain.
 """
 
 from __future__ import annotations
@@ -50,3 +55,75 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         raise box["error"]
     result: T = box["value"]
     return result
+
+
+def run_interruptible(
+    make: Callable[[asyncio.Event], Coroutine[Any, Any, T]],
+) -> tuple[T, KeyboardInterrupt | None]:
+    """Run `make(cancel)` to its end; an interrupt meanwhile sets `cancel` instead of
+    unwinding. Returns the value and the interrupt, if there was one."""
+    interrupted: list[KeyboardInterrupt] = []
+    try:
+        asyncio.get_running_loop()
+        in_loop = True
+    except RuntimeError:
+        in_loop = False
+    if not in_loop and threading.current_thread() is threading.main_thread():
+
+        async def main() -> T:
+            cancel = asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def on_sigint() -> None:
+                interrupted.append(KeyboardInterrupt())
+                cancel.set()
+
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+            try:
+                return await make(cancel)
+            finally:
+                loop.remove_signal_handler(signal.SIGINT)
+
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            value = runner.run(main())
+        return value, (interrupted[0] if interrupted else None)
+
+    # A loop already runs here (a notebook), or this is not the main thread: the job runs on
+    # a loop of its own in a helper thread, and this thread waits for it interruptibly.
+    box: dict[str, Any] = {}
+    ready = threading.Event()
+    finished = threading.Event()
+
+    async def in_thread() -> T:
+        box["loop"] = asyncio.get_running_loop()
+        box["cancel"] = cancel = asyncio.Event()
+        ready.set()
+        return await make(cancel)
+
+    def target() -> None:
+        try:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                box["value"] = runner.run(in_thread())
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            ready.set()
+            finished.set()
+
+    thread = threading.Thread(target=target, name="aner-coordinator")
+    thread.start()
+    # Waiting on an event, not in join(): an interrupt inside Thread.join can leave the
+    # thread looking finished while it still runs.
+    while not finished.is_set():
+        try:
+            finished.wait(0.05)
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
+            ready.wait()
+            if "cancel" in box:
+                box["loop"].call_soon_threadsafe(box["cancel"].set)
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    result: T = box["value"]
+    return result, (interrupted[0] if interrupted else None)

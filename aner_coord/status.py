@@ -60,14 +60,22 @@ _EXIT_CODES = {
 }
 
 
-class WorkerAccount(msgspec.Struct, frozen=True):
-    """What one worker did for a job: public identity only, never an endpoint."""
+class WorkerAccount(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What one worker did for a job: public identity only, never an endpoint. Fields left
+    at their defaults (costs not measured) are omitted, so files of older writers read the
+    same; a reader sees them as None."""
 
     identity: str
     slots: int
     items: int
     chunks: int
     items_by_pass: list[int] = []
+    # Measured costs in slot-seconds (see `aner_coord.timing`); None where not measured.
+    compute_s: float | None = None
+    transfer_s: float | None = None
+    wait_s: float | None = None
+    # The worker's hardware and software identity from its handshake (public facts only).
+    machine: dict[str, str] | None = None
 
 
 class WorkerLoss(msgspec.Struct, frozen=True):

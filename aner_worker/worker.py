@@ -193,21 +193,28 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     """Run the worker loop until EOF or Shutdown; return the process exit status."""
     from aner_worker.contract import source_fingerprint
     from aner_worker.inventory import current
+    from aner_worker.machine import machine_identity
 
     connection = WorkerConnection(
-        source_fingerprint(), current().effective_cpus, platform_identity(), KERNELS
+        source_fingerprint(),
+        current().effective_cpus,
+        platform_identity(),
+        KERNELS,
+        machine=machine_identity(),
     )
     out = _Output(stdout_fd, connection)
-    tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+    # Each task with the moment it was read, so its result says how long it queued.
+    tasks: queue.SimpleQueue[tuple[Task, float] | None] = queue.SimpleQueue()
     stopping = threading.Event()
     threads: list[threading.Thread] = []
     stager = _Stager()
 
     def slot() -> None:
         while True:
-            task = tasks.get()
-            if task is None or stopping.is_set():
+            item = tasks.get()
+            if item is None or stopping.is_set():
                 return
+            task, arrived = item
             began = time.monotonic()
             with out.lock:
                 params = connection.params_for(task.pass_id)
@@ -222,7 +229,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
                 body = encode(stats)
                 busy = time.monotonic() - began
                 with out.lock:
-                    frame = connection.result(task, body, busy)
+                    frame = connection.result(task, body, busy, began - arrived)
             except Stopped:
                 return
             except Exception as error:  # the task's failure, reported to the coordinator
@@ -266,7 +273,7 @@ def _handle(
     events: Sequence[object],
     connection: WorkerConnection,
     out: _Output,
-    tasks: queue.SimpleQueue[Task | None],
+    tasks: queue.SimpleQueue[tuple[Task, float] | None],
     threads: list[threading.Thread],
     slot: Callable[[], None],
     stager: _Stager,
@@ -274,7 +281,7 @@ def _handle(
     """Carry out what the connection saw; True once the worker should stop."""
     for event in events:
         if isinstance(event, TaskReceived):
-            tasks.put(event.task)
+            tasks.put((event.task, time.monotonic()))
         elif isinstance(event, StageReceived):
             stager.begin(event, connection, out)
         elif isinstance(event, BlockReceived):

@@ -12,5 +12,6 @@ BENCHMARKS: tuple[str, ...] = (
     "cluster",
     "fixture",
     "durable",
+    "plan",
     "dense",
 )

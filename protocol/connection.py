@@ -420,8 +420,10 @@ class WorkerConnection(_Side):
         kernels: Collection[str],
         *,
         max_frame: int = MAX_FRAME_BYTES,
+        machine: dict[str, str] | None = None,
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
+        self.machine = dict(machine or {})
         self.fingerprint = fingerprint
         self.effective_cpus = effective_cpus
         self.platform = platform
@@ -464,13 +466,20 @@ class WorkerConnection(_Side):
             return self._encode(Refused(self._refusal, PROTOCOL_VERSION, self.fingerprint))
         return self._encode(
             Welcome(
-                PROTOCOL_VERSION, self.fingerprint, self.platform, self.effective_cpus, hello.slots
+                PROTOCOL_VERSION,
+                self.fingerprint,
+                self.platform,
+                self.effective_cpus,
+                hello.slots,
+                self.machine,
             )
         )
 
-    def result(self, task: Task, body: bytes, busy_s: float) -> bytes:
+    def result(self, task: Task, body: bytes, busy_s: float, queued_s: float = 0.0) -> bytes:
         self._answered += 1
-        return self._encode(Result(task.task_id, task.start, task.count, msgspec.Raw(body), busy_s))
+        return self._encode(
+            Result(task.task_id, task.start, task.count, msgspec.Raw(body), busy_s, queued_s)
+        )
 
     def failed(self, task_id: int, reason: str) -> bytes:
         self._answered += 1

@@ -44,6 +44,10 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     platform: str
     effective_cpus: int
     slots: int
+    # The worker's hardware and software identity (SPEC section 10): CPU model, logical
+    # CPUs, memory, OS and architecture, Python, numpy, numba and aner versions. Never a
+    # hostname: it feeds the public configuration registry.
+    machine: dict[str, str] = {}
 
 
 class Refused(_Wire, frozen=True, tag="refused"):
@@ -72,14 +76,17 @@ class Task(_Wire, frozen=True, tag="task"):
 
 
 class Result(_Wire, frozen=True, tag="result"):
-    """The sufficient statistics of one task (the kernel's encoding) and the seconds the
-    worker's slot spent computing it."""
+    """The sufficient statistics of one task (the kernel's encoding), the seconds the
+    worker's slot spent computing it and the seconds it waited for a slot."""
 
     task_id: int
     start: int
     count: int
     body: msgspec.Raw
     busy_s: float = 0.0
+    # Seconds the task waited in the worker's queue before a slot took it, so that the
+    # coordinator can tell time on the link from time queued behind other tasks.
+    queued_s: float = 0.0
 
 
 class TaskFailed(_Wire, frozen=True, tag="task_failed"):

@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support import reap, wait_for
 
 SLURMCTLD = "/usr/sbin/slurmctld"
 SLURMD = "/usr/sbin/slurmd"
@@ -70,14 +70,8 @@ class SlurmCluster:
         # Reverse order of start: the node first, munge last (the others talk through it).
         for name in ("slurmd", "slurmctld", "munged"):
             process = self.processes.get(name)
-            if process is None or process.poll() is not None:
-                continue
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            if process is not None:
+                reap(process, grace=10)
 
 
 def free_port() -> int:
@@ -210,15 +204,18 @@ def start_slurm(directory: Path) -> SlurmCluster:
 
 
 def _wait(predicate: Callable[[], bool], cluster: SlurmCluster, what: str) -> None:
-    deadline = time.monotonic() + _START_TIMEOUT
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if predicate():
-            return
+            return True
         for name, process in cluster.processes.items():
             if process.poll() is not None:
                 raise SlurmUnavailable(
                     f"{name} exited with status {process.returncode} while waiting for "
                     f"{what}:\n{cluster.log_tail()}"
                 )
-        time.sleep(0.05)
-    raise SlurmUnavailable(f"timed out waiting for {what}:\n{cluster.log_tail()}")
+        return False
+
+    try:
+        wait_for(ready, _START_TIMEOUT, what)
+    except AssertionError:
+        raise SlurmUnavailable(f"timed out waiting for {what}:\n{cluster.log_tail()}") from None

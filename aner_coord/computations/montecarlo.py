@@ -7,8 +7,7 @@ import math
 from typing import Any, ClassVar
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
-from aner_coord.errors import AdmissionError
-from aner_coord.limits import MAX_SAMPLES, check_positive, check_seed
+from aner_coord.limits import check_items, check_seed
 from aner_coord.requests import MonteCarloRequest
 from aner_coord.results import MonteCarloResult
 from aner_worker.kernels import McParams, McStats, MonteCarloKernel
@@ -29,12 +28,7 @@ class MonteCarlo:
 
     def admit(self, request: MonteCarloRequest) -> Admitted:
         check_seed(request.seed)
-        samples = check_positive("samples", request.samples)
-        if samples > MAX_SAMPLES:
-            raise AdmissionError(
-                f"{{samples}} is {samples:,}; the limit is {MAX_SAMPLES:,}: ask for fewer",
-                "samples",
-            )
+        samples = check_items("samples", request.samples, self.unit)
         return Admitted(
             items=samples,
             passes=1,

@@ -9,12 +9,11 @@ import math
 from typing import Any, ClassVar
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec
-from aner_coord.errors import AdmissionError, RequestError
+from aner_coord.errors import RequestError
 from aner_coord.limits import (
-    MAX_SAMPLES,
     MAX_STEPS,
     check_int,
-    check_positive,
+    check_items,
     check_rate,
     check_seed,
 )
@@ -37,12 +36,7 @@ class Regression:
 
     def admit(self, request: RegressionRequest) -> Admitted:
         check_seed(request.seed)
-        rows = check_positive("samples", request.samples)
-        if rows > MAX_SAMPLES:
-            raise AdmissionError(
-                f"{{samples}} is {rows:,} rows; the limit is {MAX_SAMPLES:,}: ask for fewer",
-                "samples",
-            )
+        rows = check_items("samples", request.samples, self.unit)
         steps = check_int("steps", request.steps)
         if not 0 <= steps <= MAX_STEPS:
             raise RequestError(f"{{steps}} must be in [0, {MAX_STEPS}], got {steps}", "steps")

@@ -258,3 +258,34 @@ def test_the_units_resume_flag_continues_the_same_job_and_refuses_another(
     refused = run_aner("parallel", "run", "--spec", str(other), "--resume")
     assert refused.returncode == 2
     assert "holds a different job than this request" in refused.stderr
+
+
+def test_a_lost_pipe_worker_is_reconnected_and_works_again(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    cluster = write_cluster(
+        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    )
+    job = tmp_path / "job"
+    args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "2")
+    pid = coordinators.add(background(job, *args))
+    before = wait_status(job, lambda s: all(w.chunks > 0 for w in s.workers), 120, "both working")
+    first = next(p for p in workers_of(pid) if p.pid == min(w.pid for w in workers_of(pid)))
+    first.kill()
+    wait_for(lambda: process_gone(first.pid), 30, "the worker to die")
+    # The lost worker comes back (a new process) and accepts chunks again.
+    again = wait_status(
+        job,
+        lambda s: (
+            len(s.losses) == 1
+            and next(w for w in s.workers if w.identity == s.losses[0].identity).chunks
+            > next(w for w in before.workers if w.identity == s.losses[0].identity).chunks + 1
+        ),
+        120,
+        "the lost worker to work again",
+    )
+    assert len(workers_of(pid)) == 2
+    final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
+    assert final.state is JobState.COMPLETED, final.error
+    assert parallel_result(job)["hits"] == HITS_1E9
+    assert [loss.identity for loss in final.losses] == [again.losses[0].identity]

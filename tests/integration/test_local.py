@@ -93,15 +93,18 @@ def test_result_attributes() -> None:
     assert data["computation"] == "monte-carlo"
     assert data["schema"] == "aner-result/2"
     assert data["hits"] == HITS and data["samples"] == SAMPLES and data["seed"] == SEED
-    assert data["workers"] == [
-        {
-            "identity": "local-1",
-            "slots": 1,
-            "items": SAMPLES,
-            "chunks": 10,
-            "items_by_pass": [SAMPLES],
-        }
-    ]
+    (worker,) = data["workers"]
+    costs = {k: worker.pop(k) for k in ("compute_s", "wait_s", "machine")}
+    assert worker == {
+        "identity": "local-1",
+        "slots": 1,
+        "items": SAMPLES,
+        "chunks": 10,
+        "items_by_pass": [SAMPLES],
+    }
+    # Measured costs: threads compute and wait; they have no link, so no transfer_s at all.
+    assert costs["compute_s"] > 0 and costs["wait_s"] >= 0
+    assert costs["machine"]["logical_cpus"].isdigit()
     assert "samples_" not in repr(result)
     assert isinstance(result, msgspec.Struct)
     with pytest.raises(AttributeError):
@@ -200,7 +203,12 @@ def test_too_many_chunks_suggests_the_smallest_chunk() -> None:
 @pytest.mark.parametrize(
     ("samples", "seed", "error", "words"),
     [
-        (10**10 + 1, 1, parallel.AdmissionError, "10,000,000,001; the limit is 10,000,000,000"),
+        (
+            10**10 + 1,
+            1,
+            parallel.AdmissionError,
+            "10,000,000,001 samples; the limit is 10,000,000,000",
+        ),
         (0, 1, parallel.RequestError, "samples= must be positive, got 0"),
         (-3, 1, parallel.RequestError, "samples= must be positive, got -3"),
         (1_000, -1, parallel.RequestError, "seed= must be in [0, 2**64), got -1"),

@@ -1,0 +1,148 @@
+"""PNG charts of an experiment, with matplotlib's Agg backend (the optional `charts` extra;
+only `aner parallel scaling` imports this module).
+
+- `speedup.png`: local speedup against workers, one line per chunk, the ideal line, and
+  min:max whiskers (the reference median over each trial's extremes);
+- `cases.png`: every case's median time as a bar with min:max whiskers, cluster cases in
+  their own colour, and the predicted time as a marker;
+- `training.png`: validation accuracy against wall time per plan, when the computation
+  records a per-epoch history (Dense training).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+if TYPE_CHECKING:
+    from aner_coord.scaling.experiment import Experiment
+    from aner_coord.scaling.records import CaseSummary
+
+DPI = 120
+
+
+def draw(
+    experiment: Experiment,
+    summaries: list[CaseSummary],
+    records: list[dict[str, Any]],
+    output: Path,
+) -> list[str]:
+    """Draw every chart the data supports into `output`; the file names written."""
+    written = []
+    for name, chart in (
+        ("speedup.png", _speedup),
+        ("cases.png", _cases),
+        ("training.png", _training),
+    ):
+        figure = chart(experiment, summaries, records)
+        if figure is None:
+            continue
+        path = output / name
+        figure.savefig(path, dpi=DPI, bbox_inches="tight")
+        plt.close(figure)
+        path.chmod(0o600)
+        written.append(name)
+    return written
+
+
+def _speedup(
+    experiment: Experiment, summaries: list[CaseSummary], records: list[dict[str, Any]]
+) -> Any:
+    ref = next(s for s in summaries if s.case.name == experiment.reference)
+    local = [s for s in summaries if s.case.local and s.median is not None]
+    if ref.median is None or not local:
+        return None
+    figure, ax = plt.subplots(figsize=(6, 4.5))
+    chunks = sorted({s.case.chunk for s in local})
+    for chunk in chunks:
+        points = sorted((s for s in local if s.case.chunk == chunk), key=lambda s: s.case.slots)
+        xs = [s.case.slots for s in points]
+        ys = [ref.median / (s.median or 1.0) for s in points]
+        low = [y - ref.median / (s.max or 1.0) for y, s in zip(ys, points, strict=True)]
+        high = [ref.median / (s.min or 1.0) - y for y, s in zip(ys, points, strict=True)]
+        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=4, label=f"chunk {chunk:,}")
+    top = max(s.case.slots for s in local)
+    ax.plot([1, top], [1, top], linestyle="--", color="grey", label="ideal")
+    ax.set_xlabel("local workers")
+    ax.set_ylabel(f"speedup over {ref.case.name}")
+    ax.set_title(f"{experiment.name}: local speedup (median, min:max)")
+    ax.set_xticks(sorted({s.case.slots for s in local}))
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return figure
+
+
+def _cases(
+    experiment: Experiment, summaries: list[CaseSummary], records: list[dict[str, Any]]
+) -> Any:
+    timed = [s for s in summaries if s.median is not None]
+    if not timed:
+        return None
+    figure, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(timed) + 2), 4.5))
+    xs = list(range(len(timed)))
+    medians = [s.median or 0.0 for s in timed]
+    low = [m - (s.min or m) for m, s in zip(medians, timed, strict=True)]
+    high = [(s.max or m) - m for m, s in zip(medians, timed, strict=True)]
+    colours = ["tab:blue" if s.case.local else "tab:orange" for s in timed]
+    ax.bar(xs, medians, yerr=[low, high], capsize=4, color=colours)
+    predicted = [(x, s.predicted_s) for x, s in zip(xs, timed, strict=True) if s.predicted_s]
+    if predicted:
+        ax.scatter(
+            [p[0] for p in predicted],
+            [p[1] for p in predicted],
+            marker="D",
+            color="black",
+            zorder=3,
+            label="predicted by `plan`",
+        )
+        ax.legend()
+    ax.set_xticks(xs, [s.case.name for s in timed], rotation=30, ha="right")
+    ax.set_ylabel("wall time, s (median, min:max)")
+    ax.set_title(f"{experiment.name}: time per case (blue local, orange cluster)")
+    ax.grid(True, axis="y", alpha=0.3)
+    return figure
+
+
+def _training(
+    experiment: Experiment, summaries: list[CaseSummary], records: list[dict[str, Any]]
+) -> Any:
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        history = r.get("history")
+        if r["warmup"] or not r["ok"] or not history or r["case"] in curves:
+            continue
+        points = []
+        elapsed = 0.0
+        for epoch in history:
+            accuracy = _field(epoch, ("validation_accuracy", "val_accuracy"))
+            seconds = _field(epoch, ("seconds", "elapsed_s", "wall_s"))
+            if accuracy is None or seconds is None:
+                break
+            elapsed = seconds if "elapsed_s" in epoch else elapsed + seconds
+            points.append((elapsed, accuracy))
+        if points:
+            curves[r["case"]] = points
+    if not curves:
+        return None
+    figure, ax = plt.subplots(figsize=(6, 4.5))
+    for case, points in curves.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=case)
+    ax.set_xlabel("seconds since the job started")
+    ax.set_ylabel("validation accuracy")
+    ax.set_title(f"{experiment.name}: validation accuracy against wall time")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return figure
+
+
+def _field(entry: dict[str, Any], names: tuple[str, ...]) -> float | None:
+    for name in names:
+        value = entry.get(name)
+        if isinstance(value, int | float):
+            return float(value)
+    return None

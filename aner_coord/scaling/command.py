@@ -1,0 +1,198 @@
+"""`aner parallel scaling` and `aner parallel plan`: parse nothing, check everything, run.
+
+Both take a computation (an experiment file's, or Monte Carlo with `--samples`), probe the
+machines (`probe`), and predict (`plan`). `scaling` then runs the trials and writes the
+records; `plan` prints the candidates and its recommendation and saves `probe.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from aner_coord.clusterfile import WorkerRecord
+from aner_coord.errors import EXIT_OK, RequestError
+from aner_coord.requests import ComputationRequest, MonteCarloRequest
+from aner_coord.scaling.experiment import Case, Experiment
+from aner_coord.scaling.plan import (
+    Recommendation,
+    predict_group,
+    predict_local,
+    recommend,
+)
+from aner_coord.scaling.probe import Probe, run_probe
+
+PROBE = "probe.json"
+
+
+def _admitted(computation: ComputationRequest) -> tuple[int, int]:
+    from aner_coord.computations import computation_for
+
+    admitted = computation_for(computation).admit(computation)
+    return admitted.items, admitted.passes
+
+
+def _records(experiment: Experiment | None, cluster: str | None) -> tuple[WorkerRecord, ...]:
+    """Every distinct worker record of the experiment's cases and of `cluster`."""
+    from aner_coord.admission import load_cluster
+
+    found: dict[str, WorkerRecord] = {}
+    if experiment is not None:
+        for case in experiment.cases:
+            for r in case.records:
+                found.setdefault(r.identity, r)
+    if cluster is not None:
+        for r in load_cluster(cluster).workers:
+            found.setdefault(r.identity, r)
+    return tuple(found.values())
+
+
+def predict_case(probe: Probe, case: Case, computation: ComputationRequest) -> float | None:
+    items, passes = _admitted(computation)
+    if case.local:
+        workers = case.workers or 1
+        if workers > probe.local.cpus:
+            return None
+        return predict_local(probe, items, passes, workers, case.chunk).predicted_s
+    by_identity = {w.identity: w for w in probe.workers}
+    group = tuple(by_identity[i] for i in case.identities if i in by_identity)
+    if len(group) != len(case.identities):
+        return None
+    return predict_group(probe, items, passes, group, case.chunk).predicted_s
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def _probe(
+    computation: ComputationRequest,
+    records: tuple[WorkerRecord, ...],
+    groups: list[tuple[WorkerRecord, ...]] | None = None,
+) -> Probe:
+    who = f"this machine and {len(records)} worker(s)" if records else "this machine"
+    print(f"aner: probing {who}...", file=sys.stderr, flush=True)
+    return run_probe(computation, records, groups)
+
+
+def scaling_command(
+    *,
+    experiment_file: str | None,
+    auto: bool,
+    cluster: str | None,
+    samples: int | None,
+    seed: int,
+    repetitions: int,
+    output: str,
+    registry_file: str | None,
+    predict: bool,
+) -> int:
+    from aner_coord import jobdir
+    from aner_coord.scaling.registry import Registry, default_path
+    from aner_coord.scaling.runner import run_experiment
+
+    if auto == (experiment_file is not None):
+        raise RequestError("give --experiment FILE.toml, or --auto (with --cluster FILE)")
+    if experiment_file is not None and (cluster is not None or samples is not None):
+        raise RequestError("--cluster and --samples go with --auto; an experiment file has both")
+    out = jobdir.check_new_output(output)
+    registry = Registry(Path(registry_file) if registry_file else default_path())
+    if auto:
+        from aner_coord.scaling.experiment import auto_experiment
+        from aner_worker.inventory import current
+
+        experiment = auto_experiment(
+            cluster, samples or 200_000_000, seed, repetitions, current().effective_cpus
+        )
+    else:
+        from aner_coord.scaling.experiment import load_experiment
+
+        assert experiment_file is not None
+        experiment = load_experiment(experiment_file)
+    groups = list(dict.fromkeys(c.records for c in experiment.cases if c.records))
+    probe = _probe(experiment.computation, _records(experiment, None), groups) if predict else None
+
+    def predicted(case: Case) -> float | None:
+        return predict_case(probe, case, experiment.computation) if probe else None
+
+    def save_probe(directory: Path) -> None:
+        if probe is not None:
+            data = json.dumps(probe.to_dict(), indent=2).encode() + b"\n"
+            _write_private(directory / PROBE, data)
+
+    return run_experiment(experiment, out, registry, predicted, on_created=save_probe)
+
+
+def plan_command(
+    *,
+    cluster: str | None,
+    samples: int | None,
+    experiment_file: str | None,
+    as_json: bool,
+    save: str,
+) -> int:
+    if (samples is None) == (experiment_file is None):
+        raise RequestError("give --samples N or --experiment FILE.toml")
+    experiment = None
+    computation: ComputationRequest
+    if experiment_file is not None:
+        from aner_coord.scaling.experiment import load_experiment
+
+        experiment = load_experiment(experiment_file)
+        computation = experiment.computation
+    else:
+        assert samples is not None
+        if samples < 1:
+            raise RequestError(f"--samples must be positive, got {samples}")
+        computation = MonteCarloRequest(samples=samples, seed=1)
+        from aner_coord.computations import computation_for
+
+        computation_for(computation).admit(computation)
+    records = _records(experiment, cluster)
+    probe = _probe(computation, records)
+    _write_private(Path(save), json.dumps(probe.to_dict(), indent=2).encode() + b"\n")
+    items, passes = _admitted(computation)
+    advice = recommend(probe, items, passes, items if passes > 1 else None)
+    cases: dict[str, float | None] = {}
+    if experiment is not None:
+        cases = {c.name: predict_case(probe, c, computation) for c in experiment.cases}
+    if as_json:
+        data: dict[str, Any] = {"probe": probe.to_dict(), **advice.to_dict()}
+        if experiment is not None:
+            data["cases"] = cases
+        print(json.dumps(data, indent=2))
+    else:
+        print(format_plan(probe, advice, cases))
+    print(f"aner: probe saved to {save}", file=sys.stderr)
+    return EXIT_OK
+
+
+def format_plan(probe: Probe, advice: Recommendation, cases: dict[str, float | None]) -> str:
+    local = probe.local
+    lines = [
+        f"this machine: {local.cpus} effective CPU(s), a command costs {local.command_s:.3f} s, "
+        f"{local.rates[1] / 1e6:,.1f} M items/s per thread, {local.task_s * 1e6:.1f} us a task",
+    ]
+    for w in probe.workers:
+        bandwidth = "N/A" if w.bandwidth_bps is None else f"{w.bandwidth_bps / 1e6:,.0f} MB/s"
+        lines.append(
+            f"{w.identity} ({w.transport}, {w.slots} slots): start-up {w.startup_s:.3f} s, "
+            f"{w.rate_per_slot / 1e6:,.1f} M items/s per slot, {w.task_s * 1e6:.1f} us a task, "
+            f"round trip {w.round_trip_s * 1e3:.2f} ms, {bandwidth}"
+        )
+    lines += ["", f"{'plan':<28} {'slots':>5} {'chunk':>12} {'predicted s':>12}"]
+    for c in advice.candidates[:12]:
+        lines.append(f"{c.name:<28} {c.slots:>5} {c.chunk:>12,} {c.predicted_s:>12.3f}")
+    if len(advice.candidates) > 12:
+        lines.append(f"... {len(advice.candidates) - 12} more (--json lists them all)")
+    if cases:
+        lines += ["", "experiment cases:"]
+        for name, seconds in cases.items():
+            lines.append(f"  {name:<30} {'N/A' if seconds is None else f'{seconds:.3f} s'}")
+    lines += ["", f"recommended: {advice.reason}"]
+    return "\n".join(lines)

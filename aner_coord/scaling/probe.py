@@ -1,0 +1,465 @@
+"""Measure what a plan's wall time is made of, on this machine and on each worker.
+
+Locally: the fixed cost of a whole `aner parallel` command (a tiny job of the same
+computation, the median of a few), the kernel's aggregate rate with 1, 2, 4, ... threads up
+to the effective CPUs, and the coordinator's cost per task (the slope of a job's time
+against its task count, with tiny tasks). For each worker record of a cluster file, over
+its real transport: start-up (spawn to handshake), the kernel's rate per slot, the cost per
+task with tiny tasks kept in flight, the round trip (Ping/Pong) and the bandwidth (Params
+frames of a few sizes, each followed by a Ping), and shut-down (Shutdown to exit).
+
+Nothing here chooses a plan; `plan` predicts from a `Probe`, which is saved as
+`probe.json` (public identities and machine facts only, never endpoints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from aner_coord.clusterfile import WorkerRecord
+from aner_coord.requests import (
+    ClusterExecution,
+    ComputationRequest,
+    JobRequest,
+    LocalExecution,
+)
+
+SCHEMA = "aner-probe/1"
+RATE_TARGET_S = 0.15  # a rate measurement computes for about this long
+RATE_REPEATS = 3
+COMMAND_REPEATS = 3
+PING_REPEATS = 8
+TINY_TASKS = 64
+FRAME_SIZES = (1 << 14, 1 << 18, 15 << 16)  # below the 1 MiB frame limit
+
+
+@dataclass(frozen=True)
+class LocalProbe:
+    cpus: int  # effective CPUs
+    command_s: float  # a whole tiny `aner parallel` command, median
+    rates: dict[int, float]  # threads -> aggregate items per second
+    task_s: float  # coordinator seconds per task with local threads
+    machine: dict[str, str] = field(default_factory=dict)
+
+    def rate(self, workers: int) -> float:
+        """Aggregate items/s with `workers` threads, interpolated between measured counts."""
+        known = sorted(self.rates)
+        below = max((k for k in known if k <= workers), default=known[0])
+        above = min((k for k in known if k >= workers), default=known[-1])
+        if below == above:
+            return self.rates[below] * (workers / below if workers > above else 1.0)
+        f = (workers - below) / (above - below)
+        return self.rates[below] + f * (self.rates[above] - self.rates[below])
+
+
+@dataclass(frozen=True)
+class WorkerProbe:
+    identity: str
+    transport: str
+    slots: int
+    startup_s: float  # spawn to handshake, kernels warmed
+    shutdown_s: float  # Shutdown to the process's exit
+    rate_per_slot: float  # items per second on one slot
+    task_s: float  # seconds per task beyond computing, with tasks in flight
+    round_trip_s: float
+    bandwidth_bps: float | None  # bytes per second; None if not resolvable
+    machine: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupProbe:
+    """Workers started together contend for what they share (often the same host): their
+    start-up and shut-down are measured together too."""
+
+    identities: tuple[str, ...]
+    startup_s: float  # spawn of all to the last handshake
+    shutdown_s: float  # Shutdown to the last exit
+    command_s: float | None = None  # a whole tiny command on the group, median
+
+
+@dataclass(frozen=True)
+class Probe:
+    kind: str
+    local: LocalProbe
+    workers: tuple[WorkerProbe, ...] = ()
+    groups: tuple[GroupProbe, ...] = ()
+    schema: str = SCHEMA
+
+    def group(self, identities: tuple[str, ...]) -> GroupProbe | None:
+        return next((g for g in self.groups if g.identities == identities), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["local"]["rates"] = {str(k): v for k, v in self.local.rates.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Probe:
+        local = dict(data["local"])
+        local["rates"] = {int(k): float(v) for k, v in local["rates"].items()}
+        return cls(
+            kind=data["kind"],
+            local=LocalProbe(**local),
+            workers=tuple(WorkerProbe(**w) for w in data["workers"]),
+            groups=tuple(
+                GroupProbe(
+                    tuple(g["identities"]), g["startup_s"], g["shutdown_s"], g.get("command_s")
+                )
+                for g in data.get("groups", [])
+            ),
+        )
+
+
+def tiny(computation: ComputationRequest, items: int = 1000) -> ComputationRequest:
+    """The same computation at a tiny size: `items` items, one step or epoch."""
+    changes: dict[str, Any] = {}
+    fields = {f.name for f in msgspec.structs.fields(computation)}
+    for name, value in (("samples", items), ("rows", items), ("steps", 1), ("epochs", 1)):
+        if name in fields:
+            changes[name] = value
+    return msgspec.structs.replace(computation, **changes)
+
+
+def _params(computation: ComputationRequest) -> tuple[Any, Any]:
+    """The kernel and its first pass's parameters for `computation`."""
+    from aner_coord.computations import computation_for
+
+    comp = computation_for(computation)
+    spec = comp.start(computation, 65536).next_pass()
+    assert spec is not None
+    return comp.kernel, spec.params
+
+
+# -- local -------------------------------------------------------------------------------
+def probe_local(computation: ComputationRequest) -> LocalProbe:
+    from aner_worker.inventory import current
+    from aner_worker.machine import machine_identity
+
+    cpus = current().effective_cpus
+    kernel, params = _params(computation)
+    kernel.warm_up()
+    count = _calibrate(kernel, params)
+    rates: dict[int, float] = {}
+    p = 1
+    while True:
+        # The best of a few: the machine may be shared, and a rate is only ever lowered
+        # by what else runs.
+        rates[p] = max(_threads_rate(kernel, params, count, p) for _ in range(RATE_REPEATS))
+        if p >= cpus:
+            break
+        p = min(cpus, p * 2)
+    return LocalProbe(
+        cpus=cpus,
+        command_s=_command_seconds(computation),
+        rates=rates,
+        task_s=_local_task_seconds(computation),
+        machine=machine_identity(),
+    )
+
+
+def _calibrate(kernel: Any, params: Any) -> int:
+    """Items that take about RATE_TARGET_S on one thread."""
+    count = 1 << 14
+    while True:
+        began = time.perf_counter()
+        kernel.run(params, 0, count, None)
+        took = time.perf_counter() - began
+        if took >= RATE_TARGET_S / 4 or count >= 1 << 34:
+            return max(count, int(count * RATE_TARGET_S / max(took, 1e-9)))
+        count *= 4
+
+
+def _threads_rate(kernel: Any, params: Any, count: int, threads: int) -> float:
+    """Aggregate items/s of `threads` threads each running the (nogil) kernel at once."""
+    barrier = threading.Barrier(threads + 1)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        kernel.run(params, i * count, count, None)
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    began = time.perf_counter()
+    for t in pool:
+        t.join()
+    return threads * count / (time.perf_counter() - began)
+
+
+def _command_seconds(
+    computation: ComputationRequest,
+    records: tuple[WorkerRecord, ...] = (),
+    repeats: int = COMMAND_REPEATS,
+) -> float:
+    """The median wall time of a whole tiny command, on local threads or on `records`
+    (through an owner-only cluster file of just those)."""
+    from aner_coord.scaling.experiment import render_cluster
+    from aner_coord.scaling.trials import run_trial
+
+    times = []
+    with tempfile.TemporaryDirectory(prefix="aner-probe-") as scratch:
+        execution: LocalExecution | ClusterExecution = LocalExecution(workers=1)
+        if records:
+            path = Path(scratch) / "cluster"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(render_cluster(records))
+            execution = ClusterExecution(config=str(path), chunk=max(1, 1000 // len(records)))
+        for i in range(repeats):
+            request = JobRequest(
+                computation=tiny(computation),
+                execution=execution,
+                output=str(Path(scratch) / f"job-{i}"),
+            )
+            outcome = run_trial(request, Path(scratch) / f"spec-{i}.toml")
+            if outcome.exit_code != 0:
+                raise RuntimeError(f"the probe's tiny command failed: {outcome.stderr}")
+            times.append(outcome.wall_s)
+    return statistics.median(times)
+
+
+def _local_task_seconds(computation: ComputationRequest) -> float:
+    """The slope of a one-thread job's time against its number of (one-item) tasks."""
+    from aner_coord.admission import admit
+    from aner_coord.jobs import execute
+    from aner_coord.runner import run_sync
+
+    passes = 1
+
+    def seconds(tasks: int) -> float:
+        nonlocal passes
+        job = admit(
+            JobRequest(
+                computation=tiny(computation, tasks),
+                execution=LocalExecution(workers=1, chunk=1),
+            )
+        )
+        passes = job.admitted.passes
+        return run_sync(execute(job)).seconds
+
+    few, many = 50, 1000
+    seconds(few)  # warm
+    slope = (min(seconds(many) for _ in range(2)) - min(seconds(few) for _ in range(2))) / (
+        (many - few) * passes
+    )
+    return max(slope, 1e-7)
+
+
+# -- workers -----------------------------------------------------------------------------
+def probe_workers(
+    records: tuple[WorkerRecord, ...], computation: ComputationRequest, rate_hint: float
+) -> tuple[WorkerProbe, ...]:
+    """Probe every record, one after another (so that they do not slow each other)."""
+    from aner_coord.runner import run_sync
+
+    async def all_of() -> list[WorkerProbe]:
+        return [await probe_worker(r, computation, rate_hint) for r in records]
+
+    return tuple(run_sync(all_of()))
+
+
+async def probe_worker(
+    record: WorkerRecord, computation: ComputationRequest, rate_hint: float
+) -> WorkerProbe:
+    from aner_coord.transports import open_transport
+    from aner_worker.contract import source_fingerprint
+    from aner_worker.kernels import encode
+    from protocol import (
+        Accepted,
+        Answered,
+        CoordinatorConnection,
+        Ponged,
+        Result,
+        Task,
+    )
+
+    kernel, params = _params(computation)
+    window = record.slots * 4
+    connection = CoordinatorConnection(
+        record.identity, record.slots, source_fingerprint(), (kernel.name,), window=window
+    )
+    argv = [record.executable, "parallel", "worker", "--stdio"]
+    began = time.monotonic()
+    transport = await open_transport(record, argv)
+    pending: list[Any] = []
+
+    async def next_event() -> Any:
+        while not pending:
+            data = await transport.read()
+            if not data:
+                raise RuntimeError(f'worker "{record.identity}" closed its connection')
+            pending.extend(connection.receive(data))
+        return pending.pop(0)
+
+    try:
+        await transport.write(connection.hello())
+        first = await asyncio.wait_for(next_event(), 120)
+        if not isinstance(first, Accepted):
+            raise RuntimeError(f'worker "{record.identity}" refused the probe: {first}')
+        startup = time.monotonic() - began
+        await transport.write(connection.params(1, kernel.name, encode(params)))
+        task_id = 0
+
+        async def tasks(count: int, items: int) -> list[tuple[float, float]]:
+            """Run `count` tasks of `items` items, keeping the window full: (latency, busy)."""
+            nonlocal task_id
+            sent: dict[int, float] = {}
+            out: list[tuple[float, float]] = []
+            queue = list(range(count))
+            while queue or sent:
+                frames = []
+                while queue and len(sent) < window:
+                    queue.pop()
+                    task_id += 1
+                    sent[task_id] = time.monotonic()
+                    frames.append(connection.task(Task(task_id, 1, task_id * items, items)))
+                if frames:
+                    await transport.write(b"".join(frames))
+                event = await next_event()
+                if isinstance(event, Answered) and isinstance(event.message, Result):
+                    t0 = sent.pop(event.message.task_id)
+                    out.append((time.monotonic() - t0, event.message.busy_s))
+            return out
+
+        # Rate per slot: one task per slot of about RATE_TARGET_S at the local rate.
+        items = max(1024, int(rate_hint * RATE_TARGET_S))
+        big = await tasks(record.slots, items)
+        rate = statistics.median(items / max(busy, 1e-9) for _, busy in big)
+        # Per-task cost with tiny tasks in flight: wall time per task beyond computing.
+        t0 = time.monotonic()
+        small = await tasks(TINY_TASKS, 1)
+        elapsed = time.monotonic() - t0
+        computing = sum(busy for _, busy in small) / record.slots
+        task_s = max(1e-7, (elapsed - computing) * record.slots / TINY_TASKS)
+        # Round trip: pings answered by the worker's reading thread.
+        trips = []
+        for _ in range(PING_REPEATS):
+            t0 = time.monotonic()
+            await transport.write(connection.ping())
+            while not isinstance(await next_event(), Ponged):
+                pass
+            trips.append(time.monotonic() - t0)
+        rtt = statistics.median(trips)
+        # Bandwidth: a Params frame of each size, then a ping; time beyond the round trip.
+        per_size = []
+        for size in FRAME_SIZES:
+            body = msgspec.msgpack.encode(b"\0" * size)
+            t0 = time.monotonic()
+            await transport.write(connection.params(2, kernel.name, body) + connection.ping())
+            while not isinstance(await next_event(), Ponged):
+                pass
+            per_size.append((size, time.monotonic() - t0))
+        bandwidth = _bandwidth(per_size)
+        t0 = time.monotonic()
+        await transport.write(connection.shutdown("probe done"))
+        await transport.close()
+        shutdown = time.monotonic() - t0
+    except BaseException:
+        await transport.close(timeout=1.0)
+        raise
+    return WorkerProbe(
+        identity=record.identity,
+        transport=record.transport,
+        slots=record.slots,
+        startup_s=startup,
+        shutdown_s=shutdown,
+        rate_per_slot=rate,
+        task_s=task_s,
+        round_trip_s=rtt,
+        bandwidth_bps=bandwidth,
+        machine=dict(first.welcome.machine),
+    )
+
+
+async def _start_and_stop(record: WorkerRecord, kernel: str) -> tuple[float, float]:
+    """Spawn to handshake, and Shutdown to exit, of one worker."""
+    from aner_coord.transports import open_transport
+    from aner_worker.contract import source_fingerprint
+    from protocol import Accepted, CoordinatorConnection
+
+    connection = CoordinatorConnection(
+        record.identity, record.slots, source_fingerprint(), (kernel,)
+    )
+    began = time.monotonic()
+    transport = await open_transport(record, [record.executable, "parallel", "worker", "--stdio"])
+    try:
+        await transport.write(connection.hello())
+        events: list[Any] = []
+        while not events:
+            data = await asyncio.wait_for(transport.read(), 120)
+            if not data:
+                raise RuntimeError(f'worker "{record.identity}" closed its connection')
+            events = list(connection.receive(data))
+        if not isinstance(events[0], Accepted):
+            raise RuntimeError(f'worker "{record.identity}" refused the probe: {events[0]}')
+        startup = time.monotonic() - began
+        t0 = time.monotonic()
+        await transport.write(connection.shutdown("probe done"))
+        await transport.close()
+        return startup, time.monotonic() - t0
+    except BaseException:
+        await transport.close(timeout=1.0)
+        raise
+
+
+def probe_groups(
+    groups: list[tuple[WorkerRecord, ...]], computation: ComputationRequest
+) -> tuple[GroupProbe, ...]:
+    """Start and stop each group's workers all at once, as a job does."""
+    from aner_coord.runner import run_sync
+
+    kernel, _ = _params(computation)
+
+    async def together(group: tuple[WorkerRecord, ...]) -> tuple[float, float]:
+        times = await asyncio.gather(*(_start_and_stop(r, kernel.name) for r in group))
+        return max(t[0] for t in times), max(t[1] for t in times)
+
+    out = []
+    for group in groups:
+        startup, shutdown = run_sync(together(group))
+        command = _command_seconds(computation, group, repeats=2)
+        out.append(GroupProbe(tuple(r.identity for r in group), startup, shutdown, command))
+    return tuple(out)
+
+
+def _bandwidth(points: list[tuple[int, float]]) -> float | None:
+    """Bytes per second from the least-squares slope of time against frame size."""
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    slope = sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
+    return 1 / slope if slope > 0 and math.isfinite(1 / slope) else None
+
+
+def run_probe(
+    computation: ComputationRequest,
+    records: tuple[WorkerRecord, ...],
+    groups: list[tuple[WorkerRecord, ...]] | None = None,
+) -> Probe:
+    """Probe this machine, each record alone, and each group together (default: each
+    record alone and, when there are several, all of them)."""
+    from aner_coord.computations import computation_for
+
+    local = probe_local(computation)
+    workers = probe_workers(records, computation, local.rates[1]) if records else ()
+    if groups is None:
+        groups = [(r,) for r in records] + ([records] if len(records) > 1 else [])
+    return Probe(
+        kind=computation_for(computation).kind,
+        local=local,
+        workers=workers,
+        groups=probe_groups(groups, computation),
+    )

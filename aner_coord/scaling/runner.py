@@ -1,0 +1,243 @@
+"""The rounds of an experiment: one excluded warm-up per case, then `repetitions` rounds that
+each run every case once, in an order rotated every round so that no case always runs
+first (the machine warms up and others come and go; interleaving spreads that over every
+case alike).
+
+Each finished trial is appended to `trials.jsonl` at once (and fsynced), so Ctrl-C (which
+also reaches the trial's own command, cancelling it) keeps every finished trial; the
+summaries, the report and the charts are then written from what was kept. Progress goes
+to stderr: the trial number, case, repetition, its time and an ETA from the medians so far.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
+from aner_coord.requests import JobRequest
+from aner_coord.scaling.experiment import (
+    LOCAL_IDENTITY,
+    Case,
+    Experiment,
+    execution_of,
+    subset_file,
+)
+from aner_coord.scaling.registry import Registry
+from aner_coord.scaling.trials import (
+    Outcome,
+    disagreement,
+    private_dir,
+    run_trial,
+    scientific,
+)
+
+TRIALS = "trials.jsonl"
+Predict = Callable[[Case], float | None]
+
+
+@dataclass
+class Schedule:
+    experiment: Experiment
+    trials: list[tuple[Case, int]] = field(default_factory=list)  # (case, 0 = warm-up)
+
+    def __post_init__(self) -> None:
+        cases = list(self.experiment.cases)
+        self.trials = [(c, 0) for c in cases]
+        for rep in range(1, self.experiment.repetitions + 1):
+            shift = (rep - 1) % len(cases)
+            self.trials += [(c, rep) for c in cases[shift:] + cases[:shift]]
+
+
+def run_experiment(
+    experiment: Experiment,
+    output: Path,
+    registry: Registry,
+    predict: Predict | None = None,
+    progress: TextIO = sys.stderr,
+    on_created: Callable[[Path], None] | None = None,
+) -> int:
+    """Run every trial into `output` (created owner-only); the exit status: 0 when every
+    trial ran and agreed, 3 when some failed (they are kept and shown), 4 on Ctrl-C."""
+    private_dir(output)
+    jobs = private_dir(output / "jobs")
+    if on_created is not None:
+        on_created(output)
+    predicted = {c.name: (predict(c) if predict else None) for c in experiment.cases}
+    schedule = Schedule(experiment).trials
+    records: list[dict[str, Any]] = []
+    reference: dict[str, Any] | None = None
+    interrupted = False
+    began = time.monotonic()
+    trials_path = output / TRIALS
+    with (
+        tempfile.TemporaryDirectory(prefix="aner-scaling-") as private,
+        _owner_only_append(trials_path) as out,
+    ):
+        clusters = {c.name: subset_file(c, Path(private)) for c in experiment.cases}
+        for index, (case, rep) in enumerate(schedule):
+            job = jobs / f"{experiment.cases.index(case):02d}-{_slug(case.name)}-r{rep}"
+            request = JobRequest(
+                computation=experiment.computation,
+                execution=execution_of(case, clusters[case.name]),
+                output=str(job),
+            )
+            try:
+                outcome = run_trial(request, Path(private) / f"trial-{index}.toml")
+            except KeyboardInterrupt:
+                interrupted = True
+                break
+            if outcome.exit_code in (130, EXIT_CANCELLED) and outcome.result is None:
+                # The trial's own command saw the Ctrl-C first: it is not a finished trial.
+                interrupted = True
+                break
+            record = trial_record(experiment, case, rep, outcome, registry, reference)
+            record["predicted_s"] = predicted[case.name]
+            if record["ok"] and reference is None:
+                reference = record["result"]
+            records.append(record)
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+            _show(progress, index, len(schedule), case, rep, experiment, record, records, began)
+    from aner_coord.scaling.records import write_summaries
+
+    write_summaries(experiment, output, records, predicted, registry, interrupted=interrupted)
+    if interrupted:
+        print(
+            f"aner: scaling interrupted; {len(records)} finished trial(s) kept in {output}",
+            file=progress,
+        )
+        return EXIT_CANCELLED
+    failed = [r for r in records if not r["ok"]]
+    print(
+        f"aner: {len(records)} trials in {output} ({len(failed)} failed); see report.md",
+        file=progress,
+    )
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+class _owner_only_append:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> TextIO:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.file = os.fdopen(fd, "a")
+        return self.file
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name)[:40]
+
+
+def trial_record(
+    experiment: Experiment,
+    case: Case,
+    rep: int,
+    outcome: Outcome,
+    registry: Registry,
+    reference: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The SPEC section 10 record of one trial."""
+    result = outcome.result
+    science = scientific(result) if result is not None else None
+    failure: str | None = None
+    if outcome.exit_code != 0 or result is None:
+        last = outcome.stderr.splitlines()[-1] if outcome.stderr else "no result.json"
+        failure = f"exit code {outcome.exit_code}: {last}"
+    elif reference is not None:
+        differs = disagreement(science, reference)
+        if differs:
+            failure = f"different scientific result: {differs}"
+    workers = []
+    for account in (result or {}).get("workers", []):
+        public = LOCAL_IDENTITY if case.local else account["identity"]
+        machine = account.get("machine")
+        revision = registry.revision(public, machine) if machine else None
+        workers.append(
+            {
+                "identity": account["identity"],
+                "configuration": revision.label if revision else None,
+                "replaced": revision.replaced if revision else None,
+                "slots": account["slots"],
+                "items": account["items"],
+                "chunks": account["chunks"],
+                "compute_s": account.get("compute_s"),
+                "transfer_s": account.get("transfer_s"),
+                "wait_s": account.get("wait_s"),
+            }
+        )
+    record: dict[str, Any] = {
+        "experiment": experiment.name,
+        "case": case.name,
+        "repetition": rep,
+        "warmup": rep == 0,
+        "started": outcome.started,
+        "wall_s": round(outcome.wall_s, 6),
+        "internal_s": result.get("seconds") if result else None,
+        "exit_code": outcome.exit_code,
+        "ok": failure is None,
+        "failure": failure,
+        "result": science,
+        "workers": workers,
+        "compute_s": _total(workers, "compute_s"),
+        "transfer_s": _total(workers, "transfer_s"),
+        "wait_s": _total(workers, "wait_s"),
+        "source_fingerprint": outcome.fingerprint,
+    }
+    if result is not None and result.get("history"):
+        record["history"] = result["history"]  # per-epoch metrics, for the training chart
+    return record
+
+
+def _total(workers: list[dict[str, Any]], key: str) -> float | None:
+    """The sum over workers, or None unless every worker measured it."""
+    values = [w[key] for w in workers]
+    if not values or any(v is None for v in values):
+        return None
+    return round(float(sum(values)), 6)
+
+
+def _show(
+    progress: TextIO,
+    index: int,
+    total: int,
+    case: Case,
+    rep: int,
+    experiment: Experiment,
+    record: dict[str, Any],
+    records: list[dict[str, Any]],
+    began: float,
+) -> None:
+    what = "warm-up" if rep == 0 else f"repetition {rep} of {experiment.repetitions}"
+    verdict = "" if record["ok"] else f"  FAILED: {record['failure']}"
+    # ETA: the remaining trials at their case's median so far, or the overall mean.
+    by_case: dict[str, list[float]] = {}
+    for r in records:
+        by_case.setdefault(r["case"], []).append(r["wall_s"])
+    mean = (time.monotonic() - began) / max(1, len(records))
+    remaining = Schedule(experiment).trials[index + 1 :]
+    eta = sum(statistics.median(by_case.get(c.name, [mean])) for c, _ in remaining)
+    print(
+        f"[{index + 1:>3}/{total}] {case.name}, {what}: {record['wall_s']:.3f} s"
+        f"  (ETA {_clock(eta)}){verdict}",
+        file=progress,
+        flush=True,
+    )
+
+
+def _clock(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 60}:{whole % 60:02d}"

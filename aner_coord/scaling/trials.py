@@ -1,0 +1,141 @@
+"""One trial: a fresh `aner parallel` command, timed by an external monotonic clock.
+
+The trial's job is written as a spec file (`aner parallel run --spec`, which runs any
+registered computation) next to its job directory; the command's exit status, its
+`result.json` (the scientific result, the coordinator's own seconds and per-worker
+accounting with measured costs and machines) and its manifest's source fingerprint are what
+the trial records. Every trial's scientific result is compared with the experiment's first:
+integers and strings exactly, numbers within `TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from aner_coord.requests import JobRequest
+
+TOLERANCE = 1e-10  # SPEC sections 2 and 9: theta and losses within 1e-10 between plans
+# result.json keys that describe how, not what: they may differ between plans.
+_ACCOUNTING = {"seconds", "execution", "workers", "schema", "history", "time_to_target_s"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    started: str  # UTC, ISO 8601
+    wall_s: float
+    exit_code: int
+    result: dict[str, Any] | None  # the whole result.json, when the job completed
+    fingerprint: str | None
+    stderr: str
+
+
+def aner_executable() -> str:
+    """The `aner` of this installation (beside the interpreter), else `python -m`."""
+    beside = Path(sys.executable).with_name("aner")
+    return str(beside) if beside.exists() else ""
+
+
+def command(spec: Path) -> list[str]:
+    exe = aner_executable()
+    head = [exe] if exe else [sys.executable, "-m", "aner_coord.cli"]
+    return [*head, "parallel", "run", "--spec", str(spec), "--quiet"]
+
+
+def write_spec(request: JobRequest, path: Path) -> None:
+    """The request as a TOML spec file: flat tables of scalars and arrays."""
+    data = msgspec.to_builtins(request)
+    lines = []
+    for key in ("output", "audit"):
+        if data.get(key) is not None:
+            lines.append(f"{key} = {_toml(data[key])}")
+    for table in ("computation", "execution"):
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {_toml(v)}" for k, v in data[table].items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} cannot be written to a spec file")
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)  # strings, integers and floats read the same in TOML
+
+
+def run_trial(request: JobRequest, spec: Path) -> Outcome:
+    """Run the job of `request` (whose output must not exist yet) as a whole command."""
+    assert request.output is not None
+    write_spec(request, spec)
+    started = datetime.now(UTC).isoformat(timespec="milliseconds")
+    began = time.monotonic()
+    proc = subprocess.run(command(spec), stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    wall = time.monotonic() - began
+    job = Path(request.output)
+    result = _read_json(job / "result.json")
+    manifest = _read_json(job / "run-manifest.json")
+    return Outcome(
+        started=started,
+        wall_s=wall,
+        exit_code=proc.returncode,
+        result=result,
+        fingerprint=manifest.get("source_fingerprint") if manifest else None,
+        stderr=proc.stderr.strip()[-2000:],
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_bytes())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def scientific(result: dict[str, Any]) -> dict[str, Any]:
+    """What a result says about the science, without how long or where it ran."""
+    return {k: v for k, v in result.items() if k not in _ACCOUNTING}
+
+
+def disagreement(a: Any, b: Any, where: str = "") -> str | None:
+    """None if `a` and `b` agree (integers exactly, floats within TOLERANCE), else where not."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"{where or 'result'} has fields {sorted(a)} vs {sorted(b)}"
+        for key in a:
+            found = disagreement(a[key], b[key], f"{where}.{key}" if where else key)
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{where} has {len(a)} vs {len(b)} entries"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = disagreement(x, y, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(a, float) or isinstance(b, float):
+        numbers = isinstance(a, int | float) and isinstance(b, int | float)
+        if numbers and abs(a - b) <= TOLERANCE:
+            return None
+        return f"{where} is {a!r}, the first trial's is {b!r}"
+    return None if a == b else f"{where} is {a!r}, the first trial's is {b!r}"
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)
+    return path

@@ -1,0 +1,97 @@
+"""The wire's additions for scaling experiments: the machine identity in `Welcome` and the
+queueing time in `Result`, both appended with defaults so an older peer's frames still
+decode; and the coordinator's per-worker cost accounts built from task stamps."""
+
+from __future__ import annotations
+
+import msgspec
+
+from aner_coord.status import WorkerAccount, decode_status
+from aner_coord.timing import TaskTimes
+from protocol import (
+    Accepted,
+    Answered,
+    CoordinatorConnection,
+    Result,
+    Task,
+    Welcome,
+    WorkerConnection,
+)
+from protocol.messages import Message
+
+FP = "sha256:" + "0" * 64
+MACHINE = {"cpu_model": "Test CPU", "logical_cpus": "4", "aner": "0.1.0"}
+
+
+def test_the_welcome_carries_the_workers_machine() -> None:
+    coordinator = CoordinatorConnection("Atlas-02", 2, FP, ("mc",))
+    worker = WorkerConnection(FP, 4, "p", {"mc"}, machine=MACHINE)
+    worker.receive(coordinator.hello())
+    (accepted,) = coordinator.receive(worker.reply())
+    assert isinstance(accepted, Accepted)
+    assert accepted.welcome.machine == MACHINE
+
+
+def test_older_frames_without_the_new_fields_still_decode() -> None:
+    decoder = msgspec.msgpack.Decoder(Message)
+    # An older worker's Welcome and Result: the same arrays, without the appended fields.
+    old_welcome = msgspec.msgpack.encode(["welcome", 1, FP, "p", 4, 2])
+    welcome = decoder.decode(old_welcome)
+    assert isinstance(welcome, Welcome) and welcome.machine == {}
+    body = msgspec.msgpack.encode([5])
+    old_result = msgspec.msgpack.encode(["result", 3, 0, 10, msgspec.Raw(body), 0.25])
+    result = decoder.decode(old_result)
+    assert isinstance(result, Result) and result.busy_s == 0.25 and result.queued_s == 0.0
+
+
+def test_a_result_reports_how_long_its_task_queued() -> None:
+    coordinator = CoordinatorConnection("w", 1, FP, ("mc",))
+    worker = WorkerConnection(FP, 1, "p", {"mc"})
+    worker.receive(coordinator.hello())
+    coordinator.receive(worker.reply())
+    worker.receive(coordinator.params(1, "mc", msgspec.msgpack.encode([1])))
+    task = Task(7, 1, 0, 10)
+    worker.receive(coordinator.task(task))
+    (answered,) = coordinator.receive(worker.result(task, msgspec.msgpack.encode([3]), 0.5, 0.125))
+    assert isinstance(answered, Answered)
+    assert isinstance(answered.message, Result)
+    assert (answered.message.busy_s, answered.message.queued_s) == (0.5, 0.125)
+
+
+def test_costs_are_sums_of_what_was_measured_and_none_otherwise() -> None:
+    link = TaskTimes(link=True)
+    link.start()
+    link.machine("w1", MACHINE)
+    link.dispatched("w1", [1, 2])
+    link.received("w1", 1, 0.25, 0.0)
+    link.received("w1", 2, 0.5, 0.25)
+    idle = WorkerAccount("w2", 1, 0, 0)  # never answered: nothing measured
+    w1, w2 = link.annotate([WorkerAccount("w1", 2, 20, 2), idle])
+    assert w1.compute_s == 0.75
+    assert w1.transfer_s is not None and w1.transfer_s >= 0
+    assert w1.wait_s is not None and w1.wait_s >= 0
+    assert w1.machine == MACHINE
+    assert w2 == idle and w2.compute_s is None and w2.transfer_s is None
+    threads = TaskTimes(link=False)
+    threads.received("local-1", 1, 0.125)
+    (local,) = threads.annotate([WorkerAccount("local-1", 1, 10, 1)])
+    assert local.compute_s == 0.125 and local.transfer_s is None  # no link: not measured
+
+
+def test_unmeasured_costs_are_left_out_of_status_files() -> None:
+    from aner_coord.status import encode_status
+
+    data = (
+        b'{"schema": "aner-status/2", "seq": 1, "state": "RUNNING", "kind": "monte-carlo",'
+        b' "pid": 1, "created_at": 0, "updated_at": 0, "elapsed_s": 0, "requested": 10,'
+        b' "passes": 1, "pass_index": 0, "phase": "p", "accepted": 0, "accepted_in_pass": 0,'
+        b' "chunks_total": 1, "chunks_done": 0, "in_flight": 0, "throughput": null,'
+        b' "eta_s": null, "workers": [{"identity": "w", "slots": 1, "items": 0, "chunks": 0}]}'
+    )
+    snapshot = decode_status(data)
+    assert snapshot.workers[0].compute_s is None
+    assert b"compute_s" not in encode_status(snapshot)
+    measured = msgspec.structs.replace(
+        snapshot, workers=[msgspec.structs.replace(snapshot.workers[0], compute_s=1.5)]
+    )
+    assert decode_status(encode_status(measured)).workers[0].compute_s == 1.5
