@@ -49,8 +49,8 @@ from aner_coord.jobstate import (
 )
 from aner_coord.ledger import LedgerWriter, Recovered
 from aner_coord.staging import plan_of
-from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
-from aner_worker.kernels import decode, encode
+from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot
+from aner_worker.kernels import encode
 
 Observer = Callable[[StatusSnapshot], None]
 
@@ -90,7 +90,7 @@ class Coordinator:
         self._ledger = ledger
         self._resumes = recovered.resumes if recovered is not None else 0
         self._run: Run = job.computation.start(job.request.computation, job.chunk)
-        stats_type = job.computation.kernel.stats_type
+        recovered = recovered if recovered is not None else Recovered()
         self._machine = JobMachine(
             self._run,
             job.workers.slots,
@@ -98,18 +98,8 @@ class Coordinator:
             passes=job.admitted.passes,
             audit=job.request.audit,
             retries=job.request.retries,
-            recovered=None
-            if recovered is None
-            else {
-                pass_id: {chunk: decode(stats_type, body) for chunk, body in chunks.items()}
-                for pass_id, chunks in recovered.chunks.items()
-            },
-            losses=()
-            if recovered is None
-            else [
-                WorkerLoss(r.identity, r.phase, r.detail, r.at, "an earlier coordinator's run")
-                for r in recovered.losses
-            ],
+            recovered=recovered.statistics(job.computation.kernel.stats_type),
+            losses=recovered.worker_losses(),
         )
         self._seq = first_seq
         self._created = time.time()

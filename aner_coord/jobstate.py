@@ -245,6 +245,35 @@ class _Worker:
         )
 
 
+class _ChunkQueue:
+    """The chunks of a pass still to dispatch, in chunk order: requeued chunks (a lost
+    worker's) first, then fresh ones from a counter, so that a pass of a million chunks
+    costs no memory; chunks a resumed job recovered from its ledger are skipped."""
+
+    def __init__(self, n_chunks: int, recovered: set[int]) -> None:
+        self._n = n_chunks
+        self._next = 0
+        self._recovered = recovered
+        self._recovered_ahead = len(recovered)
+        self._requeued: deque[int] = deque()
+
+    def __len__(self) -> int:
+        return len(self._requeued) + self._n - self._next - self._recovered_ahead
+
+    def pop(self) -> int:
+        if self._requeued:
+            return self._requeued.popleft()
+        while self._next in self._recovered:
+            self._next += 1
+            self._recovered_ahead -= 1
+        chunk = self._next
+        self._next += 1
+        return chunk
+
+    def requeue(self, chunks: list[int]) -> None:
+        self._requeued.extendleft(reversed(chunks))
+
+
 @dataclass(frozen=True)
 class _Outstanding:
     worker: str
@@ -287,7 +316,7 @@ class JobMachine:
         self._items_done = 0  # accepted in the current pass
         self._items_total = 0  # accepted over all passes
         self._chunks_done = 0  # accepted in the current pass
-        self._todo: deque[int] = deque()  # chunks of the current pass still to dispatch
+        self._todo = _ChunkQueue(0, set())  # chunks of the current pass still to dispatch
         self._next_task_id = 1
         self._outstanding: dict[int, _Outstanding] = {}
         self._never_served: set[str] = set(workers)
@@ -299,9 +328,14 @@ class JobMachine:
         out = self._begin_pass()
         if self.state is JobState.STARTING and self._pass is not None and not self._todo:
             out.extend(self._end_pass())  # a resumed pass that the ledger already holds
+        if self.state.terminal:
+            return out  # it ended already (planning failed, or the ledger held everything)
         return [*out, self._status(urgent=True)]
 
     def handle(self, event: Event) -> list[Instruction]:
+        worker = getattr(event, "worker", None)
+        if worker is not None and worker not in self._workers:
+            return self._fail(f"the shell reported an event for unknown worker {worker!r}")
         if isinstance(event, ResultReceived):
             return self._on_result(event)
         if isinstance(event, WorkerReady):
@@ -365,7 +399,7 @@ class JobMachine:
         for _, task_id in mine:
             del self._outstanding[task_id]
         # Back to the front of the queue, in chunk order.
-        self._todo.extendleft(chunk for chunk, _ in reversed(mine))
+        self._todo.requeue([chunk for chunk, _ in mine])
         self._never_served.discard(event.worker)
         if event.worker in self._ready_order:
             self._ready_order.remove(event.worker)
@@ -454,7 +488,7 @@ class JobMachine:
             return []  # the last pass's counts stay: the final status reports them
         self._items_done = 0
         self._chunks_done = 0
-        self._todo.clear()
+        self._todo = _ChunkQueue(0, set())
         self._pass_id += 1
         self._requested = spec.items
         self._n_chunks = -(-spec.items // self._chunk)
@@ -471,7 +505,7 @@ class JobMachine:
             self._items_total += count
             self._recovered_items += count
             self._chunks_done += 1
-        self._todo.extend(c for c in range(self._n_chunks) if c not in recovered)
+        self._todo = _ChunkQueue(self._n_chunks, set(recovered))
         return [BeginPass(self._pass_id, spec.params)]
 
     def _on_shell_failed(self, event: ShellFailed) -> list[Instruction]:
@@ -534,7 +568,7 @@ class JobMachine:
 
     def _send(self, worker: str) -> SendTask:
         assert self._pass is not None
-        chunk = self._todo.popleft()
+        chunk = self._todo.pop()
         start = chunk * self._chunk
         count = min(self._chunk, self._pass.items - start)
         task = Task(self._next_task_id, self._pass_id, start, count)

@@ -21,10 +21,13 @@ import os
 import threading
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from aner_coord.jobdir import JobDir, JobDirError
+from aner_coord.status import WorkerLoss
+from aner_worker.kernels import decode
 
 LEDGER = "ledger"
 _HEADER = 8
@@ -107,6 +110,19 @@ class Recovered:
     @property
     def chunk_count(self) -> int:
         return sum(len(c) for c in self.chunks.values())
+
+    def statistics(self, stats_type: type[Any]) -> dict[int, dict[int, Any]]:
+        """The accepted chunks' statistics, decoded, by pass and chunk."""
+        return {
+            pass_id: {chunk: decode(stats_type, body) for chunk, body in chunks.items()}
+            for pass_id, chunks in self.chunks.items()
+        }
+
+    def worker_losses(self) -> list[WorkerLoss]:
+        return [
+            WorkerLoss(r.identity, r.phase, r.detail, r.at, "an earlier coordinator's run")
+            for r in self.losses
+        ]
 
 
 def read_ledger(directory: JobDir) -> Recovered:

@@ -56,7 +56,7 @@ class Group:
 
 
 def run(sizes: Sizes) -> dict[str, Any]:
-    n_all = parallel.local().workers
+    n_all = int(parallel.inventory()["auto_workers"])
     tmp = scratch_dir("aner-bench-cluster-")
     tmp.chmod(0o700)
     local_name = f"local threads, {n_all} workers"

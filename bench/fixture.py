@@ -57,7 +57,7 @@ def max_difference(a: Fit, b: Fit, key: str) -> float:
 
 
 def run(sizes: Sizes) -> dict[str, Any]:
-    n_all = parallel.local().workers
+    n_all = int(parallel.inventory()["auto_workers"])
     warm_up()
     regression(10_000, 1, RATE, SEED, parallel.local(workers=1))
     regression(10_000, 1, RATE, SEED, parallel.local())

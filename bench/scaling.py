@@ -26,7 +26,7 @@ class Sizes:
 
 def run(sizes: Sizes) -> dict[str, Any]:
     n = sizes.samples
-    n_all = parallel.local().workers
+    n_all = int(parallel.inventory()["auto_workers"])
     one, every = "local(workers=1)", f"local() automatic, {n_all} workers"
     workers = {one: 1, every: n_all}
     monte_carlo(10**6, 1, parallel.local(workers=1))

@@ -234,7 +234,7 @@ INVALID = [
     (
         "samples-over-limit",
         ["--samples", "10000000001", "--seed", "1"],
-        "--samples is 10,000,000,001; the limit is 10,000,000,000",
+        "--samples is 10,000,000,001 samples; the limit is 10,000,000,000",
     ),
     (
         "seed-negative",

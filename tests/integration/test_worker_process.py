@@ -25,6 +25,7 @@ from aner_worker.kernels import (
     decode,
     encode,
 )
+from aner_worker.machine import machine_identity
 from aner_worker.philox import count_hits
 from aner_worker.worker import platform_identity
 from protocol import (
@@ -164,6 +165,7 @@ def test_hello_gets_welcome(worker: Worker) -> None:
         platform=platform_identity(),
         effective_cpus=current().effective_cpus,
         slots=1,
+        machine=machine_identity(),  # what configuration revisions are made of
     )
 
 

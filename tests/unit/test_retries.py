@@ -131,4 +131,15 @@ def test_a_pass_the_ledger_holds_whole_is_committed_at_start() -> None:
     out = m.start()
     assert m.state is JobState.COMPLETED
     assert RecordCommitted(0) in out
-    assert isinstance(out[-1], WriteStatus) and out[-1].progress.accepted == 3000
+    assert isinstance(out[-1], JobEnded)
+    [final] = [i for i in out if isinstance(i, WriteStatus)]
+    assert final.progress.state is JobState.COMPLETED and final.progress.accepted == 3000
+
+
+def test_an_event_for_an_unknown_worker_fails_the_job_instead_of_raising() -> None:
+    m = machine(3000, 1)
+    m.start()
+    out = m.handle(WorkerReady("nobody", window=1))
+    assert m.state is JobState.FAILED
+    assert m.error == "the shell reported an event for unknown worker 'nobody'"
+    assert out[-1] == JobEnded(JobState.FAILED)
