@@ -28,7 +28,10 @@ from typing import Any, Protocol
 import msgspec
 
 from aner_coord.clusterfile import WorkerRecord
+from aner_coord.computations.base import StagePlan
 from aner_coord.jobstate import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
+from aner_coord.staging import StagingLost, stage_worker
+from aner_coord.status import StagingRecord
 from aner_coord.timing import TaskTimes
 from aner_coord.transports import Transport, TransportError, open_transport
 from aner_worker.kernels import Kernel, Stopped, decode, encode
@@ -182,8 +185,11 @@ class ProcessBackend:
         fingerprint: str,
         kernel: Kernel,
         seconds_per_task: float,
+        stage: StagePlan | None = None,
     ) -> None:
         self._records = list(records)
+        self._stage = stage  # file data each worker must hold before its first task
+        self.staging: list[StagingRecord] = []
         self._fingerprint = fingerprint
         self._kernel = kernel
         self._seconds_per_task = seconds_per_task
@@ -239,6 +245,14 @@ class ProcessBackend:
                 raise _Lost(first.reason)
             assert isinstance(first, Accepted)
             self.timing.machine(identity, first.welcome.machine)
+            if self._stage is not None:  # staging: a separate step, see aner_coord.staging
+                phase = "staging"
+                self.staging.append(
+                    await stage_worker(
+                        identity, transport, connection, self._stage, HANDSHAKE_TIMEOUT_S
+                    )
+                )
+                events = []
             # Write more once the worker holds no more than its slots plus half its queue.
             self._low_water[identity] = record.slots + (window - record.slots) // 2
             phase = "run"
@@ -252,7 +266,7 @@ class ProcessBackend:
                 pinger.cancel()
         except asyncio.CancelledError:
             raise
-        except _Lost as exc:
+        except (_Lost, StagingLost) as exc:
             self._lost(identity, phase, str(exc))
         except TransportError as exc:
             self._lost(identity, exc.phase, exc.detail)

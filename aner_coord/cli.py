@@ -119,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     reg = sub.add_parser("regression", help="the logistic-regression training fixture")
     job_arguments(reg, regression=True)
 
+    from aner_coord.dense_commands import add_train_arguments
+
+    train = sub.add_parser("train", help="train a Dense classifier (SPEC section 9)")
+    add_train_arguments(train, count, _number)
+    pr = sub.add_parser("predict", help="labels and class probabilities from a trained model")
+    pr.add_argument("--model", required=True, metavar="JOBDIR", help="a train job's directory")
+    pr.add_argument("--data", required=True, metavar="FILE", help="CSV or NPZ feature rows")
+    pr.add_argument("--output", metavar="FILE", help="CSV to write (default: standard output)")
+
     st = sub.add_parser("status", help="report a job directory's state")
     st.add_argument("--job", required=True, metavar="DIR")
     st.add_argument("--json", action="store_true")
@@ -202,6 +211,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from aner_coord.commands import job_command
 
         return job_command(args)
+    if command == "train":
+        from aner_coord.dense_commands import train_command
+
+        return train_command(args)
+    if command == "predict":
+        from aner_coord.dense_commands import predict_command
+
+        return predict_command(args.model, args.data, args.output)
     if command == "status":
         from aner_coord.monitor import status_command
 

@@ -48,6 +48,7 @@ from aner_coord.jobstate import (
     WriteStatus,
 )
 from aner_coord.ledger import LedgerWriter, Recovered
+from aner_coord.staging import plan_of
 from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot
 from aner_worker.kernels import encode
 
@@ -69,6 +70,7 @@ class JobReport:
     seconds: float
     result: Any = None
     task_exception: BaseException | None = None
+    run: Any = None  # the computation's run (what it leaves behind: `WritesFiles`)
 
 
 class Coordinator:
@@ -131,6 +133,7 @@ class Coordinator:
                 workers=tuple(snapshot.workers),
                 execution=self.job.describe_execution(),
                 losses=tuple(snapshot.losses),
+                staging=tuple(snapshot.staging),
             )
             try:
                 result = self._run.result(accounting)
@@ -146,6 +149,7 @@ class Coordinator:
             seconds=seconds,
             result=result,
             task_exception=self._backend.task_exception if self._backend else None,
+            run=self._run,
         )
 
     def _final_snapshot(self) -> StatusSnapshot:
@@ -307,6 +311,7 @@ class Coordinator:
             source_fingerprint(),
             kernel,
             seconds_per_task=job.computation.seconds_per_item * job.chunk,
+            stage=plan_of(self._run),
         )
 
     def _snapshot(self) -> StatusSnapshot:
@@ -354,6 +359,7 @@ class Coordinator:
             losses=list(progress.losses),
             resumes=self._resumes,
             recovered=progress.recovered,
+            staging=list(getattr(self._backend, "staging", ())),
         )
 
     def _publish_now(self) -> StatusSnapshot:

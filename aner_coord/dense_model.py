@@ -54,8 +54,8 @@ class DenseModel:
         return out
 
 
-def save_model(path: Path, model: DenseModel, meta: dict[str, Any]) -> None:
-    """Write ``model.npz`` atomically; ``meta`` gains ``schema`` and ``layer_sizes``."""
+def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
+    """The bytes of ``model.npz``; ``meta`` gains ``schema`` and ``layer_sizes``."""
     arrays: dict[str, npt.NDArray[Any]] = {}
     for index, p in enumerate(model.params):
         arrays[f"{'W' if index % 2 == 0 else 'b'}{index // 2 + 1}"] = p
@@ -67,11 +67,17 @@ def save_model(path: Path, model: DenseModel, meta: dict[str, Any]) -> None:
     buffer = io.BytesIO()
     # Object arrays (and so pickles) are refused on the way in as on the way out.
     np.savez(buffer, allow_pickle=False, **arrays)
+    return buffer.getvalue()
+
+
+def save_model(path: Path, model: DenseModel, meta: dict[str, Any]) -> None:
+    """Write ``model.npz`` atomically (see ``encode_model``)."""
+    data = encode_model(model, meta)
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getvalue())
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

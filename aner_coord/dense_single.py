@@ -119,10 +119,13 @@ def train_single(
     target_accuracy: float | None = None,
     threads: int = 1,
     on_epoch: Callable[[EpochRecord], None] | None = None,
+    max_steps: int | None = None,
 ) -> SingleFit:
     """Train a Dense classifier on ``dataset`` as SPEC section 9 prescribes.
 
     ``threads`` local threads compute a step's chunks; the result does not depend on it.
+    ``max_steps`` stops after that many committed steps (``final_params`` are then those of a
+    job stopped there, for comparison with an interrupted distributed run).
     """
     if batch < 1 or chunk < 1 or epochs < 1 or patience < 1 or threads < 1:
         raise ValueError("batch, chunk, epochs, patience and threads must all be >= 1")
@@ -164,6 +167,10 @@ def train_single(
                 committed += 1
                 rows_processed += totals.valid
                 epoch_loss += totals.loss_sum
+                if committed == max_steps:
+                    break
+            if committed == max_steps:
+                break
             val_loss, val_acc = evaluate_rows(
                 dataset, unflatten(flat, sizes), norm, roles.validation, chunk
             )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from aner_coord import jobdir, ledger
 from aner_coord.admission import Job
+from aner_coord.computations.base import WritesFiles
 from aner_coord.coordinator import Coordinator, JobReport, Observer
 from aner_coord.jobstate import ShellFailed
 from aner_coord.manifest import encode_manifest, manifest_of
@@ -108,6 +109,9 @@ async def execute(
             else contextlib.nullcontext()
         ):
             report = await coordinator.run()
+        if directory is not None and isinstance(report.run, WritesFiles):
+            for name, data in report.run.files(report.state).items():  # before result.json
+                directory.write_bytes(name, data)
         if directory is not None and report.state is JobState.COMPLETED:
             directory.write_bytes(jobdir.RESULT, encode_result(report.result))
             assert writer is not None

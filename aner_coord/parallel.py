@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aner_coord.admission import admit, cluster, local
 from aner_coord.coordinator import JobReport
@@ -29,6 +30,7 @@ from aner_coord.jobs import execute
 from aner_coord.requests import (
     ClusterExecution,
     ComputationRequest,
+    DenseRequest,
     Execution,
     JobRequest,
     LocalExecution,
@@ -39,10 +41,17 @@ from aner_coord.results import MonteCarloResult, RegressionResult
 from aner_coord.runner import run_interruptible
 from aner_coord.status import JobState, WorkerAccount
 
+if TYPE_CHECKING:
+    from aner_coord.dense_result import DenseFit, DenseResult
+
+DENSE_CHUNK = 256  # rows per task of a Dense job unless the execution says otherwise
+
 __all__ = [
     "AdmissionError",
     "AnerError",
     "ClusterExecution",
+    "DenseFit",
+    "DenseResult",
     "JobCancelled",
     "JobFailed",
     "LocalExecution",
@@ -51,6 +60,7 @@ __all__ = [
     "RequestError",
     "WorkerAccount",
     "cluster",
+    "dense_fit",
     "inventory",
     "local",
     "monte_carlo",
@@ -204,3 +214,54 @@ def regression(
         request, execution=execution, output=output, audit=audit, retries=retries
     )
     return result
+
+
+def dense_fit(
+    *,
+    data: str | os.PathLike[str] | None = None,
+    label: str | None = None,
+    teacher: tuple[int, int, int] | None = None,
+    hidden: Sequence[int] = (64, 64),
+    batch: int = 256,
+    epochs: int = 100,
+    optimizer: str = "adam",
+    lr: float = 1e-3,
+    patience: int = 5,
+    target_accuracy: float | None = None,
+    seed: int,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    retries: int = 0,
+) -> DenseFit:
+    """Train a Dense classifier (SPEC section 9) on `data` (a CSV or NPZ file, or "digits")
+    or on the procedural `teacher` set (rows, features, classes).
+
+    The result carries the per-epoch history, test metrics, `best_epoch`,
+    `time_to_target_s`, per-worker accounting and `predict(X)`. With `output`, the job
+    directory also holds `model.npz`. The default execution is local threads with chunks of
+    256 rows (the parameters depend on the chunk, never on the workers).
+    """
+    from aner_coord.dense_result import DenseFit
+
+    request = DenseRequest(
+        seed=seed,
+        data=None if data is None else (data if data == "digits" else os.fspath(data)),
+        label=label,
+        teacher=None if teacher is None else (teacher[0], teacher[1], teacher[2]),
+        hidden=tuple(hidden),
+        batch=batch,
+        epochs=epochs,
+        optimizer=optimizer,
+        lr=lr,
+        patience=patience,
+        target_accuracy=target_accuracy,
+    )
+    job_request = JobRequest(
+        computation=request,
+        execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
+        output=None if output is None else os.fspath(output),
+        retries=retries,
+    )
+    job = admit(job_request)
+    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    return DenseFit(_outcome(report, interrupt), report.run.model)

@@ -88,6 +88,17 @@ class WorkerLoss(msgspec.Struct, frozen=True):
     during: str  # the pass it was lost in
 
 
+class StagingRecord(msgspec.Struct, frozen=True):
+    """How a worker process got the job's file data: "cold" when blocks were sent, "cached"
+    when its block cache already held them all (nothing sent)."""
+
+    identity: str
+    state: str
+    bytes: int
+    blocks: int
+    seconds: float
+
+
 class StatusSnapshot(msgspec.Struct, frozen=True):
     schema: str
     seq: int
@@ -115,6 +126,7 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     losses: list[WorkerLoss] = []
     resumes: int = 0  # how many times a coordinator resumed this job from its ledger
     recovered: int = 0  # items the last resume took from the ledger
+    staging: list[StagingRecord] = []
 
     @property
     def total_work(self) -> int:

@@ -11,8 +11,9 @@ lives in `aner_coord.computations` and names its kernel.
 `Stopped`), so a worker whose coordinator has gone or cancelled stops promptly whatever the
 chunk size; the sub-ranges never change the statistics' bits.
 
-Adding a workload: a Kernel here (or in any module that calls `register`), and its
-coordinator half registered in `aner_coord.computations`.
+Adding a workload: a Kernel here (or in a module of its own that calls `register`, imported at
+the end of this one, as `dense_task` is), and its coordinator half registered in
+`aner_coord.computations`.
 """
 
 from __future__ import annotations
@@ -141,3 +142,7 @@ class RegressionKernel:
 
 register(MonteCarloKernel())
 register(RegressionKernel())
+
+# The Dense classifier's kernel lives in its own module, which registers itself on import
+# (light: its computation is imported when it first runs).
+import aner_worker.dense_task  # noqa: E402, F401

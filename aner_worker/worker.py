@@ -10,6 +10,9 @@ together in the next write, and the result of a very short task may wait up to a
 milliseconds for company (see HOLD_TASK_S). Pings are answered by the reading thread at
 once, whatever the slots are doing.
 
+A job on file data first stages it (`_Stager`): the worker names the blocks its user cache
+lacks, stores those it receives, and assembles the data set before its first task.
+
 On end of input (its coordinator closed the pipe, vanished, or the SSH channel dropped), on
 `Shutdown` or on a protocol error the worker stops: queued tasks are dropped and running
 ones stop at their kernel's next sub-range boundary (a few milliseconds), so a worker never
@@ -27,13 +30,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from aner_worker.blocks import BlockCache
 from aner_worker.kernels import KERNELS, Stopped, decode, encode
 from protocol import (
+    BlockReceived,
     HelloReceived,
     ParamsReceived,
     PingReceived,
     ProtocolError,
     ShutdownReceived,
+    StageReceived,
     Task,
     TaskReceived,
     WorkerConnection,
@@ -121,6 +127,68 @@ class _Output:
                     self.broken = True  # coordinator gone; the read loop will see EOF
 
 
+class _Stager:
+    """Staging on the worker's side: look in the block cache, store what arrives, assemble.
+
+    Received blocks are also kept in memory until the data set is assembled, so a cache
+    directory that cannot be written costs the next job a resend, never this job its data.
+    """
+
+    def __init__(self) -> None:
+        self.cache = BlockCache()
+        self.dataset = ""
+        self.blocks: tuple[str, ...] = ()
+        self.received: dict[str, bytes] = {}
+
+    def begin(self, event: StageReceived, connection: WorkerConnection, out: _Output) -> None:
+        from aner_worker import dense_rows
+
+        self.dataset, self.blocks, self.received = event.dataset, event.blocks, {}
+        if dense_rows.has(event.dataset):
+            missing: tuple[str, ...] = ()
+        else:
+            unique = dict.fromkeys(event.blocks)
+            missing = tuple(d for d in unique if self.cache.get(d) is None)
+        with out.lock:
+            frame = connection.missing(missing)
+        out.send(frame)
+        log.info(
+            "staging %s: %d of %d blocks to receive", self.dataset, len(missing), len(self.blocks)
+        )
+        if not missing:
+            self.finish(connection, out)
+
+    def block(self, event: BlockReceived, connection: WorkerConnection, out: _Output) -> None:
+        self.received[event.digest] = event.data
+        try:
+            self.cache.put(event.digest, event.data)
+        except OSError as exc:
+            log.warning("cannot cache block %s: %s", event.digest, exc)
+        if event.complete:
+            self.finish(connection, out)
+
+    def finish(self, connection: WorkerConnection, out: _Output) -> None:
+        from aner_worker import dense_rows
+
+        if not dense_rows.has(self.dataset):
+            parts = []
+            for digest in self.blocks:
+                data = self.received.get(digest) or self.cache.get(digest)
+                if data is None:
+                    log.error("staged block %s vanished from the cache", digest)
+                    raise _Refused
+                parts.append(data)
+            try:
+                dense_rows.stage(self.dataset, b"".join(parts))
+            except ValueError as exc:
+                log.error("staged data set %s is unusable: %s", self.dataset, exc)
+                raise _Refused from None
+        self.received = {}
+        with out.lock:
+            frame = connection.staged()
+        out.send(frame)
+
+
 def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     """Run the worker loop until EOF or Shutdown; return the process exit status."""
     from aner_worker.contract import source_fingerprint
@@ -139,6 +207,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     tasks: queue.SimpleQueue[tuple[Task, float] | None] = queue.SimpleQueue()
     stopping = threading.Event()
     threads: list[threading.Thread] = []
+    stager = _Stager()
 
     def slot() -> None:
         while True:
@@ -179,7 +248,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
                 break
             with out.lock:
                 events = connection.receive(data)
-            if _handle(events, connection, out, tasks, threads, slot):
+            if _handle(events, connection, out, tasks, threads, slot, stager):
                 break
     except ProtocolError as exc:
         log.error("%s", exc)
@@ -207,11 +276,16 @@ def _handle(
     tasks: queue.SimpleQueue[tuple[Task, float] | None],
     threads: list[threading.Thread],
     slot: Callable[[], None],
+    stager: _Stager,
 ) -> bool:
     """Carry out what the connection saw; True once the worker should stop."""
     for event in events:
         if isinstance(event, TaskReceived):
             tasks.put((event.task, time.monotonic()))
+        elif isinstance(event, StageReceived):
+            stager.begin(event, connection, out)
+        elif isinstance(event, BlockReceived):
+            stager.block(event, connection, out)
         elif isinstance(event, PingReceived):
             with out.lock:
                 frame = connection.pong(event.nonce)

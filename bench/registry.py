@@ -13,4 +13,5 @@ BENCHMARKS: tuple[str, ...] = (
     "fixture",
     "durable",
     "plan",
+    "dense",
 )

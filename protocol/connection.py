@@ -12,12 +12,20 @@ into bytes to send, and enforce what may happen when:
     receive(): Ponged  <-- Pong --           pong()
     shutdown()         -- Shutdown -->       receive(): ShutdownReceived
 
+    staging (file data, once per job, after the handshake and before any task):
+    stage()            -- Stage -->          receive(): StageReceived
+    receive(): BlocksWanted <-- Missing --   missing()
+    block()            -- Block -->          receive(): BlockReceived (digest checked here)
+    receive(): DataStaged <-- Staged --      staged()
+
 Checked here, so that every shell gets them right: the handshake comes first and only once;
 protocol versions and source fingerprints must match; a worker takes no more slots than its
 effective CPUs and no kernel it does not have; a task names a pass whose parameters were
 sent; at most `window` tasks are in flight on the coordinator's side and at most
 `slots * MAX_QUEUED_PER_SLOT` are accepted on the worker's; a result names a task that is
-outstanding on this connection. Bytes that break these rules raise `RemoteProtocolError`
+outstanding on this connection; staging goes Stage, Missing, the blocks named missing (each
+once, its SHA256 checked against its name), Staged, and no task is sent or taken while it is
+in progress. Bytes that break these rules raise `RemoteProtocolError`
 naming the peer; calls that would break them raise `LocalProtocolError`.
 
 Nothing here reads or writes: the shells (`aner_worker.worker`, the coordinator's process
@@ -28,6 +36,8 @@ them from several threads holds one lock around them.
 from __future__ import annotations
 
 import enum
+import hashlib
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -36,14 +46,18 @@ import msgspec
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.framing import MAX_FRAME_BYTES, FrameDecoder, FrameEncoder
 from protocol.messages import (
+    Block,
     Hello,
     Message,
+    Missing,
     Params,
     Ping,
     Pong,
     Refused,
     Result,
     Shutdown,
+    Stage,
+    Staged,
     Task,
     TaskFailed,
     Welcome,
@@ -54,6 +68,14 @@ from protocol.version import PROTOCOL_VERSION
 MAX_QUEUED_PER_SLOT = 64
 # No task may reach beyond the largest job the coordinator admits (SPEC section 3).
 MAX_ITEMS = 10_000_000_000
+# A staged data set has at most this many blocks (of a few MiB each).
+MAX_STAGE_BLOCKS = 16_384
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def sha256_hex(data: bytes | memoryview) -> str:
+    """The name of a staged block or data set: SHA256 of its bytes, lowercase hex."""
+    return hashlib.sha256(data).hexdigest()
 
 
 class Phase(enum.Enum):
@@ -84,7 +106,18 @@ class Ponged:
     nonce: int
 
 
-CoordinatorEvent = Accepted | Rejected | Answered | Ponged
+@dataclass(frozen=True)
+class BlocksWanted:
+    dataset: str
+    blocks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DataStaged:
+    dataset: str
+
+
+CoordinatorEvent = Accepted | Rejected | Answered | Ponged | BlocksWanted | DataStaged
 
 
 # -- events seen by the worker -----------------------------------------------------------
@@ -114,7 +147,62 @@ class ShutdownReceived:
     reason: str
 
 
-WorkerEvent = HelloReceived | ParamsReceived | TaskReceived | PingReceived | ShutdownReceived
+@dataclass(frozen=True)
+class StageReceived:
+    dataset: str
+    blocks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BlockReceived:
+    digest: str
+    data: bytes
+    complete: bool  # every block named missing has now arrived
+
+
+WorkerEvent = (
+    HelloReceived
+    | ParamsReceived
+    | TaskReceived
+    | PingReceived
+    | ShutdownReceived
+    | StageReceived
+    | BlockReceived
+)
+
+
+class _Staging:
+    """One data set being staged: its blocks, those named missing, and those moved."""
+
+    def __init__(self, dataset: str, blocks: tuple[str, ...]) -> None:
+        self.dataset = dataset
+        self.blocks = blocks
+        self.wanted: set[str] | None = None  # None until Missing
+        self.moved: set[str] = set()
+
+    @property
+    def complete(self) -> bool:
+        return self.wanted is not None and self.moved == self.wanted
+
+
+def _check_stage(dataset: str, blocks: tuple[str, ...]) -> str | None:
+    if not _DIGEST.fullmatch(dataset):
+        return f"data set name {dataset[:80]!r} is not a SHA256 hex digest"
+    if not 0 < len(blocks) <= MAX_STAGE_BLOCKS:
+        return f"{len(blocks)} blocks; a data set has 1 to {MAX_STAGE_BLOCKS}"
+    for digest in blocks:
+        if not _DIGEST.fullmatch(digest):
+            return f"block name {digest[:80]!r} is not a SHA256 hex digest"
+    return None
+
+
+def _check_wanted(staging: _Staging, blocks: tuple[str, ...]) -> str | None:
+    if len(set(blocks)) != len(blocks):
+        return "names a block twice"
+    unknown = set(blocks) - set(staging.blocks)
+    if unknown:
+        return f"names block {sorted(unknown)[0]}, which is not part of data set {staging.dataset}"
+    return None
 
 
 class _Side:
@@ -160,10 +248,34 @@ class CoordinatorConnection(_Side):
         self._params_sent: set[int] = set()
         self._outstanding: dict[int, Task] = {}
         self._nonce = 0
+        self._staging: _Staging | None = None
 
     @property
     def in_flight(self) -> int:
         return len(self._outstanding)
+
+    @property
+    def staging(self) -> bool:
+        return self._staging is not None
+
+    def stage(self, dataset: str, blocks: tuple[str, ...]) -> bytes:
+        self._require_ready("Stage")
+        if self._staging is not None:
+            raise LocalProtocolError(self.peer, "Stage while another data set is being staged")
+        problem = _check_stage(dataset, blocks)
+        if problem is not None:
+            raise LocalProtocolError(self.peer, f"Stage: {problem}")
+        self._staging = _Staging(dataset, blocks)
+        return self._encode(Stage(dataset, blocks))
+
+    def block(self, digest: str, data: bytes | memoryview) -> bytes:
+        staging = self._staging
+        if staging is None or staging.wanted is None:
+            raise LocalProtocolError(self.peer, "Block before the worker said what it lacks")
+        if digest not in staging.wanted or digest in staging.moved:
+            raise LocalProtocolError(self.peer, f"block {digest} was not asked for, or was sent")
+        staging.moved.add(digest)
+        return self._encode(Block(digest, bytes(data)))
 
     def has_params(self, pass_id: int) -> bool:
         return pass_id in self._params_sent
@@ -184,6 +296,8 @@ class CoordinatorConnection(_Side):
 
     def task(self, task: Task) -> bytes:
         self._require_ready("Task")
+        if self._staging is not None:
+            raise LocalProtocolError(self.peer, f"task {task.task_id} while staging data")
         if task.pass_id not in self._params_sent:
             raise LocalProtocolError(self.peer, f"task for pass {task.pass_id} before its Params")
         if len(self._outstanding) >= self.window:
@@ -247,7 +361,27 @@ class CoordinatorConnection(_Side):
             if not 0 < message.nonce <= self._nonce:
                 raise self._remote(f"Pong {message.nonce} answers no Ping")
             return Ponged(message.nonce)
+        if isinstance(message, Missing | Staged):
+            return self._on_staging(message)
         raise self._remote(f"unexpected {type(message).__name__} message")
+
+    def _on_staging(self, message: Missing | Staged) -> CoordinatorEvent:
+        staging = self._staging
+        name = type(message).__name__
+        if staging is None or message.dataset != staging.dataset:
+            raise self._remote(f"sent {name} for data set {message.dataset[:80]}, not being staged")
+        if isinstance(message, Missing):
+            if staging.wanted is not None:
+                raise self._remote("sent Missing twice for one data set")
+            problem = _check_wanted(staging, message.blocks)
+            if problem is not None:
+                raise self._remote(f"Missing {problem}")
+            staging.wanted = set(message.blocks)
+            return BlocksWanted(message.dataset, message.blocks)
+        if not staging.complete:
+            raise self._remote("sent Staged before receiving every block it lacked")
+        self._staging = None
+        return DataStaged(message.dataset)
 
     def _on_handshake(self, message: Message) -> CoordinatorEvent:
         if isinstance(message, Refused):
@@ -299,6 +433,7 @@ class WorkerConnection(_Side):
         self._params: dict[int, Params] = {}
         self._accepted = 0
         self._answered = 0
+        self._staging: _Staging | None = None
 
     @property
     def in_flight(self) -> int:
@@ -353,6 +488,25 @@ class WorkerConnection(_Side):
     def pong(self, nonce: int) -> bytes:
         return self._encode(Pong(nonce))
 
+    def missing(self, blocks: tuple[str, ...]) -> bytes:
+        """The answer to Stage: the blocks this worker lacks (the shell looked)."""
+        staging = self._staging
+        if staging is None or staging.wanted is not None:
+            raise LocalProtocolError(self.peer, "Missing without a Stage to answer")
+        problem = _check_wanted(staging, blocks)
+        if problem is not None:
+            raise LocalProtocolError(self.peer, f"Missing {problem}")
+        staging.wanted = set(blocks)
+        return self._encode(Missing(staging.dataset, blocks))
+
+    def staged(self) -> bytes:
+        """Every missing block arrived and the shell assembled the data set."""
+        staging = self._staging
+        if staging is None or not staging.complete:
+            raise LocalProtocolError(self.peer, "Staged before every missing block arrived")
+        self._staging = None
+        return self._encode(Staged(staging.dataset))
+
     def _on_message(self, message: Message) -> WorkerEvent:
         if self.phase is Phase.HANDSHAKE:
             if not isinstance(message, Hello):
@@ -364,7 +518,11 @@ class WorkerConnection(_Side):
             return HelloReceived(message, self._refusal)
         if self.phase is Phase.CLOSED:
             raise self._remote(f"sent {type(message).__name__} after the connection closed")
+        if isinstance(message, Stage | Block):
+            return self._on_staging(message)
         if isinstance(message, Task):
+            if self._staging is not None:
+                raise self._remote(f"sent task {message.task_id} before staging completed")
             if message.pass_id not in self._params:
                 raise self._remote(
                     f"task {message.task_id} names pass {message.pass_id}, "
@@ -396,6 +554,26 @@ class WorkerConnection(_Side):
             self.phase = Phase.CLOSED
             return ShutdownReceived(message.reason)
         raise self._remote(f"unexpected {type(message).__name__} message")
+
+    def _on_staging(self, message: Stage | Block) -> WorkerEvent:
+        staging = self._staging
+        if isinstance(message, Stage):
+            if staging is not None:
+                raise self._remote("sent Stage while another data set is being staged")
+            problem = _check_stage(message.dataset, message.blocks)
+            if problem is not None:
+                raise self._remote(f"Stage: {problem}")
+            self._staging = _Staging(message.dataset, message.blocks)
+            return StageReceived(message.dataset, message.blocks)
+        digest = message.digest
+        if staging is None or staging.wanted is None or digest not in staging.wanted:
+            raise self._remote(f"sent block {digest[:80]}, which was not asked for")
+        if digest in staging.moved:
+            raise self._remote(f"sent block {digest} twice")
+        if sha256_hex(message.data) != digest:
+            raise self._remote(f"block {digest} does not match its SHA256 (corrupted)")
+        staging.moved.add(digest)
+        return BlockReceived(digest, message.data, staging.complete)
 
     def _judge(self, hello: Hello) -> str | None:
         if hello.protocol != PROTOCOL_VERSION:

@@ -11,7 +11,9 @@ import msgspec
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.messages import Message
 
-MAX_FRAME_BYTES = 1 << 20
+# Large enough for the frozen parameters of a sizeable Dense model (4 M binary64 values) with
+# its batch's row positions, and for one staging block; checked before any payload is kept.
+MAX_FRAME_BYTES = 64 << 20
 _HEADER = 4
 
 

@@ -7,6 +7,12 @@ with `Welcome` or `Refused`, then a `Result` or `TaskFailed` per task and a `Pon
 The wire knows no computation: `Params.body` and `Result.body` are MessagePack documents
 that the named kernel defines (its own Structs), so a new workload adds no message here.
 Tasks carry a pass and a range only: no code, no pickles, no paths, no row data.
+
+Staging (file data for a job, before its first task): the coordinator sends `Stage` (the
+data set's digest and its blocks' digests, SHA256 hex); the worker answers `Missing` with the
+blocks its cache lacks; the coordinator sends one `Block` per missing digest; the worker
+answers `Staged` once the data set is assembled and checked. A second job on the same data
+finds every block cached and sends none.
 New fields are appended with defaults, so an older peer still decodes a newer message.
 """
 
@@ -108,4 +114,47 @@ class Shutdown(_Wire, frozen=True, tag="shutdown"):
     reason: str = ""
 
 
-Message = Hello | Welcome | Refused | Params | Task | Result | TaskFailed | Ping | Pong | Shutdown
+class Stage(_Wire, frozen=True, tag="stage"):
+    """Coordinator -> worker: the job's data set `dataset` is the concatenation of `blocks`
+    (each a SHA256 hex digest of its bytes); `dataset` is the SHA256 of the whole."""
+
+    dataset: str
+    blocks: tuple[str, ...]
+
+
+class Missing(_Wire, frozen=True, tag="missing"):
+    """Worker -> coordinator: the blocks of `dataset` its cache lacks (possibly none)."""
+
+    dataset: str
+    blocks: tuple[str, ...]
+
+
+class Block(_Wire, frozen=True, tag="block"):
+    """Coordinator -> worker: the bytes of one block the worker said it lacks."""
+
+    digest: str
+    data: bytes
+
+
+class Staged(_Wire, frozen=True, tag="staged"):
+    """Worker -> coordinator: `dataset` is assembled, checked and ready for tasks."""
+
+    dataset: str
+
+
+Message = (
+    Hello
+    | Welcome
+    | Refused
+    | Params
+    | Task
+    | Result
+    | TaskFailed
+    | Ping
+    | Pong
+    | Shutdown
+    | Stage
+    | Missing
+    | Block
+    | Staged
+)

@@ -58,11 +58,13 @@ def request_types() -> Any:
 
 
 def _register_builtins() -> None:
+    from aner_coord.computations.dense import Dense
     from aner_coord.computations.montecarlo import MonteCarlo
     from aner_coord.computations.regression import Regression
 
     register(MonteCarlo())
     register(Regression())
+    register(Dense())
 
 
 _register_builtins()

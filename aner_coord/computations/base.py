@@ -18,11 +18,11 @@ Nothing here knows workers, transports or files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from aner_coord.requests import ComputationRequest
-from aner_coord.status import WorkerAccount, WorkerLoss
+from aner_coord.status import JobState, StagingRecord, WorkerAccount, WorkerLoss
 from aner_worker.kernels import Kernel
 
 
@@ -58,6 +58,7 @@ class Accounting:
     workers: tuple[WorkerAccount, ...]
     execution: dict[str, Any]
     losses: tuple[WorkerLoss, ...] = ()
+    staging: tuple[StagingRecord, ...] = ()
 
 
 class Run(Protocol):
@@ -84,6 +85,41 @@ class Run(Protocol):
     def committed_steps(self) -> int | None: ...
 
     def result(self, accounting: Accounting) -> Any: ...
+
+
+# -- optional parts of a run ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """File data that worker processes must hold before the first task: a data set named by
+    the SHA256 of its bytes, as blocks named by theirs (in order)."""
+
+    dataset: str
+    blocks: tuple[tuple[str, memoryview], ...] = field(repr=False)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.blocks)
+
+    @property
+    def size(self) -> int:
+        return sum(len(data) for _, data in self.blocks)
+
+
+@runtime_checkable
+class StagesData(Protocol):
+    """A run whose kernel reads file data: worker processes receive it once per job."""
+
+    def staging(self) -> StagePlan | None: ...
+
+
+@runtime_checkable
+class WritesFiles(Protocol):
+    """A run that leaves files in its job directory (a model, say) however the job ended:
+    their names and bytes; the job directory writes them, before `result.json`."""
+
+    def files(self, state: JobState) -> dict[str, bytes]: ...
 
 
 class Computation(Protocol):

@@ -243,10 +243,10 @@ def test_wrong_protocol_version_is_refused(worker: Worker) -> None:
 
 
 def test_a_kernel_the_worker_lacks_is_refused(worker: Worker) -> None:
-    worker.send(Hello(PROTOCOL_VERSION, "Atlas-01", 1, source_fingerprint(), ("dense",)))
+    worker.send(Hello(PROTOCOL_VERSION, "Atlas-01", 1, source_fingerprint(), ("boosting",)))
     message = worker.recv()
     assert isinstance(message, Refused)
-    assert "this worker has no kernel dense" in message.reason
+    assert "this worker has no kernel boosting" in message.reason
     assert worker.wait() == 1
 
 
@@ -312,9 +312,9 @@ def test_a_task_before_its_parameters_is_a_protocol_error(worker: Worker) -> Non
 
 def test_parameters_for_an_unknown_kernel_are_a_protocol_error(worker: Worker) -> None:
     welcome(worker)
-    worker.send(Params(0, "dense", msgspec.Raw(encode(McParams(1)))))
+    worker.send(Params(0, "boosting", msgspec.Raw(encode(McParams(1)))))
     assert worker.wait() == 1
-    assert "parameters for unknown kernel 'dense'" in worker.stderr()
+    assert "parameters for unknown kernel 'boosting'" in worker.stderr()
 
 
 def test_more_tasks_than_the_window_is_a_protocol_error(worker: Worker) -> None:

@@ -18,6 +18,8 @@ KERNELS = (
     "aner_worker/dense_kernel.py",
     "aner_worker/dense_streams.py",
     "aner_worker/dense_data.py",
+    "aner_worker/dense_task.py",
+    "aner_worker/dense_rows.py",
 )
 
 

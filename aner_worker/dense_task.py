@@ -1,0 +1,69 @@
+"""The worker half of `aner-dense/v1` training: the "dense" kernel's wire types and entry.
+
+A pass's `DenseParams` name the data set, the step kind and everything frozen for the pass
+(the flat parameters and the normalisation, as binary64 bytes); a task is a range
+[start, start + count) of the pass's row positions. Those positions are the batch's own
+(carried in the parameters, in epoch order) for a training step, and the ascending
+positions of a role (computed by the worker from the seed, never sent) for the
+normalisation and the evaluation passes. Tasks never carry row data. The computing itself
+and the data sets live in `dense_rows`, imported when a kernel first runs, so that importing
+the kernel registry stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from aner_worker.kernels import StopCheck, Stopped, register
+
+MOMENTS, TRAIN, EVALUATE = "moments", "train", "evaluate"
+
+
+class DenseParams(msgspec.Struct, frozen=True, array_like=True):
+    step: str  # MOMENTS, TRAIN or EVALUATE
+    data: str  # the staged blob's SHA256 hex, or a teacher identity
+    teacher: tuple[int, ...]  # (rows, features, classes) of a teacher set, else ()
+    seed: int
+    fractions: tuple[float, float]  # test, validation
+    role: int  # MOMENTS and EVALUATE: the role whose positions are the pass's items
+    positions: bytes  # TRAIN: the batch's row positions, int64 little-endian
+    sizes: tuple[int, ...]  # layer sizes [d, h1, ..., k]
+    params: bytes  # flat binary64 parameters (TRAIN, EVALUATE)
+    mean: bytes  # normalisation (TRAIN, EVALUATE)
+    std: bytes
+
+
+class DenseStats(msgspec.Struct, frozen=True, array_like=True):
+    sums: bytes  # TRAIN: the gradient sum; MOMENTS: the feature sums (binary64)
+    m2: bytes  # MOMENTS: squared deviations about the chunk's own mean
+    loss_sum: float
+    correct: int
+    valid: int
+
+
+class DenseKernel:
+    name: ClassVar[str] = "dense"
+    params_type: ClassVar[type[Any]] = DenseParams
+    stats_type: ClassVar[type[Any]] = DenseStats
+
+    def warm_up(self) -> None:
+        from aner_worker.dense_data import warm_up as warm_data
+        from aner_worker.dense_streams import warm_up as warm_streams
+
+        warm_streams()
+        warm_data()
+
+    def run(
+        self, params: DenseParams, start: int, count: int, should_stop: StopCheck | None
+    ) -> DenseStats:
+        # A chunk is never split (its bits would change), so the check comes before it.
+        if should_stop is not None and should_stop():
+            raise Stopped("stopped before the chunk")
+        from aner_worker.dense_rows import compute
+
+        return compute(params, start, count)
+
+
+register(DenseKernel())
