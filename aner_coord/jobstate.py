@@ -306,6 +306,7 @@ class JobMachine:
         self._audit = audit
         self._audit_seq = 0
         self._retries = retries
+        self._ledger_chunks = bool(getattr(run, "durable_chunks", True))
         self._losses: list[WorkerLoss] = list(losses)  # earlier coordinators' count too
         self._recovered = {p: dict(c) for p, c in (recovered or {}).items()}
         self._recovered_items = 0
@@ -452,15 +453,17 @@ class JobMachine:
         self._chunks_done += 1
         if self.state is not JobState.RUNNING:
             return []  # cancelling: diagnostic accounting only
-        record = RecordAccepted(self._pass_id, pending.chunk, event.stats)
+        out: list[Instruction] = []
+        if self._ledger_chunks:
+            out.append(RecordAccepted(self._pass_id, pending.chunk, event.stats))
         if self._chunks_done < self._n_chunks:
-            out: list[Instruction] = [record, *self._dispatch()]
+            out.extend(self._dispatch())
             # Progress about every 1/PROGRESS_STEPS of a pass (every chunk of a short one):
             # plenty for a status written at most twice a second, and no per-chunk cost.
             if self._chunks_done % max(1, self._n_chunks // PROGRESS_STEPS) == 0:
                 out.append(self._status(urgent=False))
             return out
-        return [record, *self._end_pass()]
+        return [*out, *self._end_pass()]
 
     def _end_pass(self) -> list[Instruction]:
         label = self._pass.label if self._pass else "?"

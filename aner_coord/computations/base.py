@@ -62,6 +62,10 @@ class Accounting:
 
 
 class Run(Protocol):
+    # A run whose chunk statistics are large (Dense gradient sums) sets this False: the
+    # ledger then records committed passes only, and a resumed job recomputes its work.
+    # (A class attribute; runs that do not set it keep their chunks in the ledger.)
+
     def next_pass(self) -> PassSpec | None:
         """The next pass to compute, or None when the computation is complete."""
         ...

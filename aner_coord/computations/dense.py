@@ -277,6 +277,10 @@ class Dense:
 
 
 class DenseRun:
+    # Gradient sums are as large as the model: a ledger of every chunk would dwarf it (24 MB
+    # for a digits job). Only committed passes are recorded; a resumed job retrains.
+    durable_chunks = False
+
     def __init__(self, request: DenseRequest, chunk: int, dataset: Dataset) -> None:
         self._request = request
         self._chunk = chunk
