@@ -34,6 +34,7 @@ from support import (
 from aner_coord.dense_model import load_model
 from aner_coord.dense_plan import assign_roles
 from aner_coord.dense_single import train_single
+from aner_coord.ledger import scan
 from aner_coord.status import JobState
 from aner_worker import dense_rows
 from aner_worker.dense_data import TeacherDataset, load_csv, load_digits
@@ -116,6 +117,11 @@ def test_digits_with_the_defaults_reaches_095(digits_job: Path) -> None:
     assert meta["epoch"] == best and meta["complete"] is True
     assert meta["data"] == result["data"] == load_digits().identity
     assert (digits_job / "model.npz").stat().st_mode & 0o777 == 0o600
+    # The ledger holds the committed steps, not every chunk's gradient sums (which would be
+    # as large as the model, many times over).
+    records, _ = scan((digits_job / "ledger").read_bytes())
+    assert {type(r).__name__ for r in records} == {"Committed"}
+    assert (digits_job / "ledger").stat().st_size < 100 * len(records)
 
 
 def test_predict_on_the_test_rows_reproduces_the_test_accuracy(
