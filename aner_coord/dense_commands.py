@@ -15,17 +15,18 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
-
-from aner_coord.admission import admit
 from aner_coord.errors import EXIT_OK, RequestError
 from aner_coord.requests import ClusterExecution, Execution, JobRequest, LocalExecution
 
 DEFAULT_CHUNK = 256
 
-Floats = npt.NDArray[np.float64]
+if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
+    import numpy as np
+    import numpy.typing as npt
+
+    Floats = npt.NDArray[np.float64]
 
 
 def add_train_arguments(
@@ -118,6 +119,7 @@ def train_request(args: argparse.Namespace) -> JobRequest:
 
 
 def train_command(args: argparse.Namespace) -> int:
+    from aner_coord.admission import admit
     from aner_coord.commands import run_foreground
 
     job = admit(train_request(args))
@@ -132,6 +134,8 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def read_features(path: str, d: int, label: str | None) -> Floats:
+    import numpy as np
+
     """Feature rows of a CSV (header; `d` columns, or `d + 1` with the label, which is
     dropped: `label`, else the last) or an NPZ (array `X`). Errors name line and column."""
     from aner_worker.dense_data import DataError
@@ -192,6 +196,8 @@ def read_features(path: str, d: int, label: str | None) -> Floats:
 
 
 def predict_command(model_dir: str, data: str, output: str | None) -> int:
+    import numpy as np
+
     from aner_coord.dense_model import ModelFileError, load_model
     from aner_worker.dense_data import label_strings
 
