@@ -364,6 +364,8 @@ def _check_the_lock(job: Path, holder: subprocess.Popen[str], grandchild: int) -
     assert (job / "coordinator.lock").read_text().strip() == str(holder.pid)
     with pytest.raises(RequestError, match="already has a live coordinator"):
         JobLock(job).acquire()
+    # After its exec: between fork and exec the child briefly holds a pipe of its own.
+    wait_for(lambda: psutil.Process(grandchild).name() == "sleep", 30, "the child's exec")
     fds = os.listdir(f"/proc/{grandchild}/fd")
     targets = [os.readlink(f"/proc/{grandchild}/fd/{fd}") for fd in fds]
     assert not any(t.endswith("coordinator.lock") for t in targets), targets
