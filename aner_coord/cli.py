@@ -8,16 +8,14 @@ naming the flag to change; no traceback for a user's mistake.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 import msgspec
 
+from aner_coord.arguments import add_execution_arguments, count, fraction, number
 from aner_coord.errors import EXIT_INVALID, AnerError, cli_name
-
-_INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,34 +23,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_INVALID, f"aner: error: {message} (see `{self.prog} --help`)\n")
-
-
-def count(text: str) -> int:
-    """An exact non-negative integer: 1000000, 1,000,000, 1_000_000 or 1e6."""
-    text = text.strip()
-    if not _INTEGER.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number such as 1000000, 1,000,000 or 1e6; got {text!r}"
-        )
-    if "e" in text.lower():
-        mantissa, exponent = re.split("[eE]", text)
-        value: int = int(mantissa) * 10 ** int(exponent)
-        return value
-    return int(text.replace(",", "").replace("_", ""))
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _fraction(text: str) -> float:
-    value = _number(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}")
-    return value
 
 
 class _Version(argparse.Action):
@@ -80,32 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--samples", type=count, help=f"number of {what} (1e9, 1,000,000...)")
         if regression:
             p.add_argument("--steps", type=count, help="gradient steps")
-            p.add_argument("--rate", type=_number, help="learning rate")
+            p.add_argument("--rate", type=number, help="learning rate")
         p.add_argument("--seed", type=count, help="seed in [0, 2**64)")
-        p.add_argument(
-            "--workers", type=count, default=0, help="local workers (0: automatic, see inventory)"
-        )
-        p.add_argument(
-            "--chunk", type=count, default=65536, help=f"{what} per task (default 65536)"
-        )
-        p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
-        p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
+        add_execution_arguments(p, what, 65536)
         p.add_argument(
             "--audit",
-            type=_fraction,
+            type=fraction,
             default=0.0,
             metavar="FRACTION",
             help="recompute this fraction of chunks on the coordinator and fail on any mismatch",
         )
-        p.add_argument(
-            "--retries",
-            type=count,
-            default=0,
-            metavar="N",
-            help="lost workers to survive: their chunks go to the others (default 0)",
-        )
-        p.add_argument("--background", action="store_true", help="detach; watch with `status`")
-        p.add_argument("--quiet", action="store_true", help="print nothing on success")
         p.add_argument(
             "--resume",
             action="store_true",
@@ -122,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     from aner_coord.dense_commands import add_train_arguments
 
     train = sub.add_parser("train", help="train a Dense classifier (SPEC section 9)")
-    add_train_arguments(train, count, _number)
+    add_train_arguments(train)
     pr = sub.add_parser("predict", help="labels and class probabilities from a trained model")
     pr.add_argument("--model", required=True, metavar="JOBDIR", help="a train job's directory")
     pr.add_argument("--data", required=True, metavar="FILE", help="CSV or NPZ feature rows")

@@ -11,16 +11,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from aner_coord.admission import Job, admit
+from aner_coord.arguments import execution_from_args
 from aner_coord.coordinator import JobReport
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
 from aner_coord.jobs import Resumption, execute
 from aner_coord.progress import LiveProgress, describe
 from aner_coord.requests import (
-    ClusterExecution,
     ComputationRequest,
-    Execution,
     JobRequest,
-    LocalExecution,
     MonteCarloRequest,
     RegressionRequest,
     decode_request,
@@ -47,16 +45,9 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         computation = RegressionRequest(
             samples=args.samples, steps=args.steps, rate=args.rate, seed=args.seed
         )
-    execution: Execution
-    if args.cluster is not None:
-        if args.workers:
-            raise RequestError("--workers applies to local runs; a cluster file sets slots")
-        execution = ClusterExecution(config=args.cluster, chunk=args.chunk)
-    else:
-        execution = LocalExecution(workers=args.workers, chunk=args.chunk)
     return JobRequest(
         computation=computation,
-        execution=execution,
+        execution=execution_from_args(args),
         output=args.output,
         audit=args.audit,
         retries=args.retries,

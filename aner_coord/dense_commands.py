@@ -13,12 +13,12 @@ import csv
 import io
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aner_coord.arguments import add_execution_arguments, count, execution_from_args, number
 from aner_coord.errors import EXIT_OK, RequestError
-from aner_coord.requests import ClusterExecution, Execution, JobRequest, LocalExecution
+from aner_coord.requests import JobRequest
 
 DEFAULT_CHUNK = 256
 
@@ -29,9 +29,7 @@ if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
     Floats = npt.NDArray[np.float64]
 
 
-def add_train_arguments(
-    p: argparse.ArgumentParser, count: Callable[[str], int], number: Callable[[str], float]
-) -> None:
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE", help="CSV or NPZ file, or `digits`")
     p.add_argument("--label", metavar="COL", help="label column of a CSV (default: the last)")
     p.add_argument(
@@ -52,24 +50,7 @@ def add_train_arguments(
         metavar="A",
         help="record the time to this validation accuracy",
     )
-    p.add_argument("--workers", type=count, default=0, help="local workers (0: automatic)")
-    p.add_argument(
-        "--chunk",
-        type=count,
-        default=DEFAULT_CHUNK,
-        help=f"rows per task (default {DEFAULT_CHUNK}); the parameters depend on it",
-    )
-    p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
-    p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
-    p.add_argument(
-        "--retries",
-        type=count,
-        default=0,
-        metavar="N",
-        help="lost workers to survive: their chunks go to the others (default 0)",
-    )
-    p.add_argument("--background", action="store_true", help="detach; watch with `status`")
-    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    add_execution_arguments(p, "rows", DEFAULT_CHUNK, "; the parameters depend on it")
 
 
 def _sizes(text: str, flag: str, parts: int | None = None) -> tuple[int, ...]:
@@ -106,15 +87,11 @@ def train_request(args: argparse.Namespace) -> JobRequest:
         patience=args.patience,
         target_accuracy=args.target_accuracy,
     )
-    execution: Execution
-    if args.cluster is not None:
-        if args.workers:
-            raise RequestError("--workers applies to local runs; a cluster file sets slots")
-        execution = ClusterExecution(config=args.cluster, chunk=args.chunk)
-    else:
-        execution = LocalExecution(workers=args.workers, chunk=args.chunk)
     return JobRequest(
-        computation=computation, execution=execution, output=args.output, retries=args.retries
+        computation=computation,
+        execution=execution_from_args(args),
+        output=args.output,
+        retries=args.retries,
     )
 
 
