@@ -336,27 +336,31 @@ def test_with_retries_a_killed_worker_changes_no_bit(tmp_path: Path) -> None:
         tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
     )
     job = tmp_path / "job"
-    # One epoch of 274 steps: the kill lands well before the end.
-    plan = ["--teacher", "200000,16,4", "--hidden", "32", "--batch", "512", "--epochs", "1",
-            "--chunk", "64", "--seed", "9"]  # fmt: skip
+    # 30 epochs of 55 steps (several seconds of training): the kill lands well before the end.
+    # A single short epoch once finished before the first status snapshot was written.
+    plan = ["--teacher", "40000,16,4", "--hidden", "32", "--batch", "512", "--epochs", "30",
+            "--patience", "1000", "--chunk", "64", "--seed", "9"]  # fmt: skip
     argv = [ANER, "parallel", "train", *plan, "--retries", "1", "--cluster", str(group),
             "--output", str(job)]  # fmt: skip
     with spawned(argv) as proc:
         wait_status(job, lambda s: (s.committed_steps or 0) >= 3, 120, "three committed steps")
+        killed_after = status_of(job).committed_steps
         coordinator = psutil.Process(proc.pid)
         workers = [p for p in coordinator.children() if "worker" in " ".join(p.cmdline())]
         workers[0].send_signal(signal.SIGKILL)
         code, _, err = finish(proc, 120)
     assert code == 0, err
+    reference = train_single(
+        TeacherDataset(40000, 16, 4, 9), seed=9, hidden=(32,), batch=512, epochs=30,
+        patience=1000, chunk=64,
+    )  # fmt: skip
+    assert killed_after is not None and killed_after < reference.committed_steps == 1650
     result = result_of(job)
     [loss] = result["losses"]
     assert loss["identity"] in ("w1", "w2")
-    reference = train_single(
-        TeacherDataset(200000, 16, 4, 9), seed=9, hidden=(32,), batch=512, epochs=1, chunk=64
-    )
     assert np.array_equal(params_of(job)[0], flatten(reference.model.params))
-    assert result["committed_steps"] == reference.committed_steps == 274
-    assert result["rows_processed"] == reference.roles["train"]
+    assert result["committed_steps"] == 1650
+    assert result["rows_processed"] == reference.roles["train"] * 30
 
 
 def test_background_training_shows_epochs_and_cancels_at_a_committed_step(
