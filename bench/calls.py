@@ -40,6 +40,25 @@ def monte_carlo(samples: int, seed: int, execution: Any) -> Count:
 
 
 @dataclass(frozen=True)
+class CountOnWorkers(Count):
+    """A Monte Carlo run on a worker group, with each worker's measured round trip and
+    in-flight window (None where the result does not report them)."""
+
+    rtts: tuple[float | None, ...] = ()
+    windows: tuple[int | None, ...] = ()
+
+
+def monte_carlo_workers(samples: int, seed: int, execution: Any) -> CountOnWorkers:
+    result = parallel.monte_carlo(samples=samples, seed=seed, execution=execution)
+    return CountOnWorkers(
+        result.hits,
+        result.seconds,
+        tuple(getattr(w, "rtt_s", None) for w in result.workers),
+        tuple(getattr(w, "window", None) for w in result.workers),
+    )
+
+
+@dataclass(frozen=True)
 class Fit:
     """A regression fixture run; `job_seconds` is None where no coordinator ran it."""
 
