@@ -13,7 +13,8 @@ shell reading the machine's fields.
   size (the last keeps the remainder), and its frozen parameters, which `BeginPass` hands
   to the shell before any task of the pass.
 - A worker becomes usable with `WorkerReady`, which also says how many tasks it may hold at
-  once (its window).
+  once (its window). `WindowChanged` moves that window while it works (the shell sizes it
+  from measured round trips); a smaller one only holds back further tasks.
 - Dispatch fills ready workers' windows in chunk order, but always holds back one chunk for
   every configured worker that has not yet received any: every worker gets at least one.
 - Each result is checked against the outstanding task it names (same worker) and by the
@@ -44,6 +45,7 @@ shell reading the machine's fields.
 Transitions (state, event -> state):
 
     STARTING   WorkerReady              -> RUNNING
+    RUNNING    WindowChanged            -> RUNNING (a larger window is filled)
     STARTING,
     RUNNING    CancelRequested          -> CANCELLING
     RUNNING    last result of a pass    -> RUNNING (next pass) | COMPLETED (no next pass)
@@ -71,6 +73,12 @@ from protocol import Task
 # -- events: what happened ---------------------------------------------------------------
 @dataclass(frozen=True)
 class WorkerReady:
+    worker: str
+    window: int
+
+
+@dataclass(frozen=True)
+class WindowChanged:
     worker: str
     window: int
 
@@ -125,6 +133,7 @@ class WorkersStopped:
 
 Event = (
     WorkerReady
+    | WindowChanged
     | ResultReceived
     | TaskError
     | AuditFailed
@@ -345,6 +354,8 @@ class JobMachine:
             return self._on_result(event)
         if isinstance(event, WorkerReady):
             return self._on_ready(event)
+        if isinstance(event, WindowChanged):
+            return self._on_window(event)
         if isinstance(event, TaskError):
             if self._workers[event.worker].lost:
                 return []
@@ -381,6 +392,13 @@ class JobMachine:
             out.append(self._status(urgent=True))
         out.extend(self._dispatch())
         return out
+
+    def _on_window(self, event: WindowChanged) -> list[Instruction]:
+        worker = self._workers[event.worker]
+        if not worker.ready or worker.lost:
+            return []  # its next WorkerReady brings the window
+        worker.window = max(1, event.window)
+        return self._dispatch() if self.state is JobState.RUNNING else []
 
     def _on_lost(self, event: WorkerLost) -> list[Instruction]:
         lost = self._workers[event.worker]

@@ -21,7 +21,8 @@ into bytes to send, and enforce what may happen when:
 Checked here, so that every shell gets them right: the handshake comes first and only once;
 protocol versions and source fingerprints must match; a worker takes no more slots than its
 effective CPUs and no kernel it does not have; a task names a pass whose parameters were
-sent; at most `window` tasks are in flight on the coordinator's side and at most
+sent; at most `window` tasks are in flight on the coordinator's side (the shell may
+`resize()` it as its estimates change, never beyond what the worker accepts) and at most
 `slots * MAX_QUEUED_PER_SLOT` are accepted on the worker's; a result names a task that is
 outstanding on this connection; staging goes Stage, Missing, the blocks named missing (each
 once, its SHA256 checked against its name), Staged, and no task is sent or taken while it is
@@ -257,6 +258,25 @@ class CoordinatorConnection(_Side):
     @property
     def staging(self) -> bool:
         return self._staging is not None
+
+    @property
+    def last_ping(self) -> int:
+        """The nonce of the latest Ping (0: none yet); its Pong carries the same."""
+        return self._nonce
+
+    @property
+    def limit(self) -> int:
+        """The most tasks the worker accepts in flight (its side enforces the same)."""
+        return self.slots * MAX_QUEUED_PER_SLOT
+
+    def resize(self, window: int) -> None:
+        """Allow `window` tasks in flight from now on. A smaller window than the tasks now
+        in flight only holds back new tasks; it never recalls any."""
+        if not 1 <= window <= self.limit:
+            raise LocalProtocolError(
+                self.peer, f"window of {window} tasks outside 1..{self.limit} (what it accepts)"
+            )
+        self.window = window
 
     def stage(self, dataset: str, blocks: tuple[str, ...]) -> bytes:
         self._require_ready("Stage")

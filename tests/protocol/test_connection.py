@@ -187,6 +187,35 @@ def test_the_coordinator_never_overfills_the_window() -> None:
         coordinator.task(Task(3, 0, 2, 1))
 
 
+def test_a_resized_window_grows_up_to_what_the_worker_accepts_and_shrinks() -> None:
+    coordinator, worker = pair(slots=1, effective=1, window=2)
+    handshake(coordinator, worker)
+    assert coordinator.limit == worker.limit == MAX_QUEUED_PER_SLOT
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(1, 0, 0, 1))
+    coordinator.task(Task(2, 0, 1, 1))
+    coordinator.resize(3)
+    coordinator.task(Task(3, 0, 2, 1))
+    # Smaller than what is in flight: nothing is recalled, no further task is allowed.
+    coordinator.resize(1)
+    with pytest.raises(LocalProtocolError, match="window of 1 tasks full"):
+        coordinator.task(Task(4, 0, 3, 1))
+    for bad in (0, MAX_QUEUED_PER_SLOT + 1):
+        with pytest.raises(LocalProtocolError, match=f"window of {bad} tasks outside 1..64"):
+            coordinator.resize(bad)
+    assert coordinator.window == 1 and coordinator.in_flight == 3
+
+
+def test_the_latest_ping_nonce_is_what_its_pong_carries() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    assert coordinator.last_ping == 0
+    [first] = worker.receive(coordinator.ping())
+    [second] = worker.receive(coordinator.ping())
+    assert (first.nonce, second.nonce, coordinator.last_ping) == (1, 2, 2)  # type: ignore[union-attr]
+    assert coordinator.receive(worker.pong(2)) == [Ponged(2)]
+
+
 def test_the_worker_refuses_more_tasks_than_its_slots_allow() -> None:
     coordinator, worker = pair(slots=1, effective=1)
     handshake(coordinator, worker)

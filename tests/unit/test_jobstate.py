@@ -33,6 +33,7 @@ from aner_coord.jobstate import (
     ShellFailed,
     StopWorkers,
     TaskError,
+    WindowChanged,
     WorkerLost,
     WorkerReady,
     WorkersStopped,
@@ -236,6 +237,33 @@ def test_reserved_chunk_is_not_given_away_when_the_first_worker_finishes() -> No
 def test_a_window_below_one_still_takes_one_task() -> None:
     machine, _ = started()
     assert plain(machine.handle(WorkerReady("a", 0))) == [status(R), SendTask("a", task(1, 0, 3))]
+
+
+def test_a_larger_window_is_filled_at_once_and_a_smaller_one_holds_back() -> None:
+    machine, _ = started(total=30, chunk=3, workers=("a",))
+    assert plain(machine.handle(WorkerReady("a", 2))) == [
+        status(R),
+        SendTask("a", task(1, 0, 3)),
+        SendTask("a", task(2, 3, 3)),
+    ]
+    assert machine.handle(WindowChanged("a", 4)) == [
+        SendTask("a", task(3, 6, 3)),
+        SendTask("a", task(4, 9, 3)),
+    ]
+    assert machine.handle(WindowChanged("a", 2)) == []  # nothing recalled
+    # With 4 in flight and a window of 2, answers send nothing until it is below 2 again.
+    for task_id in (1, 2):
+        out = machine.handle(answer("a", task(task_id, 3 * (task_id - 1), 3)))
+        assert not [i for i in out if isinstance(i, SendTask)]
+    out = machine.handle(answer("a", task(3, 6, 3)))
+    assert [i for i in out if isinstance(i, SendTask)] == [SendTask("a", task(5, 12, 3))]
+
+
+def test_a_window_change_for_a_worker_not_ready_or_lost_waits_for_its_ready() -> None:
+    machine, _ = started(workers=("a", "b"))
+    assert machine.handle(WindowChanged("b", 8)) == []
+    assert plain(machine.handle(WorkerReady("b", 1))) == [status(R), SendTask("b", task(1, 0, 3))]
+    assert machine.handle(WindowChanged("nobody", 3))[-1] == JobEnded(F)
 
 
 def test_fewer_chunks_than_workers_dispatches_to_whoever_is_ready() -> None:
