@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import queue
 import threading
@@ -29,7 +30,15 @@ import msgspec
 
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import StagePlan
-from aner_coord.jobstate import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
+from aner_coord.jobstate import (
+    Event,
+    ResultReceived,
+    TaskError,
+    WindowChanged,
+    WorkerLost,
+    WorkerReady,
+)
+from aner_coord.pacing import Pacer, Window
 from aner_coord.staging import StagingLost, stage_worker
 from aner_coord.status import StagingRecord
 from aner_coord.timing import TaskTimes
@@ -39,6 +48,7 @@ from protocol import (
     Accepted,
     Answered,
     CoordinatorConnection,
+    Ponged,
     ProtocolError,
     Rejected,
     Result,
@@ -165,13 +175,6 @@ class ThreadBackend:
         await self.wait_stopped()
 
 
-def window_for(slots: int, seconds_per_task: float) -> int:
-    """Tasks to keep in flight on a worker: its slots, plus ~50 ms of queued work per slot
-    so that a link's round trip stays hidden behind computation (at least 2, at most 64)."""
-    per_slot = max(2, min(64, int(0.05 / max(seconds_per_task, 1e-6)) + 1))
-    return slots * per_slot
-
-
 class _Lost(Exception):
     """A worker broke the job's contract; the message names what happened."""
 
@@ -203,6 +206,10 @@ class ProcessBackend:
         self._on_wire: dict[str, int] = {r.identity: 0 for r in self._records}
         self._buffered_tasks: dict[str, int] = {r.identity: 0 for r in self._records}
         self._low_water: dict[str, int] = {r.identity: 0 for r in self._records}
+        # Each worker's window follows its measured round trip and task time (see
+        # aner_coord.pacing); pings in flight by nonce, with the time they were written.
+        self._pacers: dict[str, Pacer] = {}
+        self._pings: dict[str, dict[int, float]] = {r.identity: {} for r in self._records}
         self._write_locks = {r.identity: asyncio.Lock() for r in self._records}
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_workers: set[str] = set()
@@ -232,10 +239,12 @@ class ProcessBackend:
             if self._stopping:
                 return
             phase = "handshake"
-            window = window_for(record.slots, self._seconds_per_task)
             connection = CoordinatorConnection(
-                identity, record.slots, self._fingerprint, (self._kernel.name,), window=window
+                identity, record.slots, self._fingerprint, (self._kernel.name,)
             )
+            pacer = Pacer(record.slots, self._seconds_per_task, connection.limit)
+            connection.resize(pacer.window.size)
+            self._pacers[identity] = pacer
             self._connections[identity] = connection
             await transport.write(connection.hello())
             first, *events = await asyncio.wait_for(
@@ -253,12 +262,15 @@ class ProcessBackend:
                     )
                 )
                 events = []
-            # Write more once the worker holds no more than its slots plus half its queue.
-            self._low_water[identity] = record.slots + (window - record.slots) // 2
+            # Write more once the worker holds no more than the low-water mark.
+            self._low_water[identity] = pacer.window.low_water
             phase = "run"
             self._rejoining.discard(identity)
-            deliver(WorkerReady(identity, window))
-            await self._flush(identity)
+            self._publish_window(identity)
+            # The first ping measures the round trip; the first tasks go with it.
+            self._send_ping(identity)
+            deliver(WorkerReady(identity, pacer.window.size))
+            await self._flush(identity, force=True)
             pinger = asyncio.create_task(self._ping(identity))
             try:
                 await self._receive(identity, transport, connection, events, deliver)
@@ -288,10 +300,16 @@ class ProcessBackend:
     ) -> None:
         stats_type = self._kernel.stats_type
         on_wire = self._on_wire
+        pacer = self._pacers[identity]
         while True:
             for event in events:
+                if isinstance(event, Ponged):
+                    sent = self._pings[identity].pop(event.nonce, None)
+                    if sent is not None and not math.isnan(sent):
+                        self._resize(identity, pacer.round_trip(time.monotonic() - sent))
+                    continue
                 if not isinstance(event, Answered):
-                    continue  # a Pong: the worker is alive, which the read itself showed
+                    continue
                 on_wire[identity] -= 1
                 message = event.message
                 if isinstance(message, Result):
@@ -299,10 +317,11 @@ class ProcessBackend:
                         stats = decode(stats_type, message.body)
                     except msgspec.DecodeError as exc:
                         raise _Lost(f"protocol error: malformed statistics: {exc}") from None
-                    self.timing.received(
+                    link_s = self.timing.received(
                         identity, message.task_id, message.busy_s, message.queued_s
                     )
                     deliver(ResultReceived(identity, message.task_id, stats))
+                    self._resize(identity, pacer.answered(message.busy_s, link_s))
                 else:
                     deliver(TaskError(identity, message.task_id, message.reason))
             await self._flush_all()
@@ -322,11 +341,37 @@ class ProcessBackend:
 
     async def _ping(self, identity: str) -> None:
         """Keep the worker talking: a ping a third of the silence timeout after each."""
-        connection = self._connections[identity]
         while not self._stopping:
             await asyncio.sleep(self._silence_s / 3)
-            self._outgoing[identity].append(connection.ping())
+            self._send_ping(identity)
             await self._flush(identity, force=True)
+
+    def _send_ping(self, identity: str) -> None:
+        """Queue a Ping; its Pong gives a round trip, stamped from the write (see _flush)."""
+        connection = self._connections.get(identity)
+        if connection is None:  # dropped meanwhile
+            return
+        self._outgoing[identity].append(connection.ping())
+        self._pings[identity][connection.last_ping] = math.nan  # stamped when written
+
+    def _resize(self, identity: str, window: Window | None) -> None:
+        """Apply a new window from the worker's pacer: the connection allows it before the
+        job machine fills it, and a smaller one reaches the machine before the connection."""
+        self._publish_window(identity)  # the estimates, whether or not the window moves
+        connection = self._connections.get(identity)
+        if window is None or connection is None or self._deliver is None:
+            return
+        self._low_water[identity] = window.low_water
+        if window.size >= connection.window:
+            connection.resize(window.size)
+            self._deliver(WindowChanged(identity, window.size))
+        else:
+            self._deliver(WindowChanged(identity, window.size))
+            connection.resize(window.size)
+
+    def _publish_window(self, identity: str) -> None:
+        pacer = self._pacers[identity]
+        self.timing.paced(identity, pacer.rtt_s, pacer.task_s, pacer.window.size)
 
     def _lost(self, identity: str, phase: str, detail: str) -> None:
         if identity in self._lost_workers:
@@ -367,6 +412,7 @@ class ProcessBackend:
         self._on_wire[identity] = 0
         self._buffered_tasks[identity] = 0
         self._outgoing[identity] = []
+        self._pings[identity] = {}
         await self._serve(record, self._deliver)
 
     def begin_pass(self, pass_id: int, params: Any) -> None:
@@ -401,6 +447,10 @@ class ProcessBackend:
         task_ids, self._unstamped[identity] = self._unstamped[identity], []
         async with self._write_locks[identity]:
             self.timing.dispatched(identity, task_ids)
+            pings = self._pings[identity]
+            for nonce, sent in pings.items():
+                if math.isnan(sent):
+                    pings[nonce] = time.monotonic()
             try:
                 await transport.write(data)
             except TransportError as exc:

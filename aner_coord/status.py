@@ -76,6 +76,11 @@ class WorkerAccount(msgspec.Struct, frozen=True, omit_defaults=True):
     wait_s: float | None = None
     # The worker's hardware and software identity from its handshake (public facts only).
     machine: dict[str, str] | None = None
+    # Latency-adaptive dispatch (`aner_coord.pacing`), worker groups only: the estimated
+    # round trip and seconds per task, and the in-flight window they gave, at the latest.
+    rtt_s: float | None = None
+    task_s: float | None = None
+    window: int | None = None
 
 
 class WorkerLoss(msgspec.Struct, frozen=True):

@@ -12,7 +12,9 @@ seconds the task waited in its queue for a slot (`queued_s`). Per worker, in sec
 - `wait_s`: `slots * span - compute_s`, the slot-seconds not spent computing between the
   backend's start and the job's last result (start-up, the link, imbalance at the end).
 
-Nothing measured is None, never 0. Accounts are thread-safe: local slots report from their
+The process backend also records here each worker's latest round-trip and task-time
+estimates and the window they gave (`paced`, see `aner_coord.pacing`), so that status shows
+them. Nothing measured is None, never 0. Accounts are thread-safe: local slots report from their
 own threads.
 """
 
@@ -35,6 +37,9 @@ class _Worker:
     answered: int = 0
     machine: dict[str, str] | None = None
     sent: dict[int, float] = field(default_factory=dict)
+    rtt_s: float | None = None
+    task_s: float | None = None
+    window: int | None = None
 
 
 class TaskTimes:
@@ -70,16 +75,26 @@ class TaskTimes:
 
     def received(
         self, identity: str, task_id: int, busy_s: float, queued_s: float | None = None
-    ) -> None:
+    ) -> float | None:
+        """Stamp a task's answer; its seconds on the link (None where not measured)."""
         now = time.monotonic()
+        link_s = None
         with self._lock:
             worker = self._worker(identity)
             worker.compute_s += busy_s
             worker.answered += 1
             sent = worker.sent.pop(task_id, None)
             if sent is not None and queued_s is not None:
-                worker.transfer_s += max(0.0, now - sent - busy_s - queued_s)
+                link_s = max(0.0, now - sent - busy_s - queued_s)
+                worker.transfer_s += link_s
             self._last = max(self._last, now)
+        return link_s
+
+    def paced(self, identity: str, rtt_s: float | None, task_s: float | None, window: int) -> None:
+        """Record a worker's latest estimates and window (see `aner_coord.pacing`)."""
+        with self._lock:
+            worker = self._worker(identity)
+            worker.rtt_s, worker.task_s, worker.window = rtt_s, task_s, window
 
     def annotate(self, accounts: Iterable[WorkerAccount]) -> list[WorkerAccount]:
         """`accounts` with each worker's measured costs and machine filled in."""
@@ -101,6 +116,9 @@ class TaskTimes:
                         if measured
                         else None,
                         machine=worker.machine,
+                        rtt_s=None if worker.rtt_s is None else round(worker.rtt_s, 6),
+                        task_s=None if worker.task_s is None else round(worker.task_s, 6),
+                        window=worker.window,
                     )
                 )
             return out
