@@ -43,12 +43,18 @@ class SshServer:
     _user_key: Path = field(repr=False)
 
     def write_home(
-        self, home: Path, *, wrong_host_key: bool = False, with_user_key: bool = True
+        self,
+        home: Path,
+        *,
+        wrong_host_key: bool = False,
+        with_user_key: bool = True,
+        proxy_command: str | None = None,
     ) -> Path:
         """Write a client HOME at `home`: the alias, the user key and a known_hosts.
 
         With `wrong_host_key` the known_hosts trusts a different key for this server, so a
-        connection must be refused; without `with_user_key` there is nothing to log in with.
+        connection must be refused; without `with_user_key` there is nothing to log in with;
+        with `proxy_command` the alias is reached through it (e.g. tests/delay_relay.py).
         """
         ssh_dir = home / ".ssh"
         ssh_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -63,6 +69,8 @@ class SshServer:
             shutil.copyfile(self._user_key, identity)
             os.chmod(identity, 0o600)
             config += f"    IdentityFile {identity}\n"
+        if proxy_command is not None:
+            config += f"    ProxyCommand {proxy_command}\n"
         _write_private(ssh_dir / "config", config)
         return home
 
