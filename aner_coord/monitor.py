@@ -42,7 +42,7 @@ from aner_coord.errors import (
     RequestError,
 )
 from aner_coord.progress import describe, format_eta
-from aner_coord.status import JobState, StatusSnapshot
+from aner_coord.status import JobState, StatusSnapshot, WorkerAccount
 
 OFFLINE = JobState.COORDINATOR_OFFLINE
 EXIT_INTERRUPTED = 130
@@ -202,6 +202,18 @@ def _judge(directory: jobdir.JobDir, snapshot: StatusSnapshot, held: bool) -> Ob
 # --------------------------------------------------------------------------- rendering
 
 
+def _pacing(worker: WorkerAccount) -> str:
+    """A worker group's in-flight window and the estimates that sized it, if reported."""
+    if worker.window is None:
+        return ""
+    estimates = []
+    if worker.rtt_s is not None:
+        estimates.append(f"round trip {worker.rtt_s * 1000:.1f} ms")
+    if worker.task_s is not None:
+        estimates.append(f"{worker.task_s * 1000:.1f} ms per task")
+    return f", window {worker.window}" + (f" ({', '.join(estimates)})" if estimates else "")
+
+
 def render_lines(job: Path, obs: Observation) -> list[str]:
     """The human view: state, work done of requested, throughput, ETA, workers, error."""
     snap = obs.snapshot
@@ -233,7 +245,7 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         slots = "slot" if worker.slots == 1 else "slots"
         lines.append(
             f"{'workers' if i == 0 else '':<9} {worker.identity}: {worker.slots} {slots}, "
-            f"{worker.items:,} {unit}, {worker.chunks:,} chunks"
+            f"{worker.items:,} {unit}, {worker.chunks:,} chunks{_pacing(worker)}"
         )
     for loss in snap.losses:
         lines.append(

@@ -48,9 +48,11 @@ def run(tmp_path: Path, sshd: Any, delay_s: float, chunk: int) -> tuple[dict[str
 def test_chunks_agree_and_the_window_grows_with_the_delay(tmp_path: Path, sshd: Any) -> None:
     expected = count_hits(SEED, 0, SAMPLES)
     workers = {}
+    jobs = {}
     for delay in (0.0, DELAY_S):
         for chunk in (SMALL, LARGE):
             result, job = run(tmp_path, sshd, delay, chunk)
+            jobs[delay, chunk] = job
             assert result["hits"] == expected, (delay, chunk)
             [worker] = result["workers"]
             assert worker["chunks"] == -(-SAMPLES // chunk)
@@ -73,3 +75,12 @@ def test_chunks_agree_and_the_window_grows_with_the_delay(tmp_path: Path, sshd: 
     assert slow["window"] > at_fast_rtt  # the delay grew it, not a change in task time
     # Large chunks hide the same round trip with fewer tasks.
     assert workers[DELAY_S, LARGE]["window"] < slow["window"]
+    # And the human status shows them on the worker's line.
+    shown = subprocess.run(
+        [ANER, "parallel", "status", "--job", str(jobs[DELAY_S, SMALL])],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    [line] = [x for x in shown.stdout.splitlines() if "peer-1:" in x]
+    assert f"window {slow['window']} (round trip {slow['rtt_s'] * 1000:.1f} ms, " in line
+    assert line.endswith(f"{slow['task_s'] * 1000:.1f} ms per task)")

@@ -54,6 +54,23 @@ def test_checked_in_status_v1_still_reads() -> None:
     assert status.total_work == 10_000_000
 
 
+def test_per_worker_pacing_fields_are_optional_and_round_trip() -> None:
+    data = json.loads((DATA / "status-v2.json").read_text())
+    status = decode_status(json.dumps(data).encode())
+    # Written before latency-adaptive dispatch: no estimates, no window.
+    assert all((w.rtt_s, w.task_s, w.window) == (None, None, None) for w in status.workers)
+    data["workers"][0].update(rtt_s=0.0612, task_s=0.0035, window=33)
+    paced = decode_status(json.dumps(data).encode())
+    assert (paced.workers[0].rtt_s, paced.workers[0].task_s, paced.workers[0].window) == (
+        0.0612,
+        0.0035,
+        33,
+    )
+    assert decode_status(encode_status(paced)) == paced
+    # Unmeasured fields stay out of the file, as older writers left them.
+    assert b"rtt_s" not in encode_status(status)
+
+
 def test_a_schema_1_fixture_reads_as_regression() -> None:
     data = json.loads((DATA / "status-v1.json").read_text())
     data.update(kind="fixture", passes=4, committed_steps=2)
