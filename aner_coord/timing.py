@@ -14,8 +14,8 @@ seconds the task waited in its queue for a slot (`queued_s`). Per worker, in sec
 
 The process backend also records here each worker's latest round-trip and task-time
 estimates and the window they gave (`paced`, see `aner_coord.pacing`), so that status shows
-them. Nothing measured is None, never 0. Accounts are thread-safe: local slots report from their
-own threads.
+them. Nothing measured is None, never 0. Accounts are thread-safe: local slots report from
+their own threads.
 """
 
 from __future__ import annotations
