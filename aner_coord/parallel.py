@@ -39,6 +39,7 @@ from aner_coord.requests import (
 )
 from aner_coord.results import MonteCarloResult, RegressionResult
 from aner_coord.runner import run_interruptible
+from aner_coord.session import Session, session
 from aner_coord.status import JobState, WorkerAccount
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ __all__ = [
     "MonteCarloResult",
     "RegressionResult",
     "RequestError",
+    "Session",
     "WorkerAccount",
     "cluster",
     "dense_fit",
@@ -69,6 +71,7 @@ __all__ = [
     "regression_async",
     "run",
     "run_async",
+    "session",
 ]
 
 
@@ -92,7 +95,7 @@ def run(
     `retries` lost workers are survived (SPEC section 11)."""
     job = admit(_request(computation, execution, output, audit, retries))
     report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return _outcome(report, interrupt)
+    return outcome(report, interrupt)
 
 
 def _request(
@@ -111,7 +114,7 @@ def _request(
     )
 
 
-def _outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
+def outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
     if report.state is JobState.COMPLETED:
         return report.result
     if report.state is JobState.CANCELLED:
@@ -141,7 +144,7 @@ async def run_async(
         cancel.set()
         await task
         raise
-    return _outcome(report)
+    return outcome(report)
 
 
 async def monte_carlo_async(
@@ -243,7 +246,36 @@ def dense_fit(
     """
     from aner_coord.dense_result import DenseFit
 
-    request = DenseRequest(
+    request = dense_request(
+        seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
+        target_accuracy,
+    )  # fmt: skip
+    job_request = JobRequest(
+        computation=request,
+        execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
+        output=None if output is None else os.fspath(output),
+        retries=retries,
+    )
+    job = admit(job_request)
+    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    return DenseFit(outcome(report, interrupt), report.run.model)
+
+
+def dense_request(
+    seed: int,
+    data: str | os.PathLike[str] | None,
+    label: str | None,
+    teacher: tuple[int, int, int] | None,
+    hidden: Sequence[int],
+    batch: int,
+    epochs: int,
+    optimizer: str,
+    lr: float,
+    patience: int,
+    target_accuracy: float | None,
+) -> DenseRequest:
+    """The request of a `dense_fit` call (shared with sessions)."""
+    return DenseRequest(
         seed=seed,
         data=None if data is None else (data if data == "digits" else os.fspath(data)),
         label=label,
@@ -256,12 +288,3 @@ def dense_fit(
         patience=patience,
         target_accuracy=target_accuracy,
     )
-    job_request = JobRequest(
-        computation=request,
-        execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
-        output=None if output is None else os.fspath(output),
-        retries=retries,
-    )
-    job = admit(job_request)
-    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return DenseFit(_outcome(report, interrupt), report.run.model)
