@@ -17,8 +17,10 @@ backend sends them to each worker before its first task of a job, whatever the p
 Between jobs nobody else reads a kept worker, so the pool does: a watcher per idle link
 notices end of file (the worker exited or was killed) and reaps the process. The next job
 that wants the worker hears of the loss from `take()`: with `restart` it is recorded in
-`losses` and logged, and the worker is started again; without, `take()` raises
-`LostBetweenJobs` and the job counts it as a lost worker (its `retries` decide).
+`losses` (for the session to report) and logged, and the worker is started again; without,
+`take()` raises `LostBetweenJobs` and the job counts it as a lost worker (its `retries`
+decide). A worker killed just before a call may not have been noticed yet, so `take()` first
+pings it and waits for the Pong (or its end of file): one round trip per worker and call.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ log = logging.getLogger("aner.coordinator")
 
 LOST_CLOSE_S = 1.0  # a worker that is going anyway gets this long to exit before a signal
 SHUTDOWN_CLOSE_S = 5.0
+# A kept worker answers a ping from its reading thread at once; one that does not within
+# this long is counted as lost (stalled, or its link is cut) and started again.
+PROBE_S = 10.0
 BETWEEN_JOBS = "between calls"
 
 
@@ -62,6 +67,7 @@ class _Idle:
     watcher: asyncio.Task[None] | None = None
     lost: str | None = None  # why the worker is gone, once the watcher saw it go
     at: float = 0.0
+    ponged: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def _same_worker(a: WorkerRecord, b: WorkerRecord) -> bool:
@@ -82,6 +88,7 @@ class WorkerPool:
     losses: list[WorkerLoss] = field(default_factory=list)
     _idle: dict[str, _Idle] = field(default_factory=dict)
     _closed: bool = False
+    _shutting: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def idle(self) -> tuple[str, ...]:
@@ -93,26 +100,52 @@ class WorkerPool:
         idle = self._idle.pop(record.identity, None)
         if idle is None:
             return None
+        # A job may end (and cancel this) while a worker is being taken: the link then goes
+        # back to the pool, or is shut down, never dropped with its process still running.
         if idle.watcher is not None:
+            try:
+                await self._probe(idle, idle.watcher)
+            except asyncio.CancelledError:
+                self._idle[record.identity] = idle  # still watched; the next job probes again
+                raise
             idle.watcher.cancel()
-            await asyncio.gather(idle.watcher, return_exceptions=True)
+            try:
+                await asyncio.gather(idle.watcher, return_exceptions=True)
+            except asyncio.CancelledError:
+                self._shut_later(idle.link, "job ended")
+                raise
         if idle.lost is None and _same_worker(idle.link.record, record):
             return idle.link
         await idle.link.transport.close(timeout=LOST_CLOSE_S)
         if idle.lost is None:
             return None  # the cluster file now says something else about this worker
-        loss = WorkerLoss(record.identity, "idle", idle.lost, idle.at, BETWEEN_JOBS)
-        self.losses.append(loss)
-        if not self.restart:
+        if not self.restart:  # the job counts the loss, and reports it if it survives it
             raise LostBetweenJobs(f"lost between calls: {idle.lost}")
+        self.losses.append(WorkerLoss(record.identity, "idle", idle.lost, idle.at, BETWEEN_JOBS))
         log.warning('worker "%s" lost between calls; starting it again', record.identity)
         return None
+
+    async def _probe(self, idle: _Idle, watcher: asyncio.Task[None]) -> None:
+        """Ping a kept worker and wait for its Pong, or for the watcher to see it gone."""
+        if watcher.done():
+            return
+        idle.ponged.clear()
+        with contextlib.suppress(TransportError):  # gone: the watcher sees its end of file
+            await idle.link.transport.write(idle.link.connection.ping())
+        pong = asyncio.ensure_future(idle.ponged.wait())
+        try:
+            await asyncio.wait({pong, watcher}, timeout=PROBE_S, return_when="FIRST_COMPLETED")
+        finally:
+            pong.cancel()
+        if not idle.ponged.is_set() and idle.lost is None:
+            idle.lost = f"no answer to a ping in {PROBE_S:g} s"
+            idle.at = time.time()
 
     def keep(self, link: WorkerLink) -> None:
         """Hold `link` until the next job takes it; shut it down if the pool has closed."""
         idle = _Idle(link)
         if self._closed:
-            asyncio.get_running_loop().create_task(_shut(link, "session closed"))
+            self._shut_later(link, "session closed")
             return
         self._idle[link.record.identity] = idle
         idle.watcher = asyncio.get_running_loop().create_task(self._watch(idle))
@@ -127,10 +160,11 @@ class WorkerPool:
                     idle.lost = "the worker exited or was killed"
                     break
                 for event in link.connection.receive(data):
-                    if not isinstance(event, Ponged):  # a late Pong is all a kept worker sends
+                    if not isinstance(event, Ponged):  # a Pong is all a kept worker sends
                         raise RemoteProtocolError(
                             link.connection.peer, f"sent {type(event).__name__} between jobs"
                         )
+                    idle.ponged.set()
         except TransportError as exc:
             idle.lost = exc.detail
         except ProtocolError as exc:
@@ -139,6 +173,11 @@ class WorkerPool:
         identity = link.record.identity
         log.warning('worker "%s" lost while the session was idle: %s', identity, idle.lost)
         await link.transport.close(timeout=LOST_CLOSE_S)  # reap it now, not at the next call
+
+    def _shut_later(self, link: WorkerLink, reason: str) -> None:
+        task = asyncio.get_running_loop().create_task(_shut(link, reason))
+        self._shutting.add(task)
+        task.add_done_callback(self._shutting.discard)
 
     async def close(self) -> None:
         """Shut down every kept worker (Shutdown, then close: wait, terminate, kill)."""
@@ -151,7 +190,9 @@ class WorkerPool:
             *(item.watcher for item in idle if item.watcher is not None), return_exceptions=True
         )
         await asyncio.gather(
-            *(_shut(item.link, "session closed") for item in idle), return_exceptions=True
+            *(_shut(item.link, "session closed") for item in idle),
+            *self._shutting,
+            return_exceptions=True,
         )
 
 
