@@ -7,8 +7,22 @@
 
 Calls are synchronous for the caller (they also work inside a running event loop, as in
 Jupyter); an interrupt (Ctrl-C, a kernel interrupt) cancels the job gracefully and raises
-`JobCancelled` chained from it, with nothing of the job left running. Async callers await
-`run_async`, `monte_carlo_async` or `regression_async`, which never block their loop.
+`JobCancelled` chained from it (`__cause__` is the KeyboardInterrupt): within a second no
+coordinator thread, worker thread or worker process of the call is still computing. Async
+callers await `run_async`, `monte_carlo_async` or `regression_async`, which never block their
+loop; cancelling the awaiting task cancels the job.
+
+Sessions start a group's workers once and keep them across calls (`aner_coord.session`):
+
+    with parallel.session(parallel.cluster("cluster.txt")) as s:
+        a = s.monte_carlo(samples=10**8, seed=1)          # starts the workers
+        b = s.monte_carlo(samples=10**8, seed=2)          # the same processes, warm
+        c = await s.monte_carlo_async(samples=10**8, seed=3)  # from async code
+
+Each call is its own job (accounting, optional `output=` directory, the same result as a
+one-off call); the workers end on leaving `with`, on garbage collection and at interpreter
+exit; a worker lost between calls is started again and reported in the next call's
+`result.losses` (or, with `restart=False`, counted as that call's lost worker).
 
 Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the message
 names the argument to change, as `workers=`), `JobFailed` for a failed job (its message says
