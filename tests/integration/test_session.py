@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -229,3 +230,37 @@ def test_an_interrupted_session_call_is_cancelled_and_the_session_goes_on(
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "children 0" in done.stdout, done.stdout
+
+
+def test_dense_training_on_a_session_stages_its_data_and_matches_a_one_off_call(
+    tmp_path: Path,
+) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(400, 4))
+    labels = (features[:, 0] + features[:, 1] > 0).astype(int)
+    data = tmp_path / "data.csv"
+    rows = (
+        ",".join([*map(repr, row.tolist()), str(label)])
+        for row, label in zip(features, labels, strict=True)
+    )
+    data.write_text("a,b,c,d,label\n" + "\n".join(rows) + "\n")
+    cluster = write_cluster(
+        tmp_path / "cluster", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    )
+    group = parallel.cluster(str(cluster), chunk=32)
+    arguments: dict[str, Any] = {"data": data, "hidden": (8,), "batch": 64, "epochs": 2, "seed": 1}
+    alone = parallel.dense_fit(**arguments, execution=group)
+    with parallel.session(group) as s:
+        fits = [s.dense_fit(**arguments)]
+        assert s.monte_carlo(samples=10**6, seed=42, chunk=10**5).hits == 785_882
+        fits.append(s.dense_fit(**arguments))  # the kernel changed and changed back
+    for fit in fits:
+        assert fit.test_loss == alone.test_loss
+        assert all(
+            np.array_equal(mine, theirs)
+            for mine, theirs in zip(fit.model.params, alone.model.params, strict=True)
+        )
+        assert sorted(record.identity for record in fit.staging) == ["w1", "w2"]
+    wait_for(_no_workers, 30, "the session's workers to exit")
