@@ -10,6 +10,7 @@ BENCHMARKS: tuple[str, ...] = (
     "startup",
     "memory",
     "cluster",
+    "session",
     "fixture",
     "durable",
     "plan",
