@@ -39,6 +39,7 @@ from aner_coord.jobstate import (
     WorkerReady,
 )
 from aner_coord.pacing import Pacer, Window
+from aner_coord.pool import LostBetweenJobs, WorkerLink, WorkerPool
 from aner_coord.staging import StagingLost, stage_worker
 from aner_coord.status import StagingRecord
 from aner_coord.timing import TaskTimes
@@ -48,6 +49,7 @@ from protocol import (
     Accepted,
     Answered,
     CoordinatorConnection,
+    Phase,
     Ponged,
     ProtocolError,
     Rejected,
@@ -189,8 +191,12 @@ class ProcessBackend:
         kernel: Kernel,
         seconds_per_task: float,
         stage: StagePlan | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self._records = list(records)
+        self._pool = pool  # a session's kept workers: taken at the start, given back at the end
+        self._machines: dict[str, dict[str, str]] = {}
+        self._params_sent: dict[str, int] = {}  # the pass whose Params each worker holds
         self._stage = stage  # file data each worker must hold before its first task
         self.staging: list[StagingRecord] = []
         self._fingerprint = fingerprint
@@ -233,27 +239,38 @@ class ProcessBackend:
         identity = record.identity
         phase = "connect"
         try:
-            argv = [record.executable, "parallel", "worker", "--stdio"]
-            transport = await open_transport(record, argv)
-            self._transports[identity] = transport
-            if self._stopping:
-                return
-            phase = "handshake"
-            connection = CoordinatorConnection(
-                identity, record.slots, self._fingerprint, (self._kernel.name,)
-            )
+            events: list[Any] = []
+            link = await self._take(record)
+            if link is not None:  # a session's worker, kept from its previous job
+                transport, connection = link.transport, link.connection
+                self._transports[identity] = transport
+                self._connections[identity] = connection
+                machine = link.machine
+            else:
+                argv = [record.executable, "parallel", "worker", "--stdio"]
+                transport = await open_transport(record, argv)
+                self._transports[identity] = transport
+                if self._stopping:
+                    return
+                phase = "handshake"
+                connection = CoordinatorConnection(
+                    identity, record.slots, self._fingerprint, (self._kernel.name,)
+                )
+                self._connections[identity] = connection
+                await transport.write(connection.hello())
+                first, *events = await asyncio.wait_for(
+                    _next_events(transport, connection), HANDSHAKE_TIMEOUT_S
+                )
+                if isinstance(first, Rejected):
+                    raise _Lost(first.reason)
+                assert isinstance(first, Accepted)
+                machine = first.welcome.machine
+            # Each job paces afresh: its chunks, and so its task time, are its own.
             pacer = Pacer(record.slots, self._seconds_per_task, connection.limit)
             connection.resize(pacer.window.size)
             self._pacers[identity] = pacer
-            self._connections[identity] = connection
-            await transport.write(connection.hello())
-            first, *events = await asyncio.wait_for(
-                _next_events(transport, connection), HANDSHAKE_TIMEOUT_S
-            )
-            if isinstance(first, Rejected):
-                raise _Lost(first.reason)
-            assert isinstance(first, Accepted)
-            self.timing.machine(identity, first.welcome.machine)
+            self._machines[identity] = machine
+            self.timing.machine(identity, machine)
             if self._stage is not None:  # staging: a separate step, see aner_coord.staging
                 phase = "staging"
                 self.staging.append(
@@ -280,6 +297,8 @@ class ProcessBackend:
             raise
         except (_Lost, StagingLost) as exc:
             self._lost(identity, phase, str(exc))
+        except LostBetweenJobs as exc:
+            self._lost(identity, "idle", str(exc))
         except TransportError as exc:
             self._lost(identity, exc.phase, exc.detail)
         except ProtocolError as exc:
@@ -289,6 +308,12 @@ class ProcessBackend:
         except Exception as exc:  # a bug here must fail the job, not leave it waiting
             log.exception("worker %s", identity)
             self._lost(identity, phase, f"internal error in the coordinator: {exc!r}")
+
+    async def _take(self, record: WorkerRecord) -> WorkerLink | None:
+        # Only the first connection of a job may reuse a kept worker; a rejoin starts anew.
+        if self._pool is None or self._rejoins[record.identity]:
+            return None
+        return await self._pool.take(record)
 
     async def _receive(
         self,
@@ -413,6 +438,7 @@ class ProcessBackend:
         self._buffered_tasks[identity] = 0
         self._outgoing[identity] = []
         self._pings[identity] = {}
+        self._params_sent.pop(identity, None)
         await self._serve(record, self._deliver)
 
     def begin_pass(self, pass_id: int, params: Any) -> None:
@@ -421,9 +447,12 @@ class ProcessBackend:
     def send(self, worker: str, task: Task) -> None:
         connection = self._connections[worker]
         frames = self._outgoing[worker]
-        if not connection.has_params(task.pass_id):
+        # Asked of this job, not of the connection: a kept worker holds the Params of its
+        # previous job's pass, whose id this job may use again.
+        if self._params_sent.get(worker) != task.pass_id:
             assert self._params is not None and self._params[0] == task.pass_id
             frames.append(connection.params(task.pass_id, self._kernel.name, self._params[1]))
+            self._params_sent[worker] = task.pass_id
         frames.append(connection.task(task))
         self._buffered_tasks[worker] += 1
         self._unstamped[worker].append(task.task_id)
@@ -462,6 +491,9 @@ class ProcessBackend:
             self._closer = asyncio.get_running_loop().create_task(self._shutdown(reason))
 
     async def _shutdown(self, reason: str) -> None:
+        kept = self._keepable()
+        for link in kept:
+            del self._transports[link.record.identity]
         for identity, transport in list(self._transports.items()):
             self._outgoing[identity].clear()
             connection = self._connections.get(identity)
@@ -481,7 +513,35 @@ class ProcessBackend:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Only now, with this job's readers gone, may the pool read the kept workers.
+        for link in kept:
+            assert self._pool is not None
+            self._pool.keep(link)
         self._stopped.set()
+
+    def _keepable(self) -> list[WorkerLink]:
+        """The links a session may keep: ready, not lost, with nothing sent and unanswered
+        (a task still outstanding may still be computing, so that worker is shut down)."""
+        if self._pool is None:
+            return []
+        records = {r.identity: r for r in self._records}
+        kept: list[WorkerLink] = []
+        for identity, transport in self._transports.items():
+            connection = self._connections.get(identity)
+            if (
+                connection is None
+                or identity in self._lost_workers
+                or identity in self._rejoining
+                or connection.phase is not Phase.READY
+                or connection.in_flight
+                or connection.staging
+                or identity not in self._machines
+            ):
+                continue
+            kept.append(
+                WorkerLink(records[identity], transport, connection, self._machines[identity])
+            )
+        return kept
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

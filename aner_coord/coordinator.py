@@ -48,6 +48,7 @@ from aner_coord.jobstate import (
     WriteStatus,
 )
 from aner_coord.ledger import LedgerWriter, Recovered
+from aner_coord.pool import WorkerPool
 from aner_coord.staging import plan_of
 from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot
 from aner_worker.kernels import encode
@@ -83,8 +84,10 @@ class Coordinator:
         ledger: LedgerWriter | None = None,
         recovered: Recovered | None = None,
         first_seq: int = 0,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.job = job
+        self._pool = pool  # a session's kept workers (process groups only)
         self.observers = list(observers)
         self.cancel = cancel if cancel is not None else asyncio.Event()
         self._ledger = ledger
@@ -312,6 +315,7 @@ class Coordinator:
             kernel,
             seconds_per_task=job.computation.seconds_per_item * job.chunk,
             stage=plan_of(self._run),
+            pool=self._pool,
         )
 
     def _snapshot(self) -> StatusSnapshot:

@@ -27,6 +27,7 @@ from aner_coord.computations.base import WritesFiles
 from aner_coord.coordinator import Coordinator, JobReport, Observer
 from aner_coord.jobstate import ShellFailed
 from aner_coord.manifest import encode_manifest, manifest_of
+from aner_coord.pool import WorkerPool
 from aner_coord.requests import encode_request, with_absolute_paths
 from aner_coord.results import encode_result
 from aner_coord.status import JobState
@@ -53,10 +54,12 @@ async def execute(
     cancel: asyncio.Event | None = None,
     on_ready: Callable[[], None] | None = None,
     resume: Resumption | None = None,
+    pool: WorkerPool | None = None,
 ) -> JobReport:
     """Run an admitted job; with an output directory, write its files as SPEC section 7 says
     and honour `aner parallel cancel` as well as `cancel`. With `resume`, continue the job
-    in that (checked, locked) directory from its ledger instead."""
+    in that (checked, locked) directory from its ledger instead. With `pool` (a session's),
+    a worker group's processes are taken from it and given back afterwards."""
     observers = list(observers)
     cancel = cancel if cancel is not None else asyncio.Event()
     directory: jobdir.JobDir | None = None
@@ -102,6 +105,7 @@ async def execute(
             ledger=book,
             recovered=recovered,
             first_seq=first_seq,
+            pool=pool,
         )
         async with (
             jobdir.cancel_requests(directory, cancel)

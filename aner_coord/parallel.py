@@ -7,8 +7,22 @@
 
 Calls are synchronous for the caller (they also work inside a running event loop, as in
 Jupyter); an interrupt (Ctrl-C, a kernel interrupt) cancels the job gracefully and raises
-`JobCancelled` chained from it, with nothing of the job left running. Async callers await
-`run_async`, `monte_carlo_async` or `regression_async`, which never block their loop.
+`JobCancelled` chained from it (`__cause__` is the KeyboardInterrupt): within a second no
+coordinator thread, worker thread or worker process of the call is still computing. Async
+callers await `run_async`, `monte_carlo_async` or `regression_async`, which never block their
+loop; cancelling the awaiting task cancels the job.
+
+Sessions start a group's workers once and keep them across calls (`aner_coord.session`):
+
+    with parallel.session(parallel.cluster("cluster.txt")) as s:
+        a = s.monte_carlo(samples=10**8, seed=1)          # starts the workers
+        b = s.monte_carlo(samples=10**8, seed=2)          # the same processes, warm
+        c = await s.monte_carlo_async(samples=10**8, seed=3)  # from async code
+
+Each call is its own job (accounting, optional `output=` directory, the same result as a
+one-off call); the workers end on leaving `with`, on garbage collection and at interpreter
+exit; a worker lost between calls is started again and reported in the next call's
+`result.losses` (or, with `restart=False`, counted as that call's lost worker).
 
 Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the message
 names the argument to change, as `workers=`), `JobFailed` for a failed job (its message says
@@ -39,6 +53,7 @@ from aner_coord.requests import (
 )
 from aner_coord.results import MonteCarloResult, RegressionResult
 from aner_coord.runner import run_interruptible
+from aner_coord.session import Session, session
 from aner_coord.status import JobState, WorkerAccount
 
 if TYPE_CHECKING:
@@ -58,6 +73,7 @@ __all__ = [
     "MonteCarloResult",
     "RegressionResult",
     "RequestError",
+    "Session",
     "WorkerAccount",
     "cluster",
     "dense_fit",
@@ -69,6 +85,7 @@ __all__ = [
     "regression_async",
     "run",
     "run_async",
+    "session",
 ]
 
 
@@ -92,7 +109,7 @@ def run(
     `retries` lost workers are survived (SPEC section 11)."""
     job = admit(_request(computation, execution, output, audit, retries))
     report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return _outcome(report, interrupt)
+    return outcome(report, interrupt)
 
 
 def _request(
@@ -111,7 +128,7 @@ def _request(
     )
 
 
-def _outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
+def outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
     if report.state is JobState.COMPLETED:
         return report.result
     if report.state is JobState.CANCELLED:
@@ -141,7 +158,7 @@ async def run_async(
         cancel.set()
         await task
         raise
-    return _outcome(report)
+    return outcome(report)
 
 
 async def monte_carlo_async(
@@ -243,7 +260,36 @@ def dense_fit(
     """
     from aner_coord.dense_result import DenseFit
 
-    request = DenseRequest(
+    request = dense_request(
+        seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
+        target_accuracy,
+    )  # fmt: skip
+    job_request = JobRequest(
+        computation=request,
+        execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
+        output=None if output is None else os.fspath(output),
+        retries=retries,
+    )
+    job = admit(job_request)
+    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    return DenseFit(outcome(report, interrupt), report.run.model)
+
+
+def dense_request(
+    seed: int,
+    data: str | os.PathLike[str] | None,
+    label: str | None,
+    teacher: tuple[int, int, int] | None,
+    hidden: Sequence[int],
+    batch: int,
+    epochs: int,
+    optimizer: str,
+    lr: float,
+    patience: int,
+    target_accuracy: float | None,
+) -> DenseRequest:
+    """The request of a `dense_fit` call (shared with sessions)."""
+    return DenseRequest(
         seed=seed,
         data=None if data is None else (data if data == "digits" else os.fspath(data)),
         label=label,
@@ -256,12 +302,3 @@ def dense_fit(
         patience=patience,
         target_accuracy=target_accuracy,
     )
-    job_request = JobRequest(
-        computation=request,
-        execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
-        output=None if output is None else os.fspath(output),
-        retries=retries,
-    )
-    job = admit(job_request)
-    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return DenseFit(_outcome(report, interrupt), report.run.model)

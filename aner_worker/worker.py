@@ -25,6 +25,7 @@ import logging
 import os
 import platform
 import queue
+import signal
 import sys
 import threading
 import time
@@ -319,6 +320,10 @@ def _warm_up(kernels: tuple[str, ...]) -> None:
 
 
 def main() -> int:
+    # An interrupt is for the coordinator, which cancels and stops its workers in order: a
+    # terminal's Ctrl-C or a Jupyter kernel interrupt reaches the whole process group, and a
+    # session's workers must outlive a cancelled call. End of input still stops a worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="aner-worker %(levelname)s %(message)s"
     )

@@ -1,9 +1,9 @@
 """The one place that calls aner: its public Python API and its command line.
 
 Benchmarks use `parallel.local` and `parallel.cluster` directly, but read results only
-through `monte_carlo` and `regression` here, build command lines with `run_argv` and worker
-groups with `write_cluster` and `loopback_ssh`: when a public shape changes, this module
-changes and the benchmarks do not.
+through `monte_carlo`, `session_monte_carlo` and `regression` here, build command lines
+with `run_argv` and worker groups with `write_cluster` and `loopback_ssh`: when a public
+shape changes, this module changes and the benchmarks do not.
 """
 
 from __future__ import annotations
@@ -36,6 +36,18 @@ class Count:
 
 def monte_carlo(samples: int, seed: int, execution: Any) -> Count:
     result = parallel.monte_carlo(samples=samples, seed=seed, execution=execution)
+    return Count(result.hits, result.seconds)
+
+
+@contextlib.contextmanager
+def session(execution: Any) -> Iterator[Any]:
+    """A `parallel.session` on `execution`, closed afterwards; call `session_monte_carlo`."""
+    with parallel.session(execution) as s:
+        yield s
+
+
+def session_monte_carlo(s: Any, samples: int, seed: int) -> Count:
+    result = s.monte_carlo(samples=samples, seed=seed)
     return Count(result.hits, result.seconds)
 
 

@@ -11,6 +11,7 @@ BENCHMARKS: tuple[str, ...] = (
     "memory",
     "cluster",
     "latency",
+    "session",
     "fixture",
     "durable",
     "plan",

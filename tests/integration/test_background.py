@@ -8,6 +8,7 @@ support.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -356,6 +357,16 @@ def test_one_coordinator_per_job_and_the_lock_is_never_inherited(tmp_path: Path)
                 os.kill(grandchild, signal.SIGKILL)
 
 
+def _open_files(pid: int) -> list[str]:
+    """What `pid`'s descriptors point at. One that vanishes between listing and reading was
+    being closed by the exec (O_CLOEXEC), so it is not inherited and is left out."""
+    targets = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return targets
+
+
 def _check_the_lock(job: Path, holder: subprocess.Popen[str], grandchild: int) -> None:
     from aner_coord.errors import RequestError
     from aner_coord.jobdir import JobLock, lock_is_held
@@ -366,8 +377,7 @@ def _check_the_lock(job: Path, holder: subprocess.Popen[str], grandchild: int) -
         JobLock(job).acquire()
     # After its exec: between fork and exec the child briefly holds a pipe of its own.
     wait_for(lambda: psutil.Process(grandchild).name() == "sleep", 30, "the child's exec")
-    fds = os.listdir(f"/proc/{grandchild}/fd")
-    targets = [os.readlink(f"/proc/{grandchild}/fd/{fd}") for fd in fds]
+    targets = _open_files(grandchild)
     assert not any(t.endswith("coordinator.lock") for t in targets), targets
     # Its holder killed, the lock is free although the child it spawned lives on.
     reap(holder)

@@ -39,6 +39,21 @@ def test_cluster_program_on_a_local_pipe_group(tmp_path: Path) -> None:
     assert "w1" in proc.stdout
 
 
+def test_session_program_on_a_local_pipe_group(tmp_path: Path) -> None:
+    records = [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    config = write_cluster(tmp_path / "c", records)
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / "session_pi.py"), str(config), "--samples", "1000003",
+         "--calls", "3"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert [(row[0], row[2]) for row in rows] == [
+        (str(seed), f"{count_hits(seed, 0, 1_000_003):,}") for seed in range(3)
+    ]
+
+
 def test_cluster_program_explains_a_bad_file(tmp_path: Path) -> None:
     config = tmp_path / "c"
     config.write_text("ANER_CLUSTER 1\n")

@@ -1,0 +1,402 @@
+"""Sessions: worker processes started once and kept across calls (`parallel.session`).
+
+    with parallel.session(parallel.cluster("cluster.txt")) as s:
+        first = s.monte_carlo(samples=10**8, seed=1)   # starts the group's workers
+        second = s.monte_carlo(samples=10**8, seed=2)  # the same processes, warm
+
+How it works. A session owns an event loop in a daemon thread ("aner-session") and a
+`WorkerPool` (aner_coord.pool) on it. Each call admits its request with the session's
+execution and runs `jobs.execute` on that loop, exactly as a one-off call runs it: its own
+coordinator, job state machine, accounting and optional job directory, and so the same
+result bit for bit; only the process backend takes the group's workers from the pool instead
+of starting them, and gives them back when the job ends. Calls on one session run one after
+another. A local session has no processes to keep: its calls start their threads afresh
+(microseconds; the kernels stay loaded in this process), so code can switch between a local
+and a cluster session without change.
+
+A worker lost while the session is idle (it crashed, was killed) is noticed by the pool and
+reported by the next call: with `restart=True` (the default) it is started again, and the
+loss is logged, appended to that call's `result.losses` (phase "idle", during "between
+calls") and kept in `session.losses`; with `restart=False` that call counts it as a lost
+worker, so it fails naming the worker unless its `retries` allow the loss.
+
+An interrupt of a synchronous call (Ctrl-C, a notebook's kernel interrupt) cancels that call's
+job gracefully and raises `JobCancelled` chained from the interrupt; the workers that still
+had tasks in flight are shut down (the next call starts them again), the others are kept.
+The `*_async` forms await the job without blocking the caller's loop; cancelling the awaiting
+task cancels the job the same way.
+
+The workers end on `close()` or leaving the `with` block, when the session is garbage
+collected (`weakref.finalize`) and at interpreter exit (the same finalizer), each with the
+orderly stop of a one-off job (Shutdown, close stdin, wait, terminate, kill). Were the
+process killed outright, its workers would see end of file on their stdin and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from aner_coord.admission import Job, admit
+from aner_coord.coordinator import JobReport
+from aner_coord.errors import RequestError
+from aner_coord.jobs import execute
+from aner_coord.pool import WorkerPool
+from aner_coord.requests import (
+    ComputationRequest,
+    Execution,
+    JobRequest,
+    LocalExecution,
+    MonteCarloRequest,
+    RegressionRequest,
+)
+from aner_coord.results import MonteCarloResult, RegressionResult
+from aner_coord.runner import loop_factory
+from aner_coord.status import WorkerLoss
+
+if TYPE_CHECKING:
+    from aner_coord.dense_result import DenseFit
+
+log = logging.getLogger("aner.coordinator")
+
+T = TypeVar("T")
+
+CLOSE_TIMEOUT_S = 30.0  # ample for Shutdown, then terminate and kill, of every kept worker
+_WAIT_S = 0.05  # a waiting caller wakes this often, so an interrupt is taken at once
+
+
+class _Runner:
+    """The session's loop thread and pool. It holds no reference to its `Session`, so that
+    garbage collection can find the session and run the finalizer that closes this."""
+
+    def __init__(self, restart: bool) -> None:
+        self.pool = WorkerPool(restart=restart)
+        factory = loop_factory()
+        self.loop = factory() if factory is not None else asyncio.new_event_loop()
+        self.closed = False
+        self._lock: asyncio.Lock | None = None  # made on the loop: one job at a time
+        self.thread = threading.Thread(target=self._run, name="aner-session", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            finally:
+                self.loop.close()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.closed:
+            coro.close()
+            raise RequestError("this session is closed: make a new one with parallel.session()")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def cancel(self, event: asyncio.Event) -> None:
+        """Set a job's cancel event from any thread."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(event.set)
+
+    async def job(self, job: Job, cancel: asyncio.Event) -> JobReport:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            return await execute(job, cancel=cancel, pool=self.pool)
+
+    def close(self) -> None:
+        """Shut down the kept workers and stop the loop thread (the session's finalizer)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.loop.is_closed():
+            return
+        future = asyncio.run_coroutine_threadsafe(self._close(), self.loop)
+        if threading.current_thread() is self.thread:
+            return  # collected on the loop itself: the close goes on there, nothing to wait on
+        try:
+            future.result(CLOSE_TIMEOUT_S)
+        except Exception:
+            log.exception("closing the session's workers")
+        self.thread.join(CLOSE_TIMEOUT_S)
+
+    async def _close(self) -> None:
+        try:
+            if self._lock is not None:
+                async with self._lock:  # a job in progress ends first
+                    await self.pool.close()
+            else:
+                await self.pool.close()
+        finally:
+            asyncio.get_running_loop().call_soon(self.loop.stop)
+
+
+class Session:
+    """Workers started once for several calls; see the module docstring. Make one with
+    `parallel.session(execution)` and use it in a `with` block (or call `close()`)."""
+
+    def __init__(self, execution: Execution | None = None, *, restart: bool = True) -> None:
+        self.execution: Execution = execution if execution is not None else LocalExecution()
+        self._runner = _Runner(restart)
+        self._finalizer = weakref.finalize(self, self._runner.close)
+        self._reported = 0  # losses of `losses` already reported to a call
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the session's workers (idempotent). Called on leaving `with`, on garbage
+        collection and at interpreter exit."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    @property
+    def losses(self) -> list[WorkerLoss]:
+        """Workers lost while the session was idle, in the order they were noticed."""
+        return list(self._runner.pool.losses)
+
+    # -- any computation --------------------------------------------------------------------
+    def run(
+        self,
+        computation: ComputationRequest,
+        *,
+        output: str | os.PathLike[str] | None = None,
+        audit: float = 0.0,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> Any:
+        """`parallel.run` on this session's workers; `chunk` overrides the execution's."""
+        job = self._admit(computation, output, audit, retries, chunk)
+        report, interrupt = self._wait(job)
+        return self._outcome(report, interrupt)
+
+    async def run_async(
+        self,
+        computation: ComputationRequest,
+        *,
+        output: str | os.PathLike[str] | None = None,
+        audit: float = 0.0,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> Any:
+        """`run` for async callers: awaits the job on the session's loop without blocking the
+        caller's; cancelling the awaiting task cancels the job, then re-raises."""
+        job = self._admit(computation, output, audit, retries, chunk)
+        report = await self._await(job)
+        return self._outcome(report, None)
+
+    # -- the computations ---------------------------------------------------------------------
+    def monte_carlo(
+        self,
+        *,
+        samples: int,
+        seed: int,
+        output: str | os.PathLike[str] | None = None,
+        audit: float = 0.0,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> MonteCarloResult:
+        """`parallel.monte_carlo` on this session's workers."""
+        request = MonteCarloRequest(samples=samples, seed=seed)
+        result: MonteCarloResult = self.run(
+            request, output=output, audit=audit, retries=retries, chunk=chunk
+        )
+        return result
+
+    async def monte_carlo_async(
+        self,
+        *,
+        samples: int,
+        seed: int,
+        output: str | os.PathLike[str] | None = None,
+        audit: float = 0.0,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> MonteCarloResult:
+        """`monte_carlo` for async callers (see `run_async`)."""
+        request = MonteCarloRequest(samples=samples, seed=seed)
+        result: MonteCarloResult = await self.run_async(
+            request, output=output, audit=audit, retries=retries, chunk=chunk
+        )
+        return result
+
+    def regression(
+        self,
+        *,
+        samples: int,
+        steps: int,
+        rate: float,
+        seed: int,
+        output: str | os.PathLike[str] | None = None,
+        audit: float = 0.0,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> RegressionResult:
+        """`parallel.regression` on this session's workers."""
+        request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
+        result: RegressionResult = self.run(
+            request, output=output, audit=audit, retries=retries, chunk=chunk
+        )
+        return result
+
+    async def regression_async(
+        self,
+        *,
+        samples: int,
+        steps: int,
+        rate: float,
+        seed: int,
+        output: str | os.PathLike[str] | None = None,
+        audit: float = 0.0,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> RegressionResult:
+        """`regression` for async callers (see `run_async`)."""
+        request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
+        result: RegressionResult = await self.run_async(
+            request, output=output, audit=audit, retries=retries, chunk=chunk
+        )
+        return result
+
+    def dense_fit(
+        self,
+        *,
+        seed: int,
+        data: str | os.PathLike[str] | None = None,
+        label: str | None = None,
+        teacher: tuple[int, int, int] | None = None,
+        hidden: Sequence[int] = (64, 64),
+        batch: int = 256,
+        epochs: int = 100,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        patience: int = 5,
+        target_accuracy: float | None = None,
+        output: str | os.PathLike[str] | None = None,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> DenseFit:
+        """`parallel.dense_fit` on this session's workers (rows per task: `chunk`, else the
+        session execution's chunk)."""
+        from aner_coord.dense_result import DenseFit
+        from aner_coord.parallel import dense_request
+
+        request = dense_request(
+            seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
+            target_accuracy,
+        )  # fmt: skip
+        job = self._admit(request, output, 0.0, retries, chunk)
+        report, interrupt = self._wait(job)
+        return DenseFit(self._outcome(report, interrupt), report.run.model)
+
+    async def dense_fit_async(
+        self,
+        *,
+        seed: int,
+        data: str | os.PathLike[str] | None = None,
+        label: str | None = None,
+        teacher: tuple[int, int, int] | None = None,
+        hidden: Sequence[int] = (64, 64),
+        batch: int = 256,
+        epochs: int = 100,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        patience: int = 5,
+        target_accuracy: float | None = None,
+        output: str | os.PathLike[str] | None = None,
+        retries: int = 0,
+        chunk: int | None = None,
+    ) -> DenseFit:
+        """`dense_fit` for async callers (see `run_async`)."""
+        from aner_coord.dense_result import DenseFit
+        from aner_coord.parallel import dense_request
+
+        request = dense_request(
+            seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
+            target_accuracy,
+        )  # fmt: skip
+        job = self._admit(request, output, 0.0, retries, chunk)
+        report = await self._await(job)
+        return DenseFit(self._outcome(report, None), report.run.model)
+
+    # -- parts --------------------------------------------------------------------------------
+    def _admit(
+        self,
+        computation: ComputationRequest,
+        output: str | os.PathLike[str] | None,
+        audit: float,
+        retries: int,
+        chunk: int | None,
+    ) -> Job:
+        if self.closed:
+            raise RequestError("this session is closed: make a new one with parallel.session()")
+        execution = self.execution
+        if chunk is not None:
+            execution = msgspec.structs.replace(execution, chunk=chunk)
+        return admit(
+            JobRequest(
+                computation=computation,
+                execution=execution,
+                output=None if output is None else os.fspath(output),
+                audit=audit,
+                retries=retries,
+            )
+        )
+
+    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
+        """Run `job` on the session's loop and wait for it here; an interrupt meanwhile
+        cancels the job gracefully and is handed back to be chained."""
+        cancel = asyncio.Event()
+        future = self._runner.submit(self._runner.job(job, cancel))
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        interrupted: list[KeyboardInterrupt] = []
+        while not done.is_set():
+            try:
+                done.wait(_WAIT_S)
+            except KeyboardInterrupt as exc:
+                interrupted.append(exc)
+                self._runner.cancel(cancel)
+        return future.result(), (interrupted[0] if interrupted else None)
+
+    async def _await(self, job: Job) -> JobReport:
+        cancel = asyncio.Event()
+        future = asyncio.wrap_future(self._runner.submit(self._runner.job(job, cancel)))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            self._runner.cancel(cancel)
+            await asyncio.wait([future])
+            raise
+
+    def _outcome(self, report: JobReport, interrupt: KeyboardInterrupt | None) -> Any:
+        from aner_coord.parallel import outcome
+
+        losses = self._runner.pool.losses
+        fresh, self._reported = losses[self._reported :], len(losses)
+        result = outcome(report, interrupt)
+        if fresh and isinstance(getattr(result, "losses", None), list):
+            result = msgspec.structs.replace(result, losses=[*fresh, *result.losses])
+        return result
+
+
+def session(execution: Execution | None = None, *, restart: bool = True) -> Session:
+    """Workers started once and kept for several calls: `with parallel.session(execution) as
+    s: s.monte_carlo(...)`. `execution` is `local(...)` (the default) or `cluster(...)`;
+    `restart` starts a worker lost between calls again (see `aner_coord.session`)."""
+    return Session(execution, restart=restart)
