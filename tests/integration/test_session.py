@@ -9,6 +9,7 @@ no worker computing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -30,12 +31,17 @@ HITS_20M_CHUNK = 15_712_228  # 2 * 10**7 samples of seed 42, as a one-off call g
 
 
 def _workers() -> list[psutil.Process]:
-    """This process's live worker children."""
-    return [
-        child
-        for child in psutil.Process().children(recursive=True)
-        if child.status() != psutil.STATUS_ZOMBIE
-    ]
+    """This process's live `aner parallel worker` descendants (not, say, the suite's sshd)."""
+    workers = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.status() != psutil.STATUS_ZOMBIE and _is_worker(child.cmdline()):
+                workers.append(child)
+    return workers
+
+
+def _is_worker(argv: list[str]) -> bool:
+    return argv[-3:] == ["parallel", "worker", "--stdio"]
 
 
 def _no_workers() -> bool:
