@@ -33,9 +33,12 @@ def prepare() -> None:
     with _lock:
         if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
             return
-        sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # ImportError on import
+        # A None entry makes importing that name raise ImportError; SciPy itself too, if
+        # nothing has imported it yet (its package costs a few milliseconds more).
+        blocked = "scipy.linalg" if "scipy" in sys.modules else "scipy"
+        sys.modules[blocked] = None  # type: ignore[assignment]
         try:
             import numba.np.arraymath  # noqa: F401
         finally:
-            if "scipy.linalg" in sys.modules and sys.modules["scipy.linalg"] is None:
-                del sys.modules["scipy.linalg"]
+            if blocked in sys.modules and sys.modules[blocked] is None:
+                del sys.modules[blocked]
