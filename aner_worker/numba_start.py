@@ -1,20 +1,32 @@
 """Numba's first use in a process, made cheaper where the process is aner's own.
 
 The first compile or cache load of any numba function initialises numba's CPU target, which
-imports `numba.np.arraymath`; that module probes for a BLAS by importing `scipy.linalg` when
-SciPy is installed (about 0.14 s, more than loading aner's Monte Carlo kernel itself). The
-probe only decides whether numba's `np.correlate`/`np.convolve` use BLAS; no aner kernel uses
-those (nor any other BLAS routine inside numba: the Dense layers are numpy's). In processes
-that aner alone owns, the `aner` command and its worker processes, `own_process()` turns the
-probe off (`prepare()` imports `numba.np.arraymath` while `scipy.linalg` is unimportable);
-numba's linear algebra still imports SciPy itself if some later code needs it. A process
-that merely imports aner (a notebook, a test) keeps numba's behaviour untouched.
+imports every optional integration numba has: `numba.np.arraymath` probes for a BLAS by
+importing `scipy.linalg` when SciPy is installed (about 0.14 s, more than loading aner's
+Monte Carlo kernel itself), and `numba.core.typing.cffi_utils` imports cffi and its C
+parser (about 0.03 s). The BLAS probe only decides whether numba's own
+`np.correlate`/`np.convolve` use BLAS, and cffi only lets nopython code call cffi functions;
+no aner kernel does either (the Dense layers' matrix products are numpy's, outside numba).
+
+In processes that aner alone owns, the `aner` command and its worker processes,
+`own_process()` turns both off: `prepare()` imports those two numba modules while SciPy and
+cffi are unimportable, as on a machine without them (numba supports that); numba's linear
+algebra still imports SciPy itself if some later code needs it. A process that merely
+imports aner (a notebook, a test) keeps numba's behaviour untouched.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
+
+# numba module -> the optional package it probes on import (absent from sys.modules while
+# it does, so importing it raises ImportError)
+_PROBES = (
+    ("numba.np.arraymath", ("scipy", "scipy.linalg")),
+    ("numba.core.typing.cffi_utils", ("cffi",)),
+)
 
 _own = False
 _lock = threading.Lock()
@@ -31,14 +43,16 @@ def prepare() -> None:
     if not _own:
         return
     with _lock:
-        if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
-            return
-        # A None entry makes importing that name raise ImportError; SciPy itself too, if
-        # nothing has imported it yet (its package costs a few milliseconds more).
-        blocked = "scipy.linalg" if "scipy" in sys.modules else "scipy"
-        sys.modules[blocked] = None  # type: ignore[assignment]
-        try:
-            import numba.np.arraymath  # noqa: F401
-        finally:
-            if blocked in sys.modules and sys.modules[blocked] is None:
-                del sys.modules[blocked]
+        for module, packages in _PROBES:
+            if module in sys.modules:
+                continue
+            # Block the package itself if nothing has imported it yet, else the submodule.
+            blocked = next((p for p in packages if p not in sys.modules), None)
+            if blocked is None:
+                continue  # already imported by someone: the probe costs nothing more
+            sys.modules[blocked] = None  # type: ignore[assignment]
+            try:
+                importlib.import_module(module)
+            finally:
+                if blocked in sys.modules and sys.modules[blocked] is None:
+                    del sys.modules[blocked]

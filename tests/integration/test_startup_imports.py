@@ -74,7 +74,7 @@ def test_the_reader_sees_what_a_local_run_imports(local_job: tuple[Path, set[str
     # ...but a Monte Carlo run needs neither the Dense computation nor a file watcher.
     assert "aner_coord.computations.dense" not in names
     assert "aner_worker.dense_streams" not in names
-    assert roots(names).isdisjoint({"watchfiles", "asyncssh", "scipy"})
+    assert roots(names).isdisjoint({"watchfiles", "asyncssh", "scipy", "cffi"})
 
 
 def test_status_imports_nothing_heavy(local_job: tuple[Path, set[str]], tmp_path: Path) -> None:
@@ -130,4 +130,21 @@ def test_a_worker_loads_only_the_kernel_its_hello_names(tmp_path: Path) -> None:
     assert {"numba", "aner_worker.philox"} <= names  # warmed before its Welcome
     assert "aner_worker.fixture" not in names  # the regression kernel
     assert "aner_worker.dense_task" not in names and "aner_worker.dense_streams" not in names
-    assert roots(names).isdisjoint({"watchfiles", "asyncssh", "scipy"})
+    assert roots(names).isdisjoint({"watchfiles", "asyncssh", "scipy", "cffi"})
+
+
+def test_the_skipped_probes_leave_scipy_and_cffi_importable() -> None:
+    # In an aner process numba's first use skips its SciPy and cffi probes; both packages
+    # stay importable for any later code, and the kernel counts what it always counted.
+    code = (
+        "import sys\n"
+        "from aner_worker.numba_start import own_process; own_process()\n"
+        "from aner_worker.philox import count_hits\n"
+        "hits = count_hits(42, 0, 10**7)\n"
+        "skipped = not {'scipy', 'cffi'} & set(sys.modules)\n"
+        "import scipy.linalg, cffi\n"
+        "print(hits, skipped, scipy.linalg.__name__, cffi.FFI.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["7856672", "True", "scipy.linalg", "FFI"]
