@@ -134,7 +134,7 @@ def _coordinate_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if argv is None:  # the `aner` program itself, not a caller of this function
-        from aner_worker.numba_start import own_process
+        from aner_worker.startup import own_process
 
         own_process()
     try:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from aner_worker import numba_start
+from aner_worker import startup
 
-numba_start.prepare()  # every numba kernel module imports this one first
+startup.prepare()  # every numba kernel module imports this one first
 
 from llvmlite import ir  # noqa: E402
 from numba import njit, types  # noqa: E402

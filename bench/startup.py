@@ -35,9 +35,9 @@ INVENTORY = "aner parallel inventory --json"
 STATUS = "aner parallel status --job (completed)"
 TINY_RUN = "aner parallel run --samples 1000"
 
-# The kernel loaded as an `aner` process loads it (numba_start, no collections at exit).
+# The kernel loaded as an `aner` process loads it (startup, no collections at exit).
 LOAD_KERNEL = (
-    "from aner_worker.numba_start import own_process; own_process()\n"
+    "from aner_worker.startup import own_process; own_process()\n"
     "from aner_worker.philox import warm_up; warm_up()\n"
     "import gc; gc.freeze()"
 )

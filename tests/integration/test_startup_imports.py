@@ -138,7 +138,7 @@ def test_the_skipped_probes_leave_scipy_and_cffi_importable() -> None:
     # stay importable for any later code, and the kernel counts what it always counted.
     code = (
         "import sys\n"
-        "from aner_worker.numba_start import own_process; own_process()\n"
+        "from aner_worker.startup import own_process; own_process()\n"
         "from aner_worker.philox import count_hits\n"
         "hits = count_hits(42, 0, 10**7)\n"
         "skipped = not {'scipy', 'cffi'} & set(sys.modules)\n"
@@ -148,3 +148,19 @@ def test_the_skipped_probes_leave_scipy_and_cffi_importable() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["7856672", "True", "scipy.linalg", "FFI"]
+
+
+def test_collection_waits_for_the_start_up_then_resumes() -> None:
+    code = (
+        "import gc, time\n"
+        "from aner_worker.startup import own_process\n"
+        "own_process()\n"
+        "off = not gc.isenabled()\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not gc.isenabled() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print(off, gc.isenabled(), gc.get_freeze_count() > 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]
