@@ -143,11 +143,14 @@ def run(sizes: Sizes) -> dict[str, Any]:
             goal(f"{text}: no successful run to compare", False)
             return
         r = a.median / b.median
+        # The best runs too: on a shared machine one slow repetition of a short command
+        # moves a median of few; the goal is judged on the medians, as everywhere.
+        best = a.min / b.min
         goals[key] = same and r <= limit
-        out[key] = {"ratio": r, "limit": limit, "same_hits": same}
+        out[key] = {"ratio": r, "ratio_of_minima": best, "limit": limit, "same_hits": same}
         goal(
-            f"{text}: {secs(a.median)} / {secs(b.median)} = {ratio(r)}, within {limit:g}x"
-            + ("" if same else " (hits DIFFER)"),
+            f"{text}: {secs(a.median)} / {secs(b.median)} = {ratio(r)} (best runs "
+            f"{ratio(best)}), within {limit:g}x" + ("" if same else " (hits DIFFER)"),
             goals[key],
         )
 
