@@ -131,6 +131,9 @@ async def execute(
             writer.commit_completed()
         return report
     except BaseException:
+        if coordinator is not None:
+            # Workers launched for a run that never began; a no-op once the run has ended.
+            await coordinator.shutdown()
         if directory is not None and resume is None and not directory.exists(jobdir.STATUS):
             # Failed before its first status (nothing ran): leave no half-made directory.
             if lock is not None:
