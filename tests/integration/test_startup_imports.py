@@ -103,10 +103,18 @@ def test_inventory_imports_nothing_heavy(tmp_path: Path) -> None:
     assert roots(names).isdisjoint(HEAVY), roots(names) & HEAVY
 
 
-def test_a_pipe_group_coordinator_never_imports_numba(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "job",
+    [
+        ["run", "--samples", "300000", "--seed", "7"],
+        ["regression", "--samples", "100000", "--steps", "2", "--rate", "0.5", "--seed", "3"],
+    ],
+    ids=["monte-carlo", "regression"],
+)
+def test_a_pipe_group_coordinator_never_imports_numba(tmp_path: Path, job: list[str]) -> None:
     cluster = write_cluster(tmp_path / "c", [("w1", "local", "-", ANER, 1)])
-    proc, names = aner(tmp_path, "parallel", "run", "--samples", "300000", "--seed", "7",
-                       "--cluster", str(cluster), "--output", str(tmp_path / "job"))  # fmt: skip
+    proc, names = aner(tmp_path, "parallel", *job, "--cluster", str(cluster),
+                       "--output", str(tmp_path / "job"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "aner_coord.backends" in names and "aner_coord.transports" in names
     assert roots(names).isdisjoint(HEAVY), roots(names) & HEAVY
