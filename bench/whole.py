@@ -143,14 +143,15 @@ def run(sizes: Sizes) -> dict[str, Any]:
             goal(f"{text}: no successful run to compare", False)
             return
         r = a.median / b.median
-        # The best runs too: on a shared machine one slow repetition of a short command
-        # moves a median of few; the goal is judged on the medians, as everywhere.
+        # The best runs too, and the goal must hold for both: on a shared machine the other
+        # sessions stretch the short C runs more than aner's (whose fixed start-up they leave
+        # alone), which can make a ratio of medians look met that a quiet machine misses.
         best = a.min / b.min
-        goals[key] = same and r <= limit
+        goals[key] = same and r <= limit and best <= limit
         out[key] = {"ratio": r, "ratio_of_minima": best, "limit": limit, "same_hits": same}
         goal(
             f"{text}: {secs(a.median)} / {secs(b.median)} = {ratio(r)} (best runs "
-            f"{ratio(best)}), within {limit:g}x" + ("" if same else " (hits DIFFER)"),
+            f"{ratio(best)}), both within {limit:g}x" + ("" if same else " (hits DIFFER)"),
             goals[key],
         )
 
