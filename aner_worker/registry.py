@@ -11,6 +11,7 @@ and a worker loads the implementations its job names and no others.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Generic, TypeVar
 
@@ -23,6 +24,7 @@ class LazyRegistry(MutableMapping[str, V], Generic[V]):
         self._paths: dict[str, str] = {}  # declared, not yet imported
         self._items: dict[str, V] = {}
         self._order: dict[str, None] = {}  # every name, in the order it became known
+        self._lock = threading.RLock()
 
     def declare(self, name: str, path: str) -> None:
         """`name` is the instance of `path` (`package.module:Class`), made when first asked
@@ -39,18 +41,22 @@ class LazyRegistry(MutableMapping[str, V], Generic[V]):
         item = self._items.get(name)
         if item is not None:
             return item
-        path = self._paths.get(name)
-        if path is None:
-            raise KeyError(name)
-        module, _, attribute = path.partition(":")
-        try:
-            factory: Callable[[], V] = getattr(importlib.import_module(module), attribute)
-        except (ImportError, AttributeError) as exc:
-            raise ImportError(f"{self._what} {name!r}: cannot import {path}: {exc}") from exc
-        item = factory()
-        self._items[name] = item
-        del self._paths[name]
-        return item
+        with self._lock:  # a worker's slot threads may all ask for a new kernel at once
+            item = self._items.get(name)
+            if item is not None:
+                return item
+            path = self._paths.get(name)
+            if path is None:
+                raise KeyError(name)
+            module, _, attribute = path.partition(":")
+            try:
+                factory: Callable[[], V] = getattr(importlib.import_module(module), attribute)
+            except (ImportError, AttributeError) as exc:
+                raise ImportError(f"{self._what} {name!r}: cannot import {path}: {exc}") from exc
+            item = factory()
+            self._items[name] = item
+            del self._paths[name]
+            return item
 
     def __setitem__(self, name: str, item: V) -> None:
         self._paths.pop(name, None)

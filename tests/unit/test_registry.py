@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from aner_coord.computations import COMPUTATIONS, computation_for, request_types, summarize
@@ -59,3 +61,15 @@ def test_a_dense_summary_needs_no_dense_computation() -> None:
     lines = summarize("dense", result)
     assert lines is not None and lines[0].startswith("epochs    2 run, best 1 (validation")
     assert summarize("no-such-kind", result) is None
+
+
+def test_threads_asking_at_once_get_one_instance() -> None:
+    registry: LazyRegistry[object] = LazyRegistry("thing")
+    registry.declare("t", f"{__name__}:Thing")
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(registry["t"])) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 8 and all(item is got[0] for item in got)
