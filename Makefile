@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint typecheck pytest bench bench-slurm clean
+.PHONY: demo test lint typecheck pytest bench cref bench-slurm clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,25 @@ typecheck: $(VENV)/.test
 pytest: $(VENV)/.test
 	$(PY) -m pytest -q
 
-bench: $(VENV)/.base
+bench: $(VENV)/.base cref
 	$(PY) -m bench --json bench-results.json
+
+# The native C reference of the Monte Carlo stream (bench/c/pi_ref.c), built with the system
+# compiler; without one, the benchmarks that compare with it say so and skip it. No fused
+# multiply-add: the hit test must round exactly as SPEC section 1 says.
+CC     ?= cc
+CREF   ?= bench/c/pi_ref
+CFLAGS_CREF := -O3 -march=native -pthread -ffp-contract=off -std=gnu11 -Wall -Wextra
+
+cref:
+	@if command -v $(CC) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory $(CREF); \
+	else \
+		echo "make: no C compiler ($(CC)): the C reference ($(CREF)) is not built; the benchmarks skip it"; \
+	fi
+
+$(CREF): bench/c/pi_ref.c
+	$(CC) $(CFLAGS_CREF) -o $@ $<
 
 # Slurm job steps against local pipes, on a single-node Slurm it starts itself (needs root).
 bench-slurm: $(VENV)/.base
@@ -43,4 +60,4 @@ bench-slurm: $(VENV)/.base
 	$(PY) bench/slurm_bench.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis $(CREF)

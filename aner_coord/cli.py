@@ -8,6 +8,7 @@ naming the flag to change; no traceback for a user's mistake.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -132,6 +133,21 @@ def _coordinate_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the `aner` program itself, not a caller of this function
+        from aner_worker.startup import own_process
+
+        own_process()
+    try:
+        return _main(args_list)
+    finally:
+        if argv is None:
+            # The process ends next: with numba loaded, the collections of interpreter
+            # shutdown would walk several hundred thousand objects (~0.15 s) to free memory
+            # the exit frees anyway. Frozen objects are left to it.
+            gc.freeze()
+
+
+def _main(args_list: list[str]) -> int:
     try:
         if args_list[:2] == ["parallel", "coordinate"]:
             from aner_coord.background import coordinate_command

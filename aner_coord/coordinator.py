@@ -6,10 +6,13 @@ only thing the coordinator acts on; a failure while acting on one (a backend bug
 observer that cannot write the job directory) is fed back as a `ShellFailed` event, so the
 job fails naming it instead of waiting for ever.
 
-`startup` starts the workers, `main_loop` waits for the machine to end (turning a cancel
-request into an event and publishing at least every TICK_S), `shutdown` stops and reaps
-every worker within a bounded time. Observers (the job directory, a progress display,
-systemd) only receive snapshots; they never steer the job.
+`launch` starts the workers (threads load the kernel, processes start and shake hands) and
+may be called before the job's own set-up (job directory, manifest), so that both proceed
+at once; whatever the workers report meanwhile waits until `startup` has started the machine.
+`startup` starts the workers if `launch` has not, `main_loop` waits for the machine to end
+(turning a cancel request into an event and publishing at least every TICK_S), `shutdown`
+stops and reaps every worker within a bounded time. Observers (the job directory, a
+progress display, systemd) only receive snapshots; they never steer the job.
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ class Coordinator:
         self._params: dict[int, Any] = {}
         self._audits: dict[int, SendTask] = {}
         self._audit_tasks: set[asyncio.Task[None]] = set()
+        self._early: list[Event] | None = []  # events that came before the machine started
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> JobReport:
@@ -165,13 +169,33 @@ class Coordinator:
                 self._error = f"{exc.where} failed: {exc.detail}"
             return self._snapshot()
 
-    def startup(self) -> None:
+    def attach(self, observers: Sequence[Observer], ledger: LedgerWriter | None) -> None:
+        """The observers and ledger of a job directory made after `launch`."""
+        self.observers = list(observers)
+        self._ledger = ledger
+
+    def launch(self) -> None:
+        """Start the workers now; the machine starts later, in `startup`."""
         self._started = time.monotonic()
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._backend = self._make_backend()
+        self._backend.start(self.deliver)
+
+    def startup(self) -> None:
+        launched = self._backend is not None
+        if not launched:
+            self._started = time.monotonic()
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+            self._backend = self._make_backend()
+        assert self._backend is not None
+        early, self._early = self._early or [], None
         self._execute(self._machine.start())
-        if not self._ended.is_set():  # a resumed job whose ledger holds everything needs none
+        for event in early:
+            self._handle(event)
+        if not launched and not self._ended.is_set():
+            # (a resumed job whose ledger holds everything needs no workers)
             self._backend.start(self.deliver)
 
     async def main_loop(self) -> None:
@@ -216,6 +240,9 @@ class Coordinator:
             loop.call_soon_threadsafe(self._handle, event)
 
     def _handle(self, event: Event) -> None:
+        if self._early is not None:
+            self._early.append(event)
+            return
         if isinstance(event, ResultReceived) and event.task_id in self._audits:
             self._start_audit(event)
             return

@@ -74,39 +74,52 @@ async def execute(
     book: ledger.LedgerWriter | None = None
     recovered: ledger.Recovered | None = None
     first_seq = 0
-    if resume is not None:
-        directory, lock = resume.directory, resume.lock
-        recovered, first_seq = resume.recovered, resume.last_seq
-    elif job.output is not None:
-        directory = jobdir.JobDir.create(job.output)
-        try:
-            lock = jobdir.JobLock(directory)
-            lock.acquire()
-            directory.write_bytes(jobdir.MANIFEST, encode_manifest(manifest_of(job)))
-            directory.write_bytes(REQUEST, encode_request(with_absolute_paths(job.request)))
-        except BaseException:
-            if lock is not None:
-                lock.release()
-            directory.remove()  # a run that could not start leaves nothing behind
-            raise
-    if directory is not None:
-        book = ledger.LedgerWriter(directory)
+    if resume is None:
+        # A new job's workers start first (threads load the kernel, processes start and shake
+        # hands) and the job directory is made meanwhile; what they report waits for startup.
+        coordinator = Coordinator(job, cancel=cancel, pool=pool)
+        coordinator.launch()
+    try:
         if resume is not None:
-            book.append(ledger.Resumed(time.time(), os.getpid()))
-        writer = jobdir.StatusWriter(directory, on_error=writer_failed, before_write=book.sync)
-        observers.insert(0, writer)
+            directory, lock = resume.directory, resume.lock
+            recovered, first_seq = resume.recovered, resume.last_seq
+        elif job.output is not None:
+            directory = jobdir.JobDir.create(job.output)
+            try:
+                lock = jobdir.JobLock(directory)
+                lock.acquire()
+                directory.write_bytes(jobdir.MANIFEST, encode_manifest(manifest_of(job)))
+                directory.write_bytes(REQUEST, encode_request(with_absolute_paths(job.request)))
+            except BaseException:
+                if lock is not None:
+                    lock.release()
+                directory.remove()  # a run that could not start leaves nothing behind
+                raise
+        if directory is not None:
+            book = ledger.LedgerWriter(directory)
+            if resume is not None:
+                book.append(ledger.Resumed(time.time(), os.getpid()))
+            writer = jobdir.StatusWriter(directory, on_error=writer_failed, before_write=book.sync)
+            observers.insert(0, writer)
+    except BaseException:
+        if coordinator is not None:
+            await coordinator.shutdown()  # the launched workers
+        raise
     try:
         if on_ready is not None:
             observers.append(_once(on_ready))
-        coordinator = Coordinator(
-            job,
-            observers=observers,
-            cancel=cancel,
-            ledger=book,
-            recovered=recovered,
-            first_seq=first_seq,
-            pool=pool,
-        )
+        if coordinator is None:
+            coordinator = Coordinator(
+                job,
+                observers=observers,
+                cancel=cancel,
+                ledger=book,
+                recovered=recovered,
+                first_seq=first_seq,
+                pool=pool,
+            )
+        else:
+            coordinator.attach(observers, book)
         async with (
             jobdir.cancel_requests(directory, cancel)
             if directory is not None
@@ -122,6 +135,9 @@ async def execute(
             writer.commit_completed()
         return report
     except BaseException:
+        if coordinator is not None:
+            # Workers launched for a run that never began; a no-op once the run has ended.
+            await coordinator.shutdown()
         if directory is not None and resume is None and not directory.exists(jobdir.STATUS):
             # Failed before its first status (nothing ran): leave no half-made directory.
             if lock is not None:

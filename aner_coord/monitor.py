@@ -275,13 +275,10 @@ def result_lines(result: dict[str, Any]) -> list[str]:
     """The scientific result as `result.json` has it: the estimate and hits of a Monte Carlo
     run, the final loss and fit accuracy of the regression fixture: whatever the job's
     computation shows of it."""
-    from aner_coord.computations import COMPUTATIONS
+    from aner_coord.computations import summarize
 
-    computation = COMPUTATIONS.get(str(result.get("computation")))
-    if computation is None:
-        return []
     try:
-        return computation.summarize(result)
+        return summarize(str(result.get("computation")), result) or []
     except (KeyError, TypeError, ValueError) as exc:
         return [f"note      {jobdir.RESULT} lacks {exc}: this aner cannot show its result"]
 

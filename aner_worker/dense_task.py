@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from aner_worker.kernels import StopCheck, Stopped, register
+from aner_worker.kernels import StopCheck, Stopped
 
 MOMENTS, TRAIN, EVALUATE = "moments", "train", "evaluate"
 
@@ -64,6 +64,3 @@ class DenseKernel:
         from aner_worker.dense_rows import compute
 
         return compute(params, start, count)
-
-
-register(DenseKernel())

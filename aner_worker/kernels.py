@@ -11,9 +11,12 @@ lives in `aner_coord.computations` and names its kernel.
 `Stopped`), so a worker whose coordinator has gone or cancelled stops promptly whatever the
 chunk size; the sub-ranges never change the statistics' bits.
 
-Adding a workload: a Kernel here (or in a module of its own that calls `register`, imported at
-the end of this one, as `dense_task` is), and its coordinator half registered in
-`aner_coord.computations`.
+`KERNELS` lists every kernel by name without importing any: a kernel in a module of its own
+(`dense_task`) is declared here by its `module:Class` path and imported the first time it is
+asked for, so a worker loads only the kernels its job names.
+
+Adding a workload: a Kernel here or in a module of its own declared below, and its
+coordinator half registered in `aner_coord.computations`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import msgspec
+
+from aner_worker.registry import LazyRegistry
 
 __all__ = [
     "KERNELS",
@@ -57,14 +62,14 @@ class Kernel(Protocol):
         ...
 
 
-KERNELS: dict[str, Kernel] = {}
+KERNELS: LazyRegistry[Kernel] = LazyRegistry("kernel")
 
 _encoder = msgspec.msgpack.Encoder()
 _decoders: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
 
 
 def register(kernel: Kernel) -> Kernel:
-    if kernel.name in KERNELS and type(KERNELS[kernel.name]) is not type(kernel):
+    if KERNELS.loaded(kernel.name) and type(KERNELS[kernel.name]) is not type(kernel):
         raise ValueError(f"a different kernel named {kernel.name!r} is already registered")
     KERNELS[kernel.name] = kernel
     return kernel
@@ -142,7 +147,5 @@ class RegressionKernel:
 
 register(MonteCarloKernel())
 register(RegressionKernel())
-
-# The Dense classifier's kernel lives in its own module, which registers itself on import
-# (light: its computation is imported when it first runs).
-import aner_worker.dense_task  # noqa: E402, F401
+# The Dense classifier's kernel lives in its own module, imported when first asked for.
+KERNELS.declare("dense", "aner_worker.dense_task:DenseKernel")

@@ -17,11 +17,16 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
 
-from aner_worker.kernels import Stopped
+from aner_worker import startup
+
+startup.prepare()  # every numba kernel module imports this one first
+
+from llvmlite import ir  # noqa: E402
+from numba import njit, types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
+from aner_worker.kernels import Stopped  # noqa: E402
 
 STREAM_ID = "aner-mc/philox4x64-10/v1"
 

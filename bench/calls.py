@@ -9,6 +9,7 @@ shape changes, this module changes and the benchmarks do not.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -89,12 +90,32 @@ def regression(rows: int, steps: int, rate: float, seed: int, execution: Any) ->
     )
 
 
-def run_argv(samples: int, seed: int, output: Path, *, chunk: int | None = None) -> list[str]:
-    """`aner parallel run` in the foreground, quiet, on local threads."""
+def run_argv(
+    samples: int,
+    seed: int,
+    output: Path,
+    *,
+    chunk: int | None = None,
+    workers: int | None = None,
+    cluster: Path | None = None,
+) -> list[str]:
+    """`aner parallel run` in the foreground, quiet, on local threads (or a cluster file)."""
     argv = [ANER, "parallel", "run", "--samples", str(samples), "--seed", str(seed)]
     if chunk is not None:
         argv += ["--chunk", str(chunk)]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    if cluster is not None:
+        argv += ["--cluster", str(cluster)]
     return [*argv, "--output", str(output), "--quiet"]
+
+
+def hits_of(job: Path) -> int | None:
+    """The hits in a completed job directory's result, or None."""
+    try:
+        return int(json.loads((job / "result.json").read_bytes())["hits"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def write_cluster(path: Path, records: list[tuple[str, str, str, int]]) -> Path:

@@ -8,6 +8,7 @@ BENCHMARKS: tuple[str, ...] = (
     "kernel",
     "scaling",
     "startup",
+    "whole",
     "memory",
     "cluster",
     "latency",

@@ -1,10 +1,17 @@
 """The registry of computations, by kind. Adding a workload: its kernel in `aner_worker`
-(registered with `aner_worker.kernels.register`), its coordinator half implementing
-`base.Computation`, and one `register()` call."""
+(declared in, or registered with, `aner_worker.kernels`), its coordinator half implementing
+`base.Computation`, and one `declare()` here (or a `register()` call with an instance).
+
+The built-in computations are declared by kind, request type and `module:Class` path and
+imported when a job first needs one: `status`, `cancel` and a Monte Carlo run never import
+the Dense computation (numpy, and numba through its data streams). `summarize` shows a
+completed job's result from light modules only.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 from aner_coord.computations.base import (
@@ -16,7 +23,13 @@ from aner_coord.computations.base import (
     Run,
 )
 from aner_coord.errors import RequestError
-from aner_coord.requests import ComputationRequest
+from aner_coord.requests import (
+    ComputationRequest,
+    DenseRequest,
+    MonteCarloRequest,
+    RegressionRequest,
+)
+from aner_worker.registry import LazyRegistry
 
 __all__ = [
     "COMPUTATIONS",
@@ -27,11 +40,17 @@ __all__ = [
     "PassSpec",
     "Run",
     "computation_for",
+    "declare",
     "register",
     "request_types",
+    "summarize",
 ]
 
-COMPUTATIONS: dict[str, Computation] = {}
+COMPUTATIONS: LazyRegistry[Computation] = LazyRegistry("computation")
+# Declared (not yet imported) computations: the kind of each request type, and where the
+# lines that `status` shows of a result come from when that is not the computation itself.
+_KINDS: dict[type[ComputationRequest], str] = {}
+_SUMMARIES: dict[str, str] = {}
 
 
 def register(computation: Computation) -> Computation:
@@ -40,31 +59,59 @@ def register(computation: Computation) -> Computation:
     return computation
 
 
+def declare(
+    kind: str, request_type: type[ComputationRequest], path: str, summary: str | None = None
+) -> None:
+    """`kind` is computed by `path` (`module:Class`), imported when a job first needs it;
+    `summary` (`module:function`) renders its results without importing it."""
+    COMPUTATIONS.declare(kind, path)
+    _KINDS[request_type] = kind
+    if summary is not None:
+        _SUMMARIES[kind] = summary
+    request_types.cache_clear()
+
+
 def computation_for(request: ComputationRequest) -> Computation:
-    for computation in COMPUTATIONS.values():
-        if type(request) is computation.request_type:
-            return computation
+    kind = _KINDS.get(type(request))
+    if kind is not None and kind in COMPUTATIONS:
+        return COMPUTATIONS[kind]
+    for name in COMPUTATIONS:
+        if COMPUTATIONS.loaded(name) and type(request) is COMPUTATIONS[name].request_type:
+            return COMPUTATIONS[name]
     raise RequestError(f"no computation is registered for {type(request).__name__}")
 
 
 @functools.cache
 def request_types() -> Any:
     """The tagged union of every registered request type (for decoding spec files)."""
-    types = tuple(c.request_type for c in COMPUTATIONS.values())
+    declared = {kind: t for t, kind in _KINDS.items()}
+    types = tuple(
+        declared[kind] if not COMPUTATIONS.loaded(kind) else COMPUTATIONS[kind].request_type
+        for kind in COMPUTATIONS
+    )
     union: Any = types[0]
     for kind in types[1:]:
         union = union | kind
     return union
 
 
-def _register_builtins() -> None:
-    from aner_coord.computations.dense import Dense
-    from aner_coord.computations.montecarlo import MonteCarlo
-    from aner_coord.computations.regression import Regression
+def summarize(kind: str, result: dict[str, Any]) -> list[str] | None:
+    """The lines `status` shows of a completed `kind` job's result; None for an unknown kind."""
+    path = _SUMMARIES.get(kind)
+    if path is not None and not COMPUTATIONS.loaded(kind):
+        module, _, function = path.partition(":")
+        lines: list[str] = getattr(importlib.import_module(module), function)(result)
+        return lines
+    if kind not in COMPUTATIONS:
+        return None
+    return COMPUTATIONS[kind].summarize(result)
 
-    register(MonteCarlo())
-    register(Regression())
-    register(Dense())
 
-
-_register_builtins()
+declare("monte-carlo", MonteCarloRequest, "aner_coord.computations.montecarlo:MonteCarlo")
+declare("regression", RegressionRequest, "aner_coord.computations.regression:Regression")
+declare(
+    "dense",
+    DenseRequest,
+    "aner_coord.computations.dense:Dense",
+    summary="aner_coord.computations.dense_summary:summarize",
+)

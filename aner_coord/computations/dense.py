@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec, StagePlan
+from aner_coord.computations.dense_summary import summarize
 from aner_coord.dense_model import DenseModel, encode_model
 from aner_coord.dense_plan import (
     DEFAULT_TEST_FRACTION,
@@ -259,21 +260,7 @@ class Dense:
         return DenseRun(request, chunk, load_dataset(request))
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
-        history = result["history"]
-        best = result["best_epoch"]
-        lines = [
-            f"epochs    {len(history)} run, best {best} (validation accuracy "
-            f"{history[best]['validation_accuracy']:.4f})",
-            f"test      accuracy {result['test_accuracy']:.4f}, loss {result['test_loss']:.4f}",
-        ]
-        if result.get("time_to_target_s") is not None:
-            lines.append(f"target    reached after {result['time_to_target_s']:.3f} s")
-        for record in result.get("staging") or []:
-            lines.append(
-                f"staging   {record['identity']}: {record['state']}, {record['bytes']:,} bytes "
-                f"in {record['seconds']:.3f} s"
-            )
-        return lines
+        return summarize(result)
 
 
 class DenseRun:

@@ -1,0 +1,24 @@
+"""What `status` shows of a completed Dense training job, from its `result.json`: kept apart
+from `dense`, which imports numpy and the kernels, so that a monitor never does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def summarize(result: dict[str, Any]) -> list[str]:
+    history = result["history"]
+    best = result["best_epoch"]
+    lines = [
+        f"epochs    {len(history)} run, best {best} (validation accuracy "
+        f"{history[best]['validation_accuracy']:.4f})",
+        f"test      accuracy {result['test_accuracy']:.4f}, loss {result['test_loss']:.4f}",
+    ]
+    if result.get("time_to_target_s") is not None:
+        lines.append(f"target    reached after {result['time_to_target_s']:.3f} s")
+    for record in result.get("staging") or []:
+        lines.append(
+            f"staging   {record['identity']}: {record['state']}, {record['bytes']:,} bytes "
+            f"in {record['seconds']:.3f} s"
+        )
+    return lines
