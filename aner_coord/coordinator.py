@@ -176,19 +176,19 @@ class Coordinator:
 
     def launch(self) -> None:
         """Start the workers now; the machine starts later, in `startup`."""
+        self._backend = self._prepare()
+        self._backend.start(self.deliver)
+
+    def _prepare(self) -> Backend:
         self._started = time.monotonic()
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._backend = self._make_backend()
-        self._backend.start(self.deliver)
+        return self._make_backend()
 
     def startup(self) -> None:
         launched = self._backend is not None
         if not launched:
-            self._started = time.monotonic()
-            self._loop = asyncio.get_running_loop()
-            self._loop_thread = threading.get_ident()
-            self._backend = self._make_backend()
+            self._backend = self._prepare()
         assert self._backend is not None
         early, self._early = self._early or [], None
         self._execute(self._machine.start())
