@@ -93,12 +93,21 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-# A local thread holds this many tasks and runs them back to back; it hands its results to
-# the event loop once no more than LOCAL_LOW_WATER tasks are left queued (or when it would
-# otherwise wait), so the loop wakes about once per LOCAL_LOW_WATER chunks per thread rather
-# than once per chunk, while the thread still never runs dry.
-LOCAL_WINDOW = 8
-LOCAL_LOW_WATER = 4
+# A local thread runs its queued tasks back to back and hands its results to the event loop
+# in batches of about LOCAL_BATCH_S of its work (at most LOCAL_MAX_BATCH tasks, at least
+# one): a batch goes once no more than a batch's worth of tasks is left queued (or when the
+# thread would otherwise wait), so it holds two batches (its window) and never runs dry
+# while the loop answers. Short tasks so cost one loop wake-up per batch instead of one per
+# chunk; long ones keep batches of one, so the work stays balanced to the last task.
+LOCAL_BATCH_S = 0.002
+LOCAL_MAX_BATCH = 8
+
+
+def local_batch(seconds_per_task: float | None) -> int:
+    """Results a local thread hands over at once, for tasks of about `seconds_per_task`."""
+    if not seconds_per_task or seconds_per_task <= 0:
+        return 1
+    return max(1, min(LOCAL_MAX_BATCH, round(LOCAL_BATCH_S / seconds_per_task)))
 
 
 class _Handover:
@@ -132,9 +141,12 @@ class _Handover:
 class ThreadBackend:
     """Local workers: a fixed set of threads, each with its own task queue."""
 
-    def __init__(self, names: Sequence[str], kernel: Kernel) -> None:
+    def __init__(
+        self, names: Sequence[str], kernel: Kernel, seconds_per_task: float | None = None
+    ) -> None:
         self._names = list(names)
         self._kernel = kernel
+        self._batch = local_batch(seconds_per_task)
         self._queues: dict[str, queue.SimpleQueue[Task | None]] = {
             name: queue.SimpleQueue() for name in self._names
         }
@@ -179,7 +191,8 @@ class ThreadBackend:
         # Load the kernel before the first task, as a worker process does before its
         # Welcome, so that a task's measured compute time is the kernel's alone.
         kernel.warm_up()
-        handover.post([WorkerReady(name, window=LOCAL_WINDOW)])
+        batch = self._batch
+        handover.post([WorkerReady(name, window=2 * batch)])
         while not stopping():
             task = tasks.get()
             if task is None or stopping():
@@ -195,7 +208,7 @@ class ThreadBackend:
                 done.append(TaskError(name, task.task_id, f"{type(exc).__name__}: {exc}"))
                 return
             done.append(ResultReceived(name, task.task_id, stats))
-            if tasks.qsize() <= LOCAL_LOW_WATER:
+            if tasks.qsize() <= batch:
                 handover.post(done)
                 done.clear()
 

@@ -332,15 +332,16 @@ class Coordinator:
         job = self.job
         kernel = job.computation.kernel
         records = job.workers.records
+        seconds_per_task = job.computation.seconds_per_item * job.chunk
         if records is None:
-            return ThreadBackend(list(job.workers.slots), kernel)
+            return ThreadBackend(list(job.workers.slots), kernel, seconds_per_task)
         from aner_worker.contract import source_fingerprint
 
         return ProcessBackend(
             records,
             source_fingerprint(),
             kernel,
-            seconds_per_task=job.computation.seconds_per_item * job.chunk,
+            seconds_per_task=seconds_per_task,
             stage=plan_of(self._run),
             pool=self._pool,
         )
