@@ -257,6 +257,12 @@ class Coordinator:
                     if instruction.audit:
                         self._audits[instruction.task.task_id] = instruction
                     backend.send(instruction.worker, instruction.task)
+                elif isinstance(instruction, RecordAccepted):  # every chunk: tested early
+                    if self._ledger is not None:
+                        stats = encode(instruction.stats)
+                        self._ledger.append(
+                            ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
+                        )
                 elif isinstance(instruction, BeginPass):
                     self._params = {instruction.pass_id: instruction.params}
                     backend.begin_pass(instruction.pass_id, instruction.params)
@@ -269,12 +275,6 @@ class Coordinator:
                         self._changed.set()
                     elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
                         self._publish_now()
-                elif isinstance(instruction, RecordAccepted):
-                    if self._ledger is not None:
-                        stats = encode(instruction.stats)
-                        self._ledger.append(
-                            ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
-                        )
                 elif isinstance(instruction, RecordCommitted):
                     if self._ledger is not None:
                         self._ledger.append(ledger.Committed(instruction.pass_id))
