@@ -135,7 +135,10 @@ class _Handover:
             events, self._events = self._events, []
             self._signalled = False
         for event in events:
-            self._deliver(event)
+            try:
+                self._deliver(event)
+            except Exception:  # as when each event had its own callback: the rest still go
+                log.exception("handling %s", type(event).__name__)
 
 
 class ThreadBackend:
