@@ -99,8 +99,8 @@ class Backend(Protocol):
 # thread would otherwise wait), so it holds two batches (its window) and never runs dry
 # while the loop answers. Short tasks so cost one loop wake-up per batch instead of one per
 # chunk; long ones keep batches of one, so the work stays balanced to the last task.
-LOCAL_BATCH_S = 0.002
-LOCAL_MAX_BATCH = 8
+LOCAL_BATCH_S = 0.005
+LOCAL_MAX_BATCH = 16
 
 
 def local_batch(seconds_per_task: float | None) -> int:

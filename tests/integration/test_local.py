@@ -12,7 +12,13 @@ import pytest
 
 from aner_coord import parallel
 from aner_coord.admission import Job, admit
-from aner_coord.backends import LOCAL_MAX_BATCH, Backend, ThreadBackend, local_batch
+from aner_coord.backends import (
+    LOCAL_BATCH_S,
+    LOCAL_MAX_BATCH,
+    Backend,
+    ThreadBackend,
+    local_batch,
+)
 from aner_coord.computations.montecarlo import STREAM_ID
 from aner_coord.coordinator import Coordinator
 from aner_coord.jobs import execute
@@ -368,7 +374,7 @@ def test_api_raises_job_failed_with_the_task_exception_as_cause(
 def test_a_local_batch_holds_a_few_milliseconds_of_work() -> None:
     assert local_batch(None) == 1  # unknown task time: every result at once, as a pipe does
     assert local_batch(1.0) == 1  # long tasks: balanced to the last one
-    assert local_batch(1e-3) == 2
+    assert local_batch(LOCAL_BATCH_S / 4) == 4
     assert local_batch(1e-9) == LOCAL_MAX_BATCH
 
 
