@@ -257,6 +257,12 @@ class Coordinator:
                     if instruction.audit:
                         self._audits[instruction.task.task_id] = instruction
                     backend.send(instruction.worker, instruction.task)
+                elif isinstance(instruction, RecordAccepted):  # every chunk: tested early
+                    if self._ledger is not None:
+                        stats = encode(instruction.stats)
+                        self._ledger.append(
+                            ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
+                        )
                 elif isinstance(instruction, BeginPass):
                     self._params = {instruction.pass_id: instruction.params}
                     backend.begin_pass(instruction.pass_id, instruction.params)
@@ -269,12 +275,6 @@ class Coordinator:
                         self._changed.set()
                     elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
                         self._publish_now()
-                elif isinstance(instruction, RecordAccepted):
-                    if self._ledger is not None:
-                        stats = encode(instruction.stats)
-                        self._ledger.append(
-                            ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
-                        )
                 elif isinstance(instruction, RecordCommitted):
                     if self._ledger is not None:
                         self._ledger.append(ledger.Committed(instruction.pass_id))
@@ -332,15 +332,16 @@ class Coordinator:
         job = self.job
         kernel = job.computation.kernel
         records = job.workers.records
+        seconds_per_task = job.computation.seconds_per_item * job.chunk
         if records is None:
-            return ThreadBackend(list(job.workers.slots), kernel)
+            return ThreadBackend(list(job.workers.slots), kernel, seconds_per_task)
         from aner_worker.contract import source_fingerprint
 
         return ProcessBackend(
             records,
             source_fingerprint(),
             kernel,
-            seconds_per_task=job.computation.seconds_per_item * job.chunk,
+            seconds_per_task=seconds_per_task,
             stage=plan_of(self._run),
             pool=self._pool,
         )

@@ -327,6 +327,7 @@ class JobMachine:
         self._passes_done = 0
         self._requested = 0
         self._n_chunks = 0
+        self._progress_every = 1  # chunks between progress reports in the current pass
         self._items_done = 0  # accepted in the current pass
         self._items_total = 0  # accepted over all passes
         self._chunks_done = 0  # accepted in the current pass
@@ -435,7 +436,10 @@ class JobMachine:
         ]
 
     def _on_result(self, event: ResultReceived) -> list[Instruction]:
-        if self.state.terminal or self._workers[event.worker].lost:
+        # The path of every chunk: kept lean (local threads send thousands a second).
+        worker = self._workers[event.worker]
+        state = self.state
+        if worker.lost or (state is not JobState.RUNNING and state.terminal):
             return []  # too late: a finished job or a dropped worker counts nothing more
         pending = self._outstanding.get(event.task_id)
         if pending is None or pending.worker != event.worker:
@@ -445,8 +449,9 @@ class JobMachine:
                 "rejected"
             )
         task = pending.task
+        count = task.count
         try:
-            problem = self._run.check(pending.chunk, task.start, task.count, event.stats)
+            problem = self._run.check(pending.chunk, task.start, count, event.stats)
         except Diverged as exc:
             return self._fail(f"numerical divergence: {exc}")
         except Exception as exc:
@@ -457,19 +462,18 @@ class JobMachine:
                 f"{problem}"
             )
         del self._outstanding[event.task_id]
-        worker = self._workers[event.worker]
         worker.in_flight -= 1
-        worker.items += task.count
+        worker.items += count
         worker.chunks += 1
-        worker.items_by_pass[-1] += task.count
+        worker.items_by_pass[-1] += count
         try:
             self._run.accept(pending.chunk, event.stats)
         except Exception as exc:
             return self._fail(f"computation error while accepting a result: {exc!r}")
-        self._items_done += task.count
-        self._items_total += task.count
+        self._items_done += count
+        self._items_total += count
         self._chunks_done += 1
-        if self.state is not JobState.RUNNING:
+        if state is not JobState.RUNNING:
             return []  # cancelling: diagnostic accounting only
         out: list[Instruction] = []
         if self._ledger_chunks:
@@ -478,7 +482,7 @@ class JobMachine:
             out.extend(self._dispatch())
             # Progress about every 1/PROGRESS_STEPS of a pass (every chunk of a short one):
             # plenty for a status written at most twice a second, and no per-chunk cost.
-            if self._chunks_done % max(1, self._n_chunks // PROGRESS_STEPS) == 0:
+            if self._chunks_done % self._progress_every == 0:
                 out.append(self._status(urgent=False))
             return out
         return [*out, *self._end_pass()]
@@ -522,6 +526,7 @@ class JobMachine:
         self._pass_id += 1
         self._requested = spec.items
         self._n_chunks = -(-spec.items // self._chunk)
+        self._progress_every = max(1, self._n_chunks // PROGRESS_STEPS)
         for worker in self._workers.values():
             worker.items_by_pass.append(0)
         recovered = self._recovered.pop(self._pass_id, {})
@@ -578,19 +583,19 @@ class JobMachine:
         out: list[Instruction] = []
         if self._pass is None:
             return out
+        workers, todo, unserved = self._workers, self._todo, self._never_served
         progressed = True
         while progressed:
             progressed = False
             for name in self._ready_order:
-                worker = self._workers[name]
+                worker = workers[name]
                 if worker.in_flight >= worker.window:
                     continue
-                remaining = len(self._todo)
                 # An unserved worker may always take one; a served one leaves one chunk for
                 # each unserved worker. With fewer chunks than workers (local runs allow
                 # that) holding chunks back for everyone would dispatch nothing at all.
-                reserved = 0 if name in self._never_served else len(self._never_served)
-                if remaining <= reserved:
+                reserved = len(unserved) if unserved and name not in unserved else 0
+                if len(todo) <= reserved:
                     continue  # the rest is held for unserved workers, who may come later
                 out.append(self._send(name))
                 progressed = True
@@ -606,7 +611,7 @@ class JobMachine:
         self._outstanding[task.task_id] = _Outstanding(worker, chunk, task)
         self._workers[worker].in_flight += 1
         self._never_served.discard(worker)
-        return SendTask(worker, task, audit=self._audit_next())
+        return SendTask(worker, task, self._audit_next() if self._audit else False)
 
     def _audit_next(self) -> bool:
         """Every task at a steady rate of `audit` (0.1: tasks 10, 20, ...), deterministically."""

@@ -153,10 +153,11 @@ def check_range(seed: int, start: int, count: int) -> None:
     ``TypeError`` for a non-integer (``bool`` included), ``ValueError`` for a value out of
     range: ``0 <= seed < 2**64``, ``start >= 0``, ``count >= 0``, ``start + count <= 2**62``.
     """
-    for name, value in (("seed", seed), ("start", start), ("count", count)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise TypeError(f"{name} must be an integer, got {value!r}")
-    seed, start, count = int(seed), int(start), int(count)
+    if not (type(seed) is int and type(start) is int and type(count) is int):  # usual: quick
+        for name, value in (("seed", seed), ("start", start), ("count", count)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise TypeError(f"{name} must be an integer, got {value!r}")
+        seed, start, count = int(seed), int(start), int(count)
     if not 0 <= seed < _SEED_LIMIT:
         raise ValueError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
     if start < 0:
@@ -182,15 +183,17 @@ def count_hits(
     boundary where it returns True (hits are integers: the split changes nothing).
     """
     check_range(seed, start, count)
-    # Fixed argument types so exactly one specialisation is compiled and cached.
+    # Fixed argument types so exactly one specialisation is compiled and cached: the seed a
+    # uint64, start and count Python ints, which numba types int64 as it would np.int64
+    # (check_range keeps them below 2**62) but receives without a numpy scalar per call.
     key = np.uint64(int(seed))
-    if should_stop is None:
-        return int(_count_hits_kernel(key, np.int64(int(start)), np.int64(int(count))))
-    hits = 0
     first, end = int(start), int(start) + int(count)
+    if should_stop is None:
+        return int(_count_hits_kernel(key, first, end - first))
+    hits = 0
     while True:
         n = min(SUB_SAMPLES, end - first)
-        hits += int(_count_hits_kernel(key, np.int64(first), np.int64(n)))
+        hits += int(_count_hits_kernel(key, first, n))
         first += n
         if first >= end:
             return hits

@@ -12,7 +12,13 @@ import pytest
 
 from aner_coord import parallel
 from aner_coord.admission import Job, admit
-from aner_coord.backends import Backend, ThreadBackend
+from aner_coord.backends import (
+    LOCAL_BATCH_S,
+    LOCAL_MAX_BATCH,
+    Backend,
+    ThreadBackend,
+    local_batch,
+)
 from aner_coord.computations.montecarlo import STREAM_ID
 from aner_coord.coordinator import Coordinator
 from aner_coord.jobs import execute
@@ -296,9 +302,10 @@ def test_failure_stops_pending_work_at_the_failing_chunk() -> None:
     assert report.snapshot.accepted == FAIL_AT
 
 
-def test_cooperative_cancellation_joins_every_thread() -> None:
+@pytest.mark.parametrize("chunk", [10**6, 65_536])  # batches of one, and of several
+def test_cooperative_cancellation_joins_every_thread(chunk: int) -> None:
     requested = 2 * 10**9
-    job = local_job(requested, workers=2, chunk=10**6)
+    job = local_job(requested, workers=2, chunk=chunk)
     snapshots: list[StatusSnapshot] = []
 
     async def main() -> tuple[Any, list[str]]:
@@ -324,7 +331,8 @@ def test_cooperative_cancellation_joins_every_thread() -> None:
     final = report.snapshot
     assert final.state is JobState.CANCELLED
     assert 0 < final.accepted < requested
-    assert final.accepted % 10**6 == 0
+    assert final.accepted % chunk == 0
+    assert sum(w.items for w in final.workers) == final.accepted
     assert [s.seq for s in snapshots] == sorted({s.seq for s in snapshots})
     assert snapshots[-1].state is JobState.CANCELLED
     assert JobState.CANCELLING in [s.state for s in snapshots]
@@ -361,3 +369,38 @@ def test_api_raises_job_failed_with_the_task_exception_as_cause(
     )
     assert isinstance(caught.value.__cause__, ValueError)
     assert _no_local_threads() == []
+
+
+def test_a_local_batch_holds_a_few_milliseconds_of_work() -> None:
+    assert local_batch(None) == 1  # unknown task time: every result at once, as a pipe does
+    assert local_batch(1.0) == 1  # long tasks: balanced to the last one
+    assert local_batch(LOCAL_BATCH_S / 4) == 4
+    assert local_batch(1e-9) == LOCAL_MAX_BATCH
+
+
+def test_local_threads_hand_over_every_event_in_order() -> None:
+    """Events posted from several threads, in batches, all reach the loop, each thread's in
+    the order it posted them."""
+    from aner_coord.backends import _Handover
+    from aner_coord.jobstate import Event, ResultReceived
+
+    received: list[Event] = []
+
+    async def main() -> None:
+        handover = _Handover(asyncio.get_running_loop(), received.append)
+
+        def post(worker: str) -> None:
+            for first in range(0, 1000, 7):
+                handover.post([ResultReceived(worker, i, None) for i in range(first, first + 7)])
+
+        threads = [threading.Thread(target=post, args=(w,)) for w in ("a", "b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            await asyncio.to_thread(thread.join)
+        await asyncio.sleep(0)  # the last wake-up
+
+    asyncio.run(main())
+    for worker in ("a", "b"):
+        ids = [e.task_id for e in received if isinstance(e, ResultReceived) and e.worker == worker]
+        assert ids == list(range(1001))

@@ -103,7 +103,7 @@ def test_a_kernel_fault_on_a_pipe_worker_names_the_worker(tmp_path: Path) -> Non
 
 
 def test_a_bug_in_a_worker_thread_fails_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: ThreadBackend, name: str, deliver: object) -> None:
+    def broken(self: ThreadBackend, *args: object) -> None:
         raise KeyError("injected thread fault")
 
     monkeypatch.setattr(ThreadBackend, "_serve", broken)
