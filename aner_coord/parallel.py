@@ -9,8 +9,8 @@ Calls are synchronous for the caller (they also work inside a running event loop
 Jupyter); an interrupt (Ctrl-C, a kernel interrupt) cancels the job gracefully and raises
 `JobCancelled` chained from it (`__cause__` is the KeyboardInterrupt): within a second no
 coordinator thread, worker thread or worker process of the call is still computing. Async
-callers await `run_async`, `monte_carlo_async` or `regression_async`, which never block their
-loop; cancelling the awaiting task cancels the job.
+callers await `run_async`, `monte_carlo_async`, `regression_async` or `dense_fit_async`,
+which never block their loop; cancelling the awaiting task cancels the job.
 
 Sessions start a group's workers once and keep them across calls (`aner_coord.session`):
 
@@ -37,7 +37,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from aner_coord.admission import admit, cluster, local
+from aner_coord.admission import Job, admit, cluster, local
 from aner_coord.coordinator import JobReport
 from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
 from aner_coord.jobs import execute
@@ -77,6 +77,7 @@ __all__ = [
     "WorkerAccount",
     "cluster",
     "dense_fit",
+    "dense_fit_async",
     "inventory",
     "local",
     "monte_carlo",
@@ -150,15 +151,20 @@ async def run_async(
     kernels run in threads or worker processes). Cancelling the awaiting task cancels the
     job gracefully, then re-raises the cancellation."""
     job = admit(_request(computation, execution, output, audit, retries))
+    return outcome(await _await_job(job))
+
+
+async def _await_job(job: Job) -> JobReport:
+    """Run `job` on the caller's loop; cancelling the awaiting task cancels the job
+    gracefully, waits for it to stop, then re-raises."""
     cancel = asyncio.Event()
     task = asyncio.ensure_future(execute(job, cancel=cancel))
     try:
-        report = await asyncio.shield(task)
+        return await asyncio.shield(task)
     except asyncio.CancelledError:
         cancel.set()
         await task
         raise
-    return outcome(report)
 
 
 async def monte_carlo_async(
@@ -260,19 +266,70 @@ def dense_fit(
     """
     from aner_coord.dense_result import DenseFit
 
+    job = _dense_job(
+        seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
+        target_accuracy, execution, output, retries,
+    )  # fmt: skip
+    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    return DenseFit(outcome(report, interrupt), report.run.model)
+
+
+async def dense_fit_async(
+    *,
+    data: str | os.PathLike[str] | None = None,
+    label: str | None = None,
+    teacher: tuple[int, int, int] | None = None,
+    hidden: Sequence[int] = (64, 64),
+    batch: int = 256,
+    epochs: int = 100,
+    optimizer: str = "adam",
+    lr: float = 1e-3,
+    patience: int = 5,
+    target_accuracy: float | None = None,
+    seed: int,
+    execution: Execution | None = None,
+    output: str | os.PathLike[str] | None = None,
+    retries: int = 0,
+) -> DenseFit:
+    """`dense_fit` for async callers (see `run_async`)."""
+    from aner_coord.dense_result import DenseFit
+
+    job = _dense_job(
+        seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
+        target_accuracy, execution, output, retries,
+    )  # fmt: skip
+    report = await _await_job(job)
+    return DenseFit(outcome(report), report.run.model)
+
+
+def _dense_job(
+    seed: int,
+    data: str | os.PathLike[str] | None,
+    label: str | None,
+    teacher: tuple[int, int, int] | None,
+    hidden: Sequence[int],
+    batch: int,
+    epochs: int,
+    optimizer: str,
+    lr: float,
+    patience: int,
+    target_accuracy: float | None,
+    execution: Execution | None,
+    output: str | os.PathLike[str] | None,
+    retries: int,
+) -> Job:
     request = dense_request(
         seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
         target_accuracy,
     )  # fmt: skip
-    job_request = JobRequest(
-        computation=request,
-        execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
-        output=None if output is None else os.fspath(output),
-        retries=retries,
+    return admit(
+        JobRequest(
+            computation=request,
+            execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
+            output=None if output is None else os.fspath(output),
+            retries=retries,
+        )
     )
-    job = admit(job_request)
-    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return DenseFit(outcome(report, interrupt), report.run.model)
 
 
 def dense_request(

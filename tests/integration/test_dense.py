@@ -239,6 +239,39 @@ def test_chunk_sizes_agree_within_1e_9_after_an_epoch() -> None:
     assert np.array_equal(fits[0].predict(x), fits[0].model.predict(x))
 
 
+def test_the_awaitable_form_trains_the_same_model_and_leaves_the_loop_free() -> None:
+    import asyncio
+
+    from aner_coord import parallel
+
+    arguments: dict[str, Any] = dict(
+        teacher=(2000, 10, 4), seed=3, hidden=(16,), batch=256, epochs=2,
+        execution=parallel.local(workers=2, chunk=64),
+    )  # fmt: skip
+
+    async def main() -> tuple[Any, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        ticking = asyncio.create_task(ticker())
+        fit = await parallel.dense_fit_async(**arguments)
+        ticking.cancel()
+        return fit, ticks
+
+    fit, ticks = asyncio.run(main())
+    reference = train_single(
+        TeacherDataset(2000, 10, 4, 3), seed=3, hidden=(16,), batch=256, epochs=2, chunk=64
+    )
+    assert np.array_equal(flatten(fit.model.params), flatten(reference.model.params))
+    assert fit.committed_steps == reference.committed_steps
+    assert ticks > 0  # the caller's loop turned while the job ran on it
+
+
 def test_normalisation_is_fitted_on_training_rows_only(tmp_path: Path, small_csv: Path) -> None:
     from aner_coord import parallel
 
