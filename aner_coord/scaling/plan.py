@@ -7,6 +7,15 @@ it lasts about `n / C` where `C` is the group's chunk rate (each slot finishes a
 `chunk / rate + task cost` seconds), plus the last chunk's tail, plus the round trip and,
 for a pass with new parameters, their transfer. Local threads pay no link.
 
+A task's cost is the probe's, measured as jobs pay it: the slope of a whole job's time
+against its number of one-item tasks, on local threads or on the worker alone, times the
+worker's slots (a slot pays it with every chunk it runs). Since the process backend keeps
+a latency-adaptive window of tasks in flight and batches its writes (aner_coord.pacing),
+and the worker batches its results, a task on a worker costs the CPU the coordinator, the
+link (an sshd on the same host included) and the worker spend on it, not a round trip: the
+round trip enters once per pass. (Timed with tiny tasks written one at a time, as the probe
+once did, it came out 4-6 times larger over loopback SSH.)
+
 Candidates: local with 1..p workers, each worker alone, the whole group; chunks between
 the overhead bound (task cost at most 5% of a task's computing) and the load-balance bound
 (at least 4 chunks per slot), by factors of 4, and the default chunk. Tasks in flight per

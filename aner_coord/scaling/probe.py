@@ -4,9 +4,13 @@ Locally: the fixed cost of a whole `aner parallel` command (a tiny job of the sa
 computation, the median of a few), the kernel's aggregate rate with 1, 2, 4, ... threads up
 to the effective CPUs, and the coordinator's cost per task (the slope of a job's time
 against its task count, with tiny tasks). For each worker record of a cluster file, over
-its real transport: start-up (spawn to handshake), the kernel's rate per slot, the cost per
-task with tiny tasks kept in flight, the round trip (Ping/Pong) and the bandwidth (Params
-frames of a few sizes, each followed by a Ping), and shut-down (Shutdown to exit).
+its real transport: start-up (spawn to handshake), the kernel's rate per slot, the round
+trip (Ping/Pong) and the bandwidth (Params frames of a few sizes, each followed by a Ping),
+and shut-down (Shutdown to exit); and its cost per task as whole jobs on that worker alone
+pay it (the slope of a job's time against its number of one-item tasks), since a job
+pipelines its tasks (aner_coord.pacing) and batches its writes both ways: a task then costs
+what the coordinator, the link (an sshd on the same host included) and the worker spend on
+it, not a round trip or a write of its own.
 
 Nothing here chooses a plan; `plan` predicts from a `Probe`, which is saved as
 `probe.json` (public identities and machine facts only, never endpoints).
@@ -40,7 +44,7 @@ RATE_TARGET_S = 0.15  # a rate measurement computes for about this long
 RATE_REPEATS = 3
 COMMAND_REPEATS = 3
 PING_REPEATS = 8
-TINY_TASKS = 64
+TASKS_FEW, TASKS_MANY = 100, 4000  # one-item tasks of a worker's cost-per-task jobs
 FRAME_SIZES = (1 << 14, 1 << 18, 15 << 16)  # below the 1 MiB frame limit
 
 
@@ -71,7 +75,7 @@ class WorkerProbe:
     startup_s: float  # spawn to handshake, kernels warmed
     shutdown_s: float  # Shutdown to the process's exit
     rate_per_slot: float  # items per second on one slot
-    task_s: float  # seconds per task beyond computing, with tasks in flight
+    task_s: float  # a slot's seconds per task beyond computing, in a job on this worker
     round_trip_s: float
     bandwidth_bps: float | None  # bytes per second; None if not resolvable
     machine: dict[str, str] = field(default_factory=dict)
@@ -230,8 +234,15 @@ def _command_seconds(
     return statistics.median(times)
 
 
-def _local_task_seconds(computation: ComputationRequest) -> float:
-    """The slope of a one-thread job's time against its number of (one-item) tasks."""
+def _task_seconds(
+    computation: ComputationRequest,
+    execution: LocalExecution | ClusterExecution,
+    few: int = 50,
+    many: int = 1000,
+) -> float:
+    """Seconds per task beyond computing: the slope of a whole job's time against its
+    number of one-item tasks, run the way a job runs them (on local threads, or through the
+    process backend with its paced, batched writes and the worker's batched results)."""
     from aner_coord.admission import admit
     from aner_coord.jobs import execute
     from aner_coord.runner import run_sync
@@ -240,21 +251,36 @@ def _local_task_seconds(computation: ComputationRequest) -> float:
 
     def seconds(tasks: int) -> float:
         nonlocal passes
-        job = admit(
-            JobRequest(
-                computation=tiny(computation, tasks),
-                execution=LocalExecution(workers=1, chunk=1),
-            )
-        )
+        job = admit(JobRequest(computation=tiny(computation, tasks), execution=execution))
         passes = job.admitted.passes
         return run_sync(execute(job)).seconds
 
-    few, many = 50, 1000
     seconds(few)  # warm
     slope = (min(seconds(many) for _ in range(2)) - min(seconds(few) for _ in range(2))) / (
         (many - few) * passes
     )
     return max(slope, 1e-7)
+
+
+def _local_task_seconds(computation: ComputationRequest) -> float:
+    """The coordinator's cost per task with one local thread."""
+    return _task_seconds(computation, LocalExecution(workers=1, chunk=1))
+
+
+def _worker_task_seconds(computation: ComputationRequest, record: WorkerRecord) -> float:
+    """A slot's cost per task on `record` alone: the job's time per tiny task times its
+    slots, since the plan charges each slot the cost of every task it runs (a slot's chunk
+    takes `chunk / rate + task cost`)."""
+    from aner_coord.scaling.experiment import render_cluster
+
+    with tempfile.TemporaryDirectory(prefix="aner-probe-") as scratch:
+        path = Path(scratch) / "cluster"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(render_cluster((record,)))
+        execution = ClusterExecution(config=str(path), chunk=1)
+        per_task = _task_seconds(computation, execution, TASKS_FEW, TASKS_MANY)
+    return per_task * record.slots
 
 
 # -- workers -----------------------------------------------------------------------------
@@ -264,15 +290,18 @@ def probe_workers(
     """Probe every record, one after another (so that they do not slow each other)."""
     from aner_coord.runner import run_sync
 
-    async def all_of() -> list[WorkerProbe]:
-        return [await probe_worker(r, computation, rate_hint) for r in records]
-
-    return tuple(run_sync(all_of()))
+    out = []
+    for record in records:
+        task_s = _worker_task_seconds(computation, record)
+        out.append(run_sync(probe_worker(record, computation, rate_hint, task_s)))
+    return tuple(out)
 
 
 async def probe_worker(
-    record: WorkerRecord, computation: ComputationRequest, rate_hint: float
+    record: WorkerRecord, computation: ComputationRequest, rate_hint: float, task_s: float
 ) -> WorkerProbe:
+    """Start-up, rate per slot, round trip, bandwidth and shut-down over one connection;
+    `task_s` is measured apart, by whole jobs (`_worker_task_seconds`)."""
     from aner_coord.transports import open_transport
     from aner_worker.contract import source_fingerprint
     from aner_worker.kernels import encode
@@ -337,12 +366,6 @@ async def probe_worker(
         items = max(1024, int(rate_hint * RATE_TARGET_S))
         big = await tasks(record.slots, items)
         rate = statistics.median(items / max(busy, 1e-9) for _, busy in big)
-        # Per-task cost with tiny tasks in flight: wall time per task beyond computing.
-        t0 = time.monotonic()
-        small = await tasks(TINY_TASKS, 1)
-        elapsed = time.monotonic() - t0
-        computing = sum(busy for _, busy in small) / record.slots
-        task_s = max(1e-7, (elapsed - computing) * record.slots / TINY_TASKS)
         # Round trip: pings answered by the worker's reading thread.
         trips = []
         for _ in range(PING_REPEATS):

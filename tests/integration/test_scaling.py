@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -229,6 +230,8 @@ def test_plan_recommends_local_for_a_tiny_job_and_the_group_for_a_large_one(
     assert [w.identity for w in probe.workers] == ["s1", "s2"]
     assert all(w.startup_s >= 0.5 for w in probe.workers)  # the delay is in what was measured
     assert all(w.rate_per_slot > 0 and w.round_trip_s > 0 for w in probe.workers)
+    # Each worker's cost per task comes from whole jobs on it: measured, finite.
+    assert all(0 < w.task_s < math.inf for w in probe.workers)
     # The same measured group against a coordinator with one CPU, for a job of 10**10.
     one_cpu = replace(probe, local=replace(probe.local, cpus=1))
     large = recommend(one_cpu, 10**10, 1)
