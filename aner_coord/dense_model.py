@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,27 +67,6 @@ def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
     # Object arrays (and so pickles) are refused on the way in as on the way out.
     np.savez(buffer, allow_pickle=False, **arrays)
     return buffer.getvalue()
-
-
-def save_model(path: Path, model: DenseModel, meta: dict[str, Any]) -> None:
-    """Write ``model.npz`` atomically (see ``encode_model``)."""
-    data = encode_model(model, meta)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def load_model(path: Path) -> tuple[DenseModel, dict[str, Any]]:

@@ -9,10 +9,11 @@ killed mid-write leaves no half block behind a valid name.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from pathlib import Path
+
+from aner_worker.files import write_atomically
 
 # One block of a staged data set: a frame carries one, well inside the frame limit.
 BLOCK_BYTES = 4 << 20
@@ -54,16 +55,4 @@ class BlockCache:
 
     def put(self, digest: str, data: bytes) -> None:
         self._ensure()
-        path = self.root / digest
-        tmp = self.root / f".{digest}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_atomically(self.root / digest, data)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aner_coord.errors import RequestError
+from aner_worker.files import write_atomically
 from aner_worker.machine import FIELDS
 
 SCHEMA = "aner-registry/1"
@@ -90,13 +90,4 @@ class Registry:
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         data = json.dumps(self._data, indent=2, sort_keys=True).encode() + b"\n"
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".registry-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomically(self.path, data)

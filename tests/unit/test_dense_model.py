@@ -8,17 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aner_coord.dense_model import DenseModel, ModelFileError, load_model, save_model
+from aner_coord.dense_model import DenseModel, ModelFileError, encode_model, load_model
 from aner_coord.dense_plan import Normalisation, init_params
 from aner_coord.dense_single import train_single
 from aner_worker.dense_data import TeacherDataset, parse_csv
+from aner_worker.files import write_atomically
 
 
 def test_roundtrip_predicts_the_same(tmp_path: Path) -> None:
     data = TeacherDataset(800, 5, 3, 6)
     fit = train_single(data, seed=6, hidden=(9,), batch=64, epochs=3)
     path = tmp_path / "model.npz"
-    save_model(path, fit.model, {"data": data.identity, "seed": 6, "epoch": fit.best_epoch})
+    meta = {"data": data.identity, "seed": 6, "epoch": fit.best_epoch}
+    write_atomically(path, encode_model(fit.model, meta))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]
     model, meta = load_model(path)
@@ -46,7 +48,7 @@ def test_string_classes_come_back_as_labels(tmp_path: Path) -> None:
     model = DenseModel(
         sizes, init_params(1, sizes), Normalisation(np.zeros(2), np.ones(2)), data.classes
     )
-    save_model(tmp_path / "m.npz", model, {})
+    write_atomically(tmp_path / "m.npz", encode_model(model, {}))
     loaded, _ = load_model(tmp_path / "m.npz")
     assert loaded.classes.tolist() == ["ant", "cat", "dog"]
     assert set(loaded.predict(np.array([[1.0, 2.0], [9.0, -9.0]])).tolist()) <= {
