@@ -294,23 +294,31 @@ def test_kill_9_of_the_coordinator_ends_every_step(
     assert run_aner("parallel", "status", "--job", str(job), env=slurm.env).returncode == 5
 
 
-def test_sbatch_template_runs_a_coordinator_with_one_step_per_node(
-    tmp_path: Path, slurm: SlurmCluster
-) -> None:
-    jobs = tmp_path / "jobs"
+def _submit_template(tmp_path: Path, slurm: SlurmCluster, jobs: Path, aner_job: str) -> str:
+    """Submit deploy/aner-slurm.sbatch on one node running `aner parallel ANER_JOB`, with its
+    job directories under `jobs`; the Slurm job id."""
     env = {
         **slurm.env,
         "ANER": ANER,
         "ANER_DEPLOY": str(DEPLOY),
         "ANER_JOBS_DIR": str(jobs),
-        "ANER_JOB": f"run --samples {SAMPLES} --seed {SEED} --chunk {CHUNK_MC}",
+        "ANER_JOB": aner_job,
     }
     submitted = subprocess.run(
         ["sbatch", "--parsable", "--nodes=1", str(DEPLOY / "aner-slurm.sbatch")],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30, check=False,
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
+    return submitted.stdout.strip().split(";")[0]
+
+
+def test_sbatch_template_runs_a_coordinator_with_one_step_per_node(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    jobs = tmp_path / "jobs"
+    job_id = _submit_template(
+        tmp_path, slurm, jobs, f"run --samples {SAMPLES} --seed {SEED} --chunk {CHUNK_MC}"
+    )
     wait_for(
         lambda: job_id not in slurm.command("squeue", "-h", "-o", "%i").stdout.split(),
         120,
@@ -408,19 +416,9 @@ def test_sigterm_to_the_sbatch_script_cancels_the_aner_job_and_every_step(
     tmp_path: Path, slurm: SlurmCluster
 ) -> None:
     jobs = tmp_path / "jobs"
-    env = {
-        **slurm.env,
-        "ANER": ANER,
-        "ANER_DEPLOY": str(DEPLOY),
-        "ANER_JOBS_DIR": str(jobs),
-        "ANER_JOB": f"run --samples {LONG} --seed 1 --chunk 4000000",
-    }
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", "--nodes=1", str(DEPLOY / "aner-slurm.sbatch")],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30, check=False,
-    )  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
+    job_id = _submit_template(
+        tmp_path, slurm, jobs, f"run --samples {LONG} --seed 1 --chunk 4000000"
+    )
     job = jobs / f"slurm-{job_id}"
     try:
         wait_for(lambda: (job / "status.json").exists(), 60, "the aner job directory")
