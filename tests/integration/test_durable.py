@@ -105,23 +105,26 @@ def test_without_retries_a_lost_worker_still_fails_the_job(
 
 
 def test_a_killed_pipe_worker_mid_step_gives_the_undisturbed_parameters(tmp_path: Path) -> None:
-    kwargs = {"samples": 1_000_003, "steps": 40, "rate": 0.5, "seed": 11}
+    # 120 steps (a few seconds): the first status snapshot may already show half of a
+    # shorter job done, and the kill must land before its last step.
+    kwargs = {"samples": 1_000_003, "steps": 120, "rate": 0.5, "seed": 11}
     undisturbed = parallel.regression(**kwargs, execution=parallel.local(2, chunk=100_000))
     cluster = write_cluster(
         tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
     )
     job = tmp_path / "job"
     done = run_aner(
-        "parallel", "regression", "--samples", "1000003", "--steps", "40", "--rate", "0.5",
+        "parallel", "regression", "--samples", "1000003", "--steps", "120", "--rate", "0.5",
         "--seed", "11", "--chunk", "100000", "--cluster", str(cluster), "--retries", "1",
         "--output", str(job), "--background",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     pid = status_of(job).pid
-    wait_status(job, lambda s: (s.committed_steps or 0) >= 2, 120, "two committed steps")
+    seen = wait_status(job, lambda s: (s.committed_steps or 0) >= 2, 120, "two committed steps")
     workers_of(pid)[0].kill()
     final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
+    assert seen.committed_steps is not None and seen.committed_steps < 120
     result = parallel_result(job)
     assert result["theta"] == list(undisturbed.theta)  # bitwise: the same floats
     assert result["final_loss"] == undisturbed.final_loss
