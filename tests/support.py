@@ -9,6 +9,7 @@ Nothing here sleeps to synchronise: every wait polls a condition with `wait_for`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -197,6 +198,17 @@ def write_cluster(path: Path, records: list[tuple[str, str, str, str, int]]) -> 
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)
     return path
+
+
+def result_of(job: Path) -> dict[str, Any]:
+    """A job directory's result.json, as JSON."""
+    data: dict[str, Any] = json.loads((job / "result.json").read_text())
+    return data
+
+
+def write_pipe_pair(path: Path) -> Path:
+    """A group of two local-pipe workers "w1" and "w2", one slot each."""
+    return write_cluster(path, [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)])
 
 
 def write_cluster_file(path: Path, executable: str = ANER) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support import ANER, ROOT, finish, spawned, status_of, wait_for, write_cluster
+from support import ANER, ROOT, finish, spawned, status_of, wait_for, write_cluster, write_pipe_pair
 
 from aner_coord.status import JobState
 from aner_worker.inventory import current
@@ -74,9 +74,7 @@ def test_leaks_are_whole_tokens() -> None:
 
 
 def test_local_pipe_group_matches_kernel(tmp_path: Path) -> None:
-    cluster = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "c")
     proc, job = run_job(tmp_path, cluster)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((job / "result.json").read_text())

@@ -6,7 +6,6 @@ cancel. Sizes are tiny: every figure asserted is a count, a file or a bit patter
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
 import signal
@@ -23,12 +22,14 @@ from support import (
     ANER,
     SAMPLES,
     finish,
+    result_of,
     run_aner,
     spawned,
     status_of,
     wait_for,
     wait_status,
     write_cluster,
+    write_pipe_pair,
 )
 
 from aner_coord.dense_model import load_model
@@ -80,11 +81,6 @@ def train(
 def params_of(job: Path) -> tuple[np.ndarray, dict[str, Any]]:
     model, meta = load_model(job / "model.npz")
     return flatten(model.params), meta
-
-
-def result_of(job: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((job / "result.json").read_text())
-    return data
 
 
 # -- digits with the defaults, run once ---------------------------------------------------
@@ -166,9 +162,7 @@ def test_threads_and_a_pipe_group_equal_train_single_bitwise(
     tmp_path: Path, small_csv: Path, small_reference: Any
 ) -> None:
     expected = flatten(small_reference.model.params)
-    group = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    group = write_pipe_pair(tmp_path / "c")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     common = ["--data", str(small_csv), "--seed", str(SEED), *SMALL, "--chunk", "16"]
     runs = {
@@ -340,9 +334,7 @@ def long_reference(steps: int) -> Any:
 
 
 def test_a_worker_killed_mid_step_leaves_the_last_committed_model(tmp_path: Path) -> None:
-    group = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    group = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     argv = [ANER, "parallel", "train", *LONG, "--cluster", str(group), "--output", str(job)]
     with spawned(argv) as proc:
@@ -365,9 +357,7 @@ def test_a_worker_killed_mid_step_leaves_the_last_committed_model(tmp_path: Path
 
 
 def test_with_retries_a_killed_worker_changes_no_bit(tmp_path: Path) -> None:
-    group = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    group = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     # 30 epochs of 55 steps (several seconds of training): the kill lands well before the end.
     # A single short epoch once finished before the first status snapshot was written.

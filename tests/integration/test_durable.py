@@ -15,11 +15,13 @@ from support import (
     ANER,
     Coordinators,
     process_gone,
+    result_of,
     run_aner,
     status_of,
     wait_for,
     wait_status,
     write_cluster,
+    write_pipe_pair,
 )
 
 from aner_coord import parallel
@@ -74,7 +76,7 @@ def test_a_killed_ssh_worker_is_survived_with_the_exact_hits(
     remote[0].kill()
     final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
-    result = parallel_result(job)
+    result = result_of(job)
     assert result["hits"] == HITS_1E9
     [loss] = result["losses"]
     assert loss["identity"] == "remote-1" and loss["phase"] == "run"
@@ -82,18 +84,10 @@ def test_a_killed_ssh_worker_is_survived_with_the_exact_hits(
     wait_for(lambda: process_gone(pid), 30, "the coordinator to exit")
 
 
-def parallel_result(job: Path) -> dict:  # type: ignore[type-arg]
-    import json
-
-    return json.loads((job / "result.json").read_text())  # type: ignore[no-any-return]
-
-
 def test_without_retries_a_lost_worker_still_fails_the_job(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    cluster = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     pid = coordinators.add(background(job, "--cluster", str(cluster), "--chunk", "10000000"))
     wait_accepted(job, 1)
@@ -109,9 +103,7 @@ def test_a_killed_pipe_worker_mid_step_gives_the_undisturbed_parameters(tmp_path
     # shorter job done, and the kill must land before its last step.
     kwargs = {"samples": 1_000_003, "steps": 120, "rate": 0.5, "seed": 11}
     undisturbed = parallel.regression(**kwargs, execution=parallel.local(2, chunk=100_000))
-    cluster = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     done = run_aner(
         "parallel", "regression", "--samples", "1000003", "--steps", "120", "--rate", "0.5",
@@ -125,7 +117,7 @@ def test_a_killed_pipe_worker_mid_step_gives_the_undisturbed_parameters(tmp_path
     final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
     assert seen.committed_steps is not None and seen.committed_steps < 120
-    result = parallel_result(job)
+    result = result_of(job)
     assert result["theta"] == list(undisturbed.theta)  # bitwise: the same floats
     assert result["final_loss"] == undisturbed.final_loss
     assert len(result["losses"]) == 1
@@ -134,9 +126,7 @@ def test_a_killed_pipe_worker_mid_step_gives_the_undisturbed_parameters(tmp_path
 def test_a_coordinator_killed_three_times_and_resumed_gives_the_exact_hits(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    cluster = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     pid = coordinators.add(background(job, "--cluster", str(cluster), "--chunk", "10000000"))
     every_worker: list[psutil.Process] = []
@@ -158,7 +148,7 @@ def test_a_coordinator_killed_three_times_and_resumed_gives_the_exact_hits(
     assert final.state is JobState.COMPLETED, final.error
     assert final.resumes == 3
     assert final.recovered >= 500_000_000
-    assert parallel_result(job)["hits"] == HITS_1E9
+    assert result_of(job)["hits"] == HITS_1E9
     shown = run_aner("parallel", "status", "--job", str(job)).stdout
     assert "resumed   3 times; the last resume recovered" in shown
     # No worker of any killed coordinator is left running.
@@ -266,9 +256,7 @@ def test_the_units_resume_flag_continues_the_same_job_and_refuses_another(
 def test_a_lost_pipe_worker_is_reconnected_and_works_again(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    cluster = write_cluster(
-        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "2")
     pid = coordinators.add(background(job, *args))
@@ -289,5 +277,5 @@ def test_a_lost_pipe_worker_is_reconnected_and_works_again(
     )
     final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
-    assert parallel_result(job)["hits"] == HITS_1E9
+    assert result_of(job)["hits"] == HITS_1E9
     assert [loss.identity for loss in final.losses] == [again.losses[0].identity]

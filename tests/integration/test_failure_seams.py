@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support import ANER, process_gone, read_status, run_aner, wait_for, write_cluster
+from support import process_gone, read_status, run_aner, wait_for, write_cluster, write_pipe_pair
 
 from aner_coord import parallel
 from aner_coord.errors import JobFailed
@@ -151,9 +151,7 @@ def test_an_audit_catches_a_subtle_liar(tmp_path: Path) -> None:
 def test_workers_of_a_killed_coordinator_stop_within_a_kernel_boundary(
     tmp_path: Path, coordinators: object
 ) -> None:
-    cluster = write_cluster(
-        tmp_path / "cluster", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "cluster")
     job = tmp_path / "job"
     # Chunks of 4 * 10**9 samples: about 20 s each, far longer than the bound checked.
     done = run_aner(

@@ -61,14 +61,11 @@ def test_an_interrupted_call_cancels_its_job_and_leaves_nothing_running(
 ) -> None:
     from pathlib import Path
 
-    from support import ANER, write_cluster
+    from support import write_pipe_pair
 
     prelude = ""
     if execution == "GROUP":
-        cluster = write_cluster(
-            Path(str(tmp_path)) / "c",
-            [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)],
-        )
+        cluster = write_pipe_pair(Path(str(tmp_path)) / "c")
         prelude = f"GROUP = parallel.cluster({str(cluster)!r}, chunk=10**9)\n"
     script = SCRIPT + prelude + f"EXECUTION = {execution}\n" + CASES[case]
     done = subprocess.run(

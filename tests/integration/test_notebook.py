@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
-from support import ANER, ROOT, wait_for, write_cluster
+from support import ROOT, wait_for, write_pipe_pair
 
 jupyter_client = pytest.importorskip("jupyter_client")
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
@@ -104,10 +104,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     running: Kernel | None = None
     try:
         running = Kernel(manager)
-        cluster = write_cluster(
-            tmp_path_factory.mktemp("cluster") / "cluster",
-            [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)],
-        )
+        cluster = write_pipe_pair(tmp_path_factory.mktemp("cluster") / "cluster")
         running.execute(SETUP.format(cluster=str(cluster)))
         yield running
     finally:

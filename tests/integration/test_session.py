@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from support import ANER, ROOT, process_gone, wait_for, write_cluster
+from support import ROOT, process_gone, wait_for, write_pipe_pair
 
 from aner_coord import parallel
 
@@ -50,9 +50,7 @@ def _no_workers() -> bool:
 
 @pytest.fixture
 def group(tmp_path: Path) -> parallel.ClusterExecution:
-    cluster = write_cluster(
-        tmp_path / "cluster", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "cluster")
     return parallel.cluster(str(cluster), chunk=10**6)
 
 
@@ -182,9 +180,7 @@ print(" ".join(str(p.pid) for p in psutil.Process().children()), flush=True)
 def test_a_process_that_exits_without_closing_its_session_leaves_no_workers(
     tmp_path: Path,
 ) -> None:
-    cluster = write_cluster(
-        tmp_path / "cluster", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "cluster")
     script = f"CLUSTER = {str(cluster)!r}\n" + textwrap.dedent(SCRIPT)
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -225,9 +221,7 @@ print("children", len(psutil.Process().children()))
 def test_an_interrupted_session_call_is_cancelled_and_the_session_goes_on(
     tmp_path: Path,
 ) -> None:
-    cluster = write_cluster(
-        tmp_path / "cluster", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "cluster")
     script = f"CLUSTER = {str(cluster)!r}\n" + textwrap.dedent(INTERRUPTED)
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -252,9 +246,7 @@ def test_dense_training_on_a_session_stages_its_data_and_matches_a_one_off_call(
         for row, label in zip(features, labels, strict=True)
     )
     data.write_text("a,b,c,d,label\n" + "\n".join(rows) + "\n")
-    cluster = write_cluster(
-        tmp_path / "cluster", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
-    )
+    cluster = write_pipe_pair(tmp_path / "cluster")
     group = parallel.cluster(str(cluster), chunk=32)
     arguments: dict[str, Any] = {"data": data, "hidden": (8,), "batch": 64, "epochs": 2, "seed": 1}
     alone = parallel.dense_fit(**arguments, execution=group)
