@@ -170,12 +170,10 @@ def test_cancel_mid_step_keeps_the_last_committed_step(tmp_path: Path) -> None:
         "--chunk", "100000", "--output", str(out),
     ]  # fmt: skip
     with spawned(argv) as proc:
-        wait_status(
-            out,
-            lambda s: (s.committed_steps or 0) >= 1 and s.accepted_in_pass > 0,
-            60,
-            "a step committed and the next one under way",
-        )
+        # A pass of 50 chunks takes a fraction of a second, so the interrupt lands inside one;
+        # a snapshot showing a pass under way is not awaited: local threads hand results over
+        # in batches, so most snapshots are taken right after a commit.
+        wait_status(out, lambda s: (s.committed_steps or 0) >= 1, 60, "a committed step")
         proc.send_signal(signal.SIGINT)
         code, _out, stderr = finish(proc, timeout=60)
     assert code == 4, stderr
