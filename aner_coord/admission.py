@@ -154,7 +154,7 @@ def _admit_cluster(execution: ClusterExecution) -> Workers:
             "lower their slots"
         )
     if any(w.transport == "slurm" for w in config.workers):
-        from aner_coord.transports_slurm import slurm_start_timeout
+        from aner_coord.transports.slurm import slurm_start_timeout
 
         try:
             slurm_start_timeout()

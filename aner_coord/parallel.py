@@ -38,26 +38,25 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aner_coord.admission import Job, admit, cluster, local
-from aner_coord.coordinator import JobReport
+from aner_coord.calls import dense_request, outcome
+from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
+from aner_coord.computations.regression import RegressionRequest, RegressionResult
 from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
-from aner_coord.jobs import execute
+from aner_coord.job.coordinator import JobReport
+from aner_coord.job.execute import execute
+from aner_coord.jobdir.status import WorkerAccount
 from aner_coord.requests import (
     ClusterExecution,
     ComputationRequest,
-    DenseRequest,
     Execution,
     JobRequest,
     LocalExecution,
-    MonteCarloRequest,
-    RegressionRequest,
 )
-from aner_coord.results import MonteCarloResult, RegressionResult
 from aner_coord.runner import run_interruptible
 from aner_coord.session import Session, session
-from aner_coord.status import JobState, WorkerAccount
 
 if TYPE_CHECKING:
-    from aner_coord.dense_result import DenseFit, DenseResult
+    from aner_coord.computations.dense.result import DenseFit, DenseResult
 
 DENSE_CHUNK = 256  # rows per task of a Dense job unless the execution says otherwise
 
@@ -127,16 +126,6 @@ def _request(
         audit=audit,
         retries=retries,
     )
-
-
-def outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
-    if report.state is JobState.COMPLETED:
-        return report.result
-    if report.state is JobState.CANCELLED:
-        # An interrupt (Ctrl-C, a notebook's kernel interrupt) cancelled it: chained, so a
-        # notebook shows why, and nothing of the job runs on.
-        raise JobCancelled(report.error or "cancelled") from interrupt
-    raise JobFailed(report.error or "job failed") from report.task_exception
 
 
 async def run_async(
@@ -264,7 +253,7 @@ def dense_fit(
     directory also holds `model.npz`. The default execution is local threads with chunks of
     256 rows (the parameters depend on the chunk, never on the workers).
     """
-    from aner_coord.dense_result import DenseFit
+    from aner_coord.computations.dense.result import DenseFit
 
     job = _dense_job(
         seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
@@ -292,7 +281,7 @@ async def dense_fit_async(
     retries: int = 0,
 ) -> DenseFit:
     """`dense_fit` for async callers (see `run_async`)."""
-    from aner_coord.dense_result import DenseFit
+    from aner_coord.computations.dense.result import DenseFit
 
     job = _dense_job(
         seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
@@ -329,33 +318,4 @@ def _dense_job(
             output=None if output is None else os.fspath(output),
             retries=retries,
         )
-    )
-
-
-def dense_request(
-    seed: int,
-    data: str | os.PathLike[str] | None,
-    label: str | None,
-    teacher: tuple[int, int, int] | None,
-    hidden: Sequence[int],
-    batch: int,
-    epochs: int,
-    optimizer: str,
-    lr: float,
-    patience: int,
-    target_accuracy: float | None,
-) -> DenseRequest:
-    """The request of a `dense_fit` call (shared with sessions)."""
-    return DenseRequest(
-        seed=seed,
-        data=None if data is None else (data if data == "digits" else os.fspath(data)),
-        label=label,
-        teacher=None if teacher is None else (teacher[0], teacher[1], teacher[2]),
-        hidden=tuple(hidden),
-        batch=batch,
-        epochs=epochs,
-        optimizer=optimizer,
-        lr=lr,
-        patience=patience,
-        target_accuracy=target_accuracy,
     )

@@ -24,11 +24,9 @@ alone holds the chunk size.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from aner_coord.errors import RequestError
 from aner_coord.limits import DEFAULT_CHUNK
 
 
@@ -59,70 +57,12 @@ class ComputationRequest(_Data, frozen=True, tag_field="kind"):
     seed: int
 
 
-class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
-    samples: int
-
-
-class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
-    samples: int  # rows
-    steps: int
-    rate: float
-
-
-class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
-    """A Dense classifier trained on `data` (a CSV or NPZ path, or "digits") or on the
-    procedural `teacher` set (rows, features, classes), SPEC section 9."""
-
-    data: str | None = None
-    label: str | None = None
-    teacher: tuple[int, int, int] | None = None
-    hidden: tuple[int, ...] = (64, 64)
-    batch: int = 256
-    epochs: int = 100
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    patience: int = 5
-    target_accuracy: float | None = None
-
-
 class JobRequest(_Data, frozen=True):
     computation: ComputationRequest
     execution: Execution = LocalExecution()
     output: str | None = None
     audit: float = 0.0
     retries: int = 0  # lost workers the job survives (SPEC section 11)
-
-
-class _Placement(_Data, frozen=True):
-    """A request file's fields besides its computation, which is decoded by kind."""
-
-    execution: Execution = LocalExecution()
-    output: str | None = None
-    audit: float = 0.0
-    retries: int = 0
-
-
-def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
-    """A request from TOML or JSON bytes; unknown keys and kinds are refused."""
-    from aner_coord.computations import request_types
-
-    decode = msgspec.toml.decode if fmt == "toml" else msgspec.json.decode
-    try:
-        raw: dict[str, Any] = decode(data, type=dict[str, Any])
-        computation = raw.pop("computation", None)
-        if computation is None:
-            raise RequestError(f"{source}: missing [computation]")
-        union: Any = request_types()
-        rest = msgspec.convert(raw, type=_Placement)
-        return JobRequest(
-            computation=msgspec.convert(computation, type=union),
-            execution=rest.execution,
-            output=rest.output,
-            audit=rest.audit,
-            retries=rest.retries,
-        )
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise RequestError(f"{source}: {exc}") from None
 
 
 def with_absolute_paths(request: JobRequest) -> JobRequest:

@@ -5,7 +5,7 @@
         second = s.monte_carlo(samples=10**8, seed=2)  # the same processes, warm
 
 How it works. A session owns an event loop in a daemon thread ("aner-session") and a
-`WorkerPool` (aner_coord.pool) on it. Each call admits its request with the session's
+`WorkerPool` (aner_coord.job.pool) on it. Each call admits its request with the session's
 execution and runs `jobs.execute` on that loop, exactly as a one-off call runs it: its own
 coordinator, job state machine, accounting and optional job directory, and so the same
 result bit for bit; only the process backend takes the group's workers from the pool instead
@@ -46,24 +46,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from aner_coord.admission import Job, admit
-from aner_coord.coordinator import JobReport
+from aner_coord.calls import dense_request, outcome
+from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
+from aner_coord.computations.regression import RegressionRequest, RegressionResult
 from aner_coord.errors import RequestError
-from aner_coord.jobs import execute
-from aner_coord.pool import WorkerPool
-from aner_coord.requests import (
-    ComputationRequest,
-    Execution,
-    JobRequest,
-    LocalExecution,
-    MonteCarloRequest,
-    RegressionRequest,
-)
-from aner_coord.results import MonteCarloResult, RegressionResult
+from aner_coord.job.coordinator import JobReport
+from aner_coord.job.execute import execute
+from aner_coord.job.pool import WorkerPool
+from aner_coord.jobdir.status import WorkerLoss
+from aner_coord.requests import ComputationRequest, Execution, JobRequest, LocalExecution
 from aner_coord.runner import loop_factory
-from aner_coord.status import WorkerLoss
 
 if TYPE_CHECKING:
-    from aner_coord.dense_result import DenseFit
+    from aner_coord.computations.dense.result import DenseFit
 
 log = logging.getLogger("aner.coordinator")
 
@@ -293,8 +288,7 @@ class Session:
     ) -> DenseFit:
         """`parallel.dense_fit` on this session's workers (rows per task: `chunk`, else the
         session execution's chunk)."""
-        from aner_coord.dense_result import DenseFit
-        from aner_coord.parallel import dense_request
+        from aner_coord.computations.dense.result import DenseFit
 
         request = dense_request(
             seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
@@ -323,8 +317,7 @@ class Session:
         chunk: int | None = None,
     ) -> DenseFit:
         """`dense_fit` for async callers (see `run_async`)."""
-        from aner_coord.dense_result import DenseFit
-        from aner_coord.parallel import dense_request
+        from aner_coord.computations.dense.result import DenseFit
 
         request = dense_request(
             seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
@@ -385,8 +378,6 @@ class Session:
             raise
 
     def _outcome(self, report: JobReport, interrupt: KeyboardInterrupt | None) -> Any:
-        from aner_coord.parallel import outcome
-
         losses = self._runner.pool.losses
         fresh, self._reported = losses[self._reported :], len(losses)
         result = outcome(report, interrupt)

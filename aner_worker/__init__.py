@@ -1,1 +1,15 @@
-"""placeholder"""
+"""The worker package: what runs wherever a computation's work is done.
+
+`aner parallel worker --stdio` (`worker`) serves one coordinator over its stdin and stdout;
+local threads call the same kernels in-process. Nothing here imports the coordinator
+(`aner_coord`), and every source file here and in `protocol/` is part of the source-contract
+fingerprint that both sides compare at the handshake.
+
+- `kernels/`: the worker halves of the computations, by name;
+- `worker`: the worker process; `contract`: this installation's fingerprint;
+- `inventory`: what this process may use (affinity, cgroup quotas, memory); `machine`: the
+  hardware and software identity reported at the handshake;
+- `blocks`: the staging block cache; `files`: atomic file replacement;
+- `registry`: the lazy registry behind kernels and computations; `startup`: what an aner
+  process does at its start; `oracle`: numpy references of the kernels, for tests.
+"""

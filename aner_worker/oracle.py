@@ -115,7 +115,7 @@ def numpy_fixture_pass(
 ) -> tuple[F64, float, int, int]:
     """Sufficient statistics ``(G, loss_sum, correct, valid)`` of rows ``[start, start+count)``.
 
-    The same quantities as ``aner_worker.fixture.fixture_pass``, vectorised in numpy; the
+    The same quantities as ``aner_worker.kernels.fixture.fixture_pass``, vectorised in numpy; the
     sums are taken in a different order, so they agree within rounding, not bit for bit.
     """
     _check(seed, start, count)

@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from aner_worker.blocks import BlockCache
-from aner_worker.kernels import KERNELS, Stopped, decode, encode
+from aner_worker.kernels import KERNELS
+from aner_worker.kernels.base import StagesData, Stopped, decode, encode
 from protocol import (
     BlockReceived,
     HelloReceived,
@@ -137,15 +138,31 @@ class _Stager:
 
     def __init__(self) -> None:
         self.cache = BlockCache()
+        self.preferred: tuple[str, ...] = ()
+        self.kernel: StagesData | None = None  # the kernel that takes the data being staged
         self.dataset = ""
         self.blocks: tuple[str, ...] = ()
         self.received: dict[str, bytes] = {}
 
-    def begin(self, event: StageReceived, connection: WorkerConnection, out: _Output) -> None:
-        from aner_worker import dense_rows
+    def expect(self, kernels: tuple[str, ...]) -> None:
+        """The kernels the Hello named come first when staged data arrives: the first of them
+        that reads staged data takes it (a session's later job may name another kernel, so
+        the others are asked after them)."""
+        self.preferred = kernels
 
+    def _kernel(self) -> StagesData:
+        names = [*self.preferred, *(n for n in KERNELS if n not in self.preferred)]
+        for name in names:
+            kernel = KERNELS[name]
+            if isinstance(kernel, StagesData):
+                return kernel
+        log.error("staged data sent, but no kernel of this worker reads staged data")
+        raise _Refused
+
+    def begin(self, event: StageReceived, connection: WorkerConnection, out: _Output) -> None:
+        self.kernel = self._kernel()
         self.dataset, self.blocks, self.received = event.dataset, event.blocks, {}
-        if dense_rows.has(event.dataset):
+        if self.kernel.has_staged(event.dataset):
             missing: tuple[str, ...] = ()
         else:
             unique = dict.fromkeys(event.blocks)
@@ -169,9 +186,8 @@ class _Stager:
             self.finish(connection, out)
 
     def finish(self, connection: WorkerConnection, out: _Output) -> None:
-        from aner_worker import dense_rows
-
-        if not dense_rows.has(self.dataset):
+        assert self.kernel is not None
+        if not self.kernel.has_staged(self.dataset):
             parts = []
             for digest in self.blocks:
                 data = self.received.get(digest) or self.cache.get(digest)
@@ -180,7 +196,7 @@ class _Stager:
                     raise _Refused
                 parts.append(data)
             try:
-                dense_rows.stage(self.dataset, b"".join(parts))
+                self.kernel.stage(self.dataset, b"".join(parts))
             except ValueError as exc:
                 log.error("staged data set %s is unusable: %s", self.dataset, exc)
                 raise _Refused from None
@@ -301,6 +317,7 @@ def _handle(
                 log.error("refused: %s", event.refusal)
                 raise _Refused
             _warm_up(event.hello.kernels)
+            stager.expect(event.hello.kernels)
             out.send(frame)
             log.info("worker %s ready with %d slots", event.hello.identity, event.hello.slots)
             for i in range(event.hello.slots):

@@ -70,9 +70,9 @@ def sklearn_digits(epochs: int) -> dict[str, Any]:
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.neural_network import MLPClassifier
 
-    from aner_coord.dense_plan import assign_roles
-    from aner_coord.dense_single import fit_normalisation
-    from aner_worker.dense_data import load_digits
+    from aner_coord.computations.dense.single import fit_normalisation
+    from aner_worker.kernels.dense.data import load_digits
+    from aner_worker.kernels.dense.plan import assign_roles
 
     data = load_digits()
     roles = assign_roles(0, data.n_rows)
@@ -215,7 +215,7 @@ def _critical_compute_s(fit: Any) -> float:
 
 
 def _flat(fit: Any) -> np.ndarray:
-    from aner_worker.dense_kernel import flatten
+    from aner_worker.kernels.dense.network import flatten
 
     return flatten(fit.model.params)
 

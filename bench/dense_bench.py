@@ -37,23 +37,23 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aner_coord.dense_plan import (
+from aner_coord.computations.dense.single import fit_normalisation, train_single
+from aner_worker.kernels.dense.data import Dataset, TeacherDataset, load_digits
+from aner_worker.kernels.dense.network import (
+    ChunkStats,
+    chunk_stats,
+    flatten,
+    single_thread_blas,
+    unflatten,
+)
+from aner_worker.kernels.dense.optimizers import initial_state, step
+from aner_worker.kernels.dense.plan import (
     assign_roles,
     bounds,
     epoch_order,
     init_params,
     layer_sizes,
     reduce_chunks,
-)
-from aner_coord.dense_single import fit_normalisation, train_single
-from aner_coord.optimizers import initial_state, step
-from aner_worker.dense_data import Dataset, TeacherDataset, load_digits
-from aner_worker.dense_kernel import (
-    ChunkStats,
-    chunk_stats,
-    flatten,
-    single_thread_blas,
-    unflatten,
 )
 
 Floats = npt.NDArray[np.float64]
@@ -374,7 +374,7 @@ def teacher(rows: int, steps: int, chunk: int, repetitions: int) -> dict[str, An
 
 _PROBE = (
     "import sys, time\n"
-    "from aner_worker.philox import count_hits\n"
+    "from aner_worker.kernels.philox import count_hits\n"
     "count_hits(1, 0, 8)\n"
     "t = time.perf_counter(); count_hits(1, 0, 200_000_000)\n"
     "print(time.perf_counter() - t)\n"

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from aner_coord import parallel
-from aner_worker.fixture import warm_up
+from aner_worker.kernels.fixture import warm_up
 from aner_worker.oracle import numpy_fixture_pass
 from bench.calls import Fit, regression
 from bench.runner import Benchmark, goal, interleave, mega, note, ratio, secs, table

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aner_worker.kernels.philox import count_hits, warm_up
 from aner_worker.oracle import oracle_hits
-from aner_worker.philox import count_hits, warm_up
 from bench.runner import Benchmark, counts, goal, interleave, mega, ratio, secs, table
 
 SEED = 42

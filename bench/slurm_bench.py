@@ -41,7 +41,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from slurm_support import SlurmCluster, start_slurm  # noqa: E402
 
 from aner_coord.clusterfile import SlurmEndpoint, WorkerRecord, load_cluster_file  # noqa: E402
-from aner_coord.transports import Transport, open_pipe, open_slurm, open_transport  # noqa: E402
+from aner_coord.transports.base import Transport  # noqa: E402
+from aner_coord.transports.pipe import open_pipe  # noqa: E402
+from aner_coord.transports.registry import open_slurm, open_transport  # noqa: E402
 from aner_worker.contract import source_fingerprint  # noqa: E402
 from protocol import PROTOCOL_VERSION, FrameDecoder, FrameEncoder, Hello, Welcome  # noqa: E402
 

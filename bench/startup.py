@@ -38,7 +38,7 @@ TINY_RUN = "aner parallel run --samples 1000"
 # The kernel loaded as an `aner` process loads it (startup, no collections at exit).
 LOAD_KERNEL = (
     "from aner_worker.startup import own_process; own_process()\n"
-    "from aner_worker.philox import warm_up; warm_up()\n"
+    "from aner_worker.kernels.philox import warm_up; warm_up()\n"
     "import gc; gc.freeze()"
 )
 

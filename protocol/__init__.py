@@ -30,7 +30,7 @@ from protocol.connection import (
     sha256_hex,
 )
 from protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from protocol.fingerprint import CONTRACT_FILES, fingerprint_sources
+from protocol.fingerprint import CONTRACT_PACKAGES, contract_files, fingerprint_sources
 from protocol.framing import MAX_FRAME_BYTES, FrameDecoder, FrameEncoder
 from protocol.messages import (
     Block,
@@ -52,7 +52,7 @@ from protocol.messages import (
 from protocol.version import PROTOCOL_VERSION
 
 __all__ = [
-    "CONTRACT_FILES",
+    "CONTRACT_PACKAGES",
     "MAX_FRAME_BYTES",
     "MAX_ITEMS",
     "MAX_QUEUED_PER_SLOT",
@@ -96,6 +96,7 @@ __all__ = [
     "Welcome",
     "WorkerConnection",
     "WorkerEvent",
+    "contract_files",
     "fingerprint_sources",
     "sha256_hex",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from aner_coord.status import JobState, StatusSnapshot, decode_status
+from aner_coord.jobdir.status import JobState, StatusSnapshot, decode_status
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

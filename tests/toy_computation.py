@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 import msgspec
 
 from aner_coord.computations import Accounting, Admitted, Diverged, PassSpec, register
+from aner_coord.jobdir.status import WorkerAccount
 from aner_coord.limits import check_positive
 from aner_coord.requests import ComputationRequest
-from aner_coord.status import WorkerAccount
-from aner_worker.kernels import Stopped
 from aner_worker.kernels import register as register_kernel
+from aner_worker.kernels.base import Stopped
 
 SHIFT_MODULUS = 1000
 

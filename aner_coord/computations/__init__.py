@@ -22,13 +22,11 @@ from aner_coord.computations.base import (
     PassSpec,
     Run,
 )
+from aner_coord.computations.dense.request import DenseRequest
+from aner_coord.computations.montecarlo import MonteCarloRequest
+from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import RequestError
-from aner_coord.requests import (
-    ComputationRequest,
-    DenseRequest,
-    MonteCarloRequest,
-    RegressionRequest,
-)
+from aner_coord.requests import ComputationRequest
 from aner_worker.registry import LazyRegistry
 
 __all__ = [
@@ -112,6 +110,6 @@ declare("regression", RegressionRequest, "aner_coord.computations.regression:Reg
 declare(
     "dense",
     DenseRequest,
-    "aner_coord.computations.dense:Dense",
-    summary="aner_coord.computations.dense_summary:summarize",
+    "aner_coord.computations.dense.computation:Dense",
+    summary="aner_coord.computations.dense.summary:summarize",
 )

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from aner_coord.jobdir.status import JobState, StagingRecord, WorkerAccount, WorkerLoss
 from aner_coord.requests import ComputationRequest
-from aner_coord.status import JobState, StagingRecord, WorkerAccount, WorkerLoss
-from aner_worker.kernels import Kernel
+from aner_worker.kernels.base import Kernel
 
 
 class Diverged(Exception):

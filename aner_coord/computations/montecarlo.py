@@ -7,16 +7,41 @@ import math
 from typing import Any, ClassVar
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
+from aner_coord.jobdir.results import ResultBase
 from aner_coord.limits import check_items, check_seed
-from aner_coord.requests import MonteCarloRequest
-from aner_coord.results import MonteCarloResult
-from aner_worker.kernels import McParams, McStats, MonteCarloKernel
+from aner_coord.requests import ComputationRequest
+from aner_worker.kernels.montecarlo import McParams, McStats, MonteCarloKernel
 
 STREAM_ID = "aner-mc/philox4x64-10/v1"
 _P = math.pi / 4
 # A chunk's hits lie this many standard deviations from pi/4 of its samples only for a
 # worker that does not compute the stream: no honest chunk of the stream comes near it.
 _SIGMAS = 12
+
+
+class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
+    samples: int
+
+
+class MonteCarloResult(ResultBase, frozen=True, tag="monte-carlo"):
+    """The estimate of pi and exactly how it was obtained."""
+
+    stream: str
+    seed: int
+    samples: int
+    hits: int
+    estimate: float
+
+    @property
+    def throughput(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else float("inf")
+
+    def summary(self) -> str:
+        return (
+            f"{self.samples:,} samples, seed {self.seed}: {self.hits:,} hits, "
+            f"pi ~ {self.estimate:.10f} | {len(self.workers)} worker(s), "
+            f"{self.seconds:.3f} s, {self.throughput / 1e6:,.1f} M samples/s"
+        )
 
 
 class MonteCarlo:

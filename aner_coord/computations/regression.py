@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec
 from aner_coord.errors import RequestError
+from aner_coord.jobdir.results import ResultBase
 from aner_coord.limits import (
     MAX_STEPS,
     check_int,
@@ -17,14 +18,43 @@ from aner_coord.limits import (
     check_rate,
     check_seed,
 )
-from aner_coord.requests import RegressionRequest
-from aner_coord.results import RegressionResult
-from aner_worker.kernels import RegressionKernel, RegressionParams, RegressionStats
+from aner_coord.requests import ComputationRequest
+from aner_worker.kernels.regression import RegressionKernel, RegressionParams, RegressionStats
 
 FIXTURE_ID = "aner-fixture/logistic/v1"
 N_PARAMS = 9
 # Statistics that differ by more than this (relative) are not the same computation.
 _AUDIT_RTOL = 1e-9
+
+
+class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
+    samples: int  # rows
+    steps: int
+    rate: float
+
+
+class RegressionResult(ResultBase, frozen=True, tag="regression"):
+    """The fitted fixture of SPEC section 2: metrics before and after, and the parameters."""
+
+    fixture: str
+    seed: int
+    samples: int
+    steps: int
+    rate: float
+    initial_loss: float
+    initial_accuracy: float
+    final_loss: float
+    fit_accuracy: float
+    theta: list[float]
+    committed_steps: int
+
+    def summary(self) -> str:
+        return (
+            f"{self.samples:,} rows x {self.steps} steps at rate {self.rate}: loss "
+            f"{self.initial_loss:.6f} -> {self.final_loss:.6f}, fit accuracy "
+            f"{self.fit_accuracy:.6f} (on the fitted rows) | {len(self.workers)} worker(s), "
+            f"{self.seconds:.3f} s"
+        )
 
 
 class Regression:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from aner_coord.clusterfile import WorkerRecord
+from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.errors import EXIT_OK, RequestError
-from aner_coord.requests import ComputationRequest, MonteCarloRequest
+from aner_coord.requests import ComputationRequest
 from aner_coord.scaling.experiment import Case, Experiment
 from aner_coord.scaling.plan import (
     Recommendation,

@@ -36,6 +36,7 @@ from typing import Any
 import msgspec
 
 from aner_coord.clusterfile import WorkerRecord
+from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.errors import RequestError
 from aner_coord.limits import DEFAULT_CHUNK
 from aner_coord.requests import (
@@ -44,7 +45,6 @@ from aner_coord.requests import (
     Execution,
     JobRequest,
     LocalExecution,
-    MonteCarloRequest,
 )
 
 MIN_REPETITIONS = 3

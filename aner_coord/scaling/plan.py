@@ -10,7 +10,7 @@ for a pass with new parameters, their transfer. Local threads pay no link.
 A task's cost is the probe's, measured as jobs pay it: the slope of a whole job's time
 against its number of one-item tasks, on local threads or on the worker alone, times the
 worker's slots (a slot pays it with every chunk it runs). Since the process backend keeps
-a latency-adaptive window of tasks in flight and batches its writes (aner_coord.pacing),
+a latency-adaptive window of tasks in flight and batches its writes (aner_coord.job.pacing),
 and the worker batches its results, a task on a worker costs the CPU the coordinator, the
 link (an sshd on the same host included) and the worker spend on it, not a round trip: the
 round trip enters once per pass. (Timed with tiny tasks written one at a time, as the probe

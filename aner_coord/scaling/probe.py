@@ -8,7 +8,7 @@ its real transport: start-up (spawn to handshake), the kernel's rate per slot, t
 trip (Ping/Pong) and the bandwidth (Params frames of a few sizes, each followed by a Ping),
 and shut-down (Shutdown to exit); and its cost per task as whole jobs on that worker alone
 pay it (the slope of a job's time against its number of one-item tasks), since a job
-pipelines its tasks (aner_coord.pacing) and batches its writes both ways: a task then costs
+pipelines its tasks (aner_coord.job.pacing) and batches its writes both ways: a task then costs
 what the coordinator, the link (an sshd on the same host included) and the worker spend on
 it, not a round trip or a write of its own.
 
@@ -244,7 +244,7 @@ def _task_seconds(
     number of one-item tasks, run the way a job runs them (on local threads, or through the
     process backend with its paced, batched writes and the worker's batched results)."""
     from aner_coord.admission import admit
-    from aner_coord.jobs import execute
+    from aner_coord.job.execute import execute
     from aner_coord.runner import run_sync
 
     passes = 1
@@ -302,9 +302,9 @@ async def probe_worker(
 ) -> WorkerProbe:
     """Start-up, rate per slot, round trip, bandwidth and shut-down over one connection;
     `task_s` is measured apart, by whole jobs (`_worker_task_seconds`)."""
-    from aner_coord.transports import open_transport
+    from aner_coord.transports.registry import open_transport
     from aner_worker.contract import source_fingerprint
-    from aner_worker.kernels import encode
+    from aner_worker.kernels.base import encode
     from protocol import (
         Accepted,
         Answered,
@@ -408,7 +408,7 @@ async def probe_worker(
 
 async def _start_and_stop(record: WorkerRecord, kernel: str) -> tuple[float, float]:
     """Spawn to handshake, and Shutdown to exit, of one worker."""
-    from aner_coord.transports import open_transport
+    from aner_coord.transports.registry import open_transport
     from aner_worker.contract import source_fingerprint
     from protocol import Accepted, CoordinatorConnection
 

@@ -100,7 +100,8 @@ def summarize(
     return out
 
 
-def _write(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Write an owner-only text file of the experiment's output directory."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(text)
@@ -295,32 +296,3 @@ def _slots(n: int) -> str:
 
 def _single_machine(case: Case) -> bool:
     return case.local or len(case.records) == 1
-
-
-def write_summaries(
-    experiment: Experiment,
-    output: Path,
-    records: list[dict[str, Any]],
-    predicted: dict[str, float | None],
-    registry: Registry,
-    *,
-    interrupted: bool,
-) -> list[CaseSummary]:
-    summaries = summarize(experiment, records, predicted)
-    _write(output / CASES, cases_csv(summaries))
-    charts: list[str] = []
-    note = None
-    try:
-        from aner_coord.scaling import charts as charting
-    except ImportError:
-        note = "Charts need matplotlib: `pip install 'aner[charts]'`."
-    else:
-        charts = charting.draw(experiment, summaries, records, output)
-    _write(
-        output / REPORT,
-        report_md(
-            experiment, records, summaries, registry, charts, interrupted=interrupted,
-            chart_note=note,
-        ),
-    )  # fmt: skip
-    return summaries

@@ -31,6 +31,15 @@ from aner_coord.scaling.experiment import (
     execution_of,
     subset_file,
 )
+from aner_coord.scaling.records import (
+    CASES,
+    REPORT,
+    CaseSummary,
+    cases_csv,
+    report_md,
+    summarize,
+    write_text,
+)
 from aner_coord.scaling.registry import Registry
 from aner_coord.scaling.trials import (
     Outcome,
@@ -108,8 +117,6 @@ def run_experiment(
             out.flush()
             os.fsync(out.fileno())
             _show(progress, index, len(schedule), case, rep, experiment, record, records, began)
-    from aner_coord.scaling.records import write_summaries
-
     write_summaries(experiment, output, records, predicted, registry, interrupted=interrupted)
     if interrupted:
         print(
@@ -241,3 +248,33 @@ def _show(
 def _clock(seconds: float) -> str:
     whole = round(seconds)
     return f"{whole // 60}:{whole % 60:02d}"
+
+
+def write_summaries(
+    experiment: Experiment,
+    output: Path,
+    records: list[dict[str, Any]],
+    predicted: dict[str, float | None],
+    registry: Registry,
+    *,
+    interrupted: bool,
+) -> list[CaseSummary]:
+    """`cases.csv`, the charts (with the `charts` extra) and `report.md` of an experiment."""
+    summaries = summarize(experiment, records, predicted)
+    write_text(output / CASES, cases_csv(summaries))
+    charts: list[str] = []
+    note = None
+    try:
+        from aner_coord.scaling import charts as charting
+    except ImportError:
+        note = "Charts need matplotlib: `pip install 'aner[charts]'`."
+    else:
+        charts = charting.draw(experiment, summaries, records, output)
+    write_text(
+        output / REPORT,
+        report_md(
+            experiment, records, summaries, registry, charts, interrupted=interrupted,
+            chart_note=note,
+        ),
+    )  # fmt: skip
+    return summaries

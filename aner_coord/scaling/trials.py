@@ -48,7 +48,7 @@ def aner_executable() -> str:
 
 def command(spec: Path) -> list[str]:
     exe = aner_executable()
-    head = [exe] if exe else [sys.executable, "-m", "aner_coord.cli"]
+    head = [exe] if exe else [sys.executable, "-m", "aner_coord"]
     return [*head, "parallel", "run", "--spec", str(spec), "--quiet"]
 
 

@@ -26,8 +26,10 @@ from sshd_support import SshServer, free_port
 from support import wait_for
 
 from aner_coord.clusterfile import SlurmEndpoint
-from aner_coord.transports import Transport, TransportError, open_pipe, open_slurm, open_ssh
-from aner_coord.transports_slurm import (
+from aner_coord.transports.base import Transport, TransportError
+from aner_coord.transports.pipe import open_pipe
+from aner_coord.transports.registry import open_slurm, open_ssh
+from aner_coord.transports.slurm import (
     SLURM_START_TIMEOUT_ENV,
     SLURM_START_TIMEOUT_S,
     slurm_start_timeout,

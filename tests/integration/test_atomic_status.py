@@ -12,8 +12,15 @@ from pathlib import Path
 import msgspec
 from support import finish, read_status, spawned, status_of
 
-from aner_coord.jobdir import StatusWriter, write_atomic
-from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerAccount, decode_status
+from aner_coord.jobdir import StatusWriter
+from aner_coord.jobdir.directory import write_atomic
+from aner_coord.jobdir.status import (
+    STATUS_SCHEMA,
+    JobState,
+    StatusSnapshot,
+    WorkerAccount,
+    decode_status,
+)
 
 WRITES = 3000
 

@@ -40,8 +40,9 @@ from support import (
 )
 
 from aner_coord.admission import Job, admit
-from aner_coord.requests import JobRequest, LocalExecution, MonteCarloRequest
-from aner_coord.status import JobState
+from aner_coord.computations.montecarlo import MonteCarloRequest
+from aner_coord.jobdir.status import JobState
+from aner_coord.requests import JobRequest, LocalExecution
 
 
 def mc_job(samples: int, seed: int, output: Path, workers: int = 0) -> Job:
@@ -231,7 +232,7 @@ def test_kill_9_of_a_cluster_coordinator_leaves_no_worker(
 def test_submit_from_python_returns_once_ready_and_lets_the_coordinator_go(
     tmp_path: Path, coordinators: Coordinators, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from aner_coord.background import submit as submit_job
+    from aner_coord.cli.background import submit as submit_job
 
     job = tmp_path / "job"
     # Warnings are errors here: a Popen left to warn "still running" would fail the test.
@@ -312,7 +313,7 @@ def test_a_coordinator_dying_before_ready_fails_submit_with_its_last_words(
 def test_a_coordinator_never_ready_is_killed_after_the_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aner_coord.background import submit as submit_job
+    from aner_coord.cli.background import submit as submit_job
     from aner_coord.errors import AnerError
 
     job = tmp_path / "job"

@@ -19,7 +19,7 @@ from support import finish, read_status, spawned, status_of, wait_for
 import aner_coord
 from aner_coord import jobdir, parallel
 from aner_coord.computations.montecarlo import STREAM_ID
-from aner_coord.status import JobState, StatusSnapshot
+from aner_coord.jobdir.status import JobState, StatusSnapshot
 from aner_worker.contract import source_fingerprint
 from aner_worker.inventory import current
 

@@ -17,9 +17,9 @@ import psutil
 import pytest
 from support import ANER, ROOT, finish, spawned, status_of, wait_for, write_cluster, write_pipe_pair
 
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
 from aner_worker.inventory import current
-from aner_worker.philox import count_hits
+from aner_worker.kernels.philox import count_hits
 
 SAMPLES = 3_000_017  # uneven: the last chunk keeps the remainder
 
@@ -155,19 +155,29 @@ def test_local_slots_above_allocation_are_refused_before_work(tmp_path: Path) ->
     assert not job.exists()
 
 
-def test_worker_with_a_different_source_contract_is_refused(tmp_path: Path) -> None:
+def installed_copy(tmp_path: Path, changed: str) -> Path:
+    """A second installation of aner in which one comment line of `changed` differs, and a
+    launcher that runs it."""
     copy = tmp_path / "other-aner"
     for package in ("protocol", "aner_worker", "aner_coord"):
         shutil.copytree(
             ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-    kernel = copy / "aner_worker" / "philox.py"
-    kernel.write_text(kernel.read_text() + "\n# a changed kernel is a different contract\n")
+    source = copy / changed
+    lines = source.read_text().splitlines(keepends=True)
+    comment = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# "))
+    lines[comment] = lines[comment].replace("# ", "#  ", 1)  # one comment line, one space
+    source.write_text("".join(lines))
     launcher = tmp_path / "other-aner-launcher"
     launcher.write_text(
         f'#!/bin/sh\nPYTHONPATH="{copy}" exec "{sys.executable}" -P -m aner_coord "$@"\n'
     )
     launcher.chmod(0o755)
+    return launcher
+
+
+def test_worker_with_a_different_source_contract_is_refused(tmp_path: Path) -> None:
+    launcher = installed_copy(tmp_path, "aner_worker/kernels/philox.py")
     cluster = write_cluster(
         tmp_path / "c", [("good", "local", "-", ANER, 1), ("stale", "local", "-", str(launcher), 1)]
     )
@@ -178,6 +188,24 @@ def test_worker_with_a_different_source_contract_is_refused(tmp_path: Path) -> N
     assert proc.stderr.count("sha256:") == 2
     assert not (job / "result.json").exists()
     assert_private(job, str(launcher))
+
+
+def test_a_comment_changed_in_a_dense_kernel_file_refuses_the_worker(tmp_path: Path) -> None:
+    # The contract is every source file of protocol/ and aner_worker/, not a list: a Dense
+    # file the old list never named counts, down to a comment.
+    launcher = installed_copy(tmp_path, "aner_worker/kernels/dense/network.py")
+    cluster = write_cluster(tmp_path / "c", [("stale", "local", "-", str(launcher), 1)])
+    out = tmp_path / "job"
+    proc = subprocess.run(
+        [ANER, "parallel", "train", "--teacher", "400,4,2", "--epochs", "1", "--seed", "1",
+         "--cluster", str(cluster), "--output", str(out)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert 'worker "stale" failed during handshake' in proc.stderr
+    assert "source contract differs" in proc.stderr
+    assert proc.stderr.count("sha256:") == 2
+    assert not (out / "result.json").exists()
 
 
 def test_worker_killed_mid_run_fails_the_job_naming_it(tmp_path: Path) -> None:

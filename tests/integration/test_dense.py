@@ -32,14 +32,14 @@ from support import (
     write_pipe_pair,
 )
 
-from aner_coord.dense_model import load_model
-from aner_coord.dense_plan import assign_roles
-from aner_coord.dense_single import train_single
-from aner_coord.ledger import scan
-from aner_coord.status import JobState
-from aner_worker import dense_rows
-from aner_worker.dense_data import TeacherDataset, load_csv, load_digits
-from aner_worker.dense_kernel import flatten
+from aner_coord.computations.dense.model import load_model
+from aner_coord.computations.dense.single import train_single
+from aner_coord.jobdir.ledger import scan
+from aner_coord.jobdir.status import JobState
+from aner_worker.kernels.dense import rows as dense_rows
+from aner_worker.kernels.dense.data import TeacherDataset, load_csv, load_digits
+from aner_worker.kernels.dense.network import flatten
+from aner_worker.kernels.dense.plan import assign_roles
 
 # A small CSV from the teacher set: 1,200 rows, 8 features, 3 classes.
 ROWS, FEATURES, CLASSES, SEED = 1200, 8, 3, 5
@@ -469,7 +469,7 @@ def test_the_dense_sample_trains_on_digits_and_on_a_csv(tmp_path: Path, small_cs
 
 def test_predict_drops_the_label_column_the_model_was_trained_with(tmp_path: Path) -> None:
     from aner_coord import parallel
-    from aner_coord.dense_commands import predict_command
+    from aner_coord.cli.dense import predict_command
 
     x, y = TeacherDataset(600, 4, 3, 2).rows(np.arange(600))
     data = tmp_path / "d.csv"

@@ -25,8 +25,8 @@ from support import (
 )
 
 from aner_coord import parallel
-from aner_coord.ledger import LEDGER, scan
-from aner_coord.status import JobState
+from aner_coord.jobdir.ledger import LEDGER, scan
+from aner_coord.jobdir.status import JobState
 
 HITS_1E9 = 785_386_550  # SPEC section 1, seed 42
 

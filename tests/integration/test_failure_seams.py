@@ -96,7 +96,8 @@ def test_a_worker_claiming_every_sample_a_hit_is_rejected(tmp_path: Path) -> Non
         tmp_path,
         "liar",
         """
-        from aner_worker.kernels import McStats, encode
+        from aner_worker.kernels import encode
+        from aner_worker.kernels.montecarlo import McStats
         from protocol import TaskReceived
         while True:
             data = os.read(0, 65536)
@@ -122,7 +123,8 @@ def test_an_audit_catches_a_subtle_liar(tmp_path: Path) -> None:
         tmp_path,
         "subtle",
         """
-        from aner_worker.kernels import KERNELS, McParams, McStats, decode, encode
+        from aner_worker.kernels import KERNELS, decode, encode
+        from aner_worker.kernels.montecarlo import McParams, McStats
         from protocol import TaskReceived
         kernel = KERNELS["monte-carlo"]
         while True:

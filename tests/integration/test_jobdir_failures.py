@@ -37,7 +37,7 @@ from support import (
 )
 
 from aner_coord import jobdir
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
 
 # --------------------------------------------------------------------------- helpers
 

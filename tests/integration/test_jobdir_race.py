@@ -3,8 +3,9 @@
 An attacker who can write to the parent (world-writable, no sticky bit) swaps the new
 directory for a symbolic link, or for another directory, at the worst moment: right after
 aner's mkdir and before it opens the directory. The test drives that moment
-deterministically through `jobdir._make_dir` (the real mkdir, then the real swap) and checks
-that nothing outside the job is written and the run fails cleanly, before any work.
+deterministically through `jobdir.directory._make_dir` (the real mkdir, then the real swap)
+and checks that nothing outside the job is written and the run fails cleanly, before any
+work.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from support import run_aner
 
 from aner_coord import jobdir
 from aner_coord.admission import admit
+from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.errors import EXIT_FAILED
-from aner_coord.jobs import execute
-from aner_coord.requests import JobRequest, MonteCarloRequest
+from aner_coord.job.execute import execute
+from aner_coord.requests import JobRequest
 
 PRECIOUS = {
     "coordinator.lock": "precious lock\n",
@@ -60,7 +62,7 @@ def swap_after_mkdir(
 ) -> list[Path]:
     """Right after aner's mkdir, move the new directory away and `plant` something else at
     its name. Returns where the real directory went."""
-    real = jobdir._make_dir
+    real = jobdir.directory._make_dir
     moved: list[Path] = []
 
     def make_then_swap(parent_fd: int, name: str) -> os.stat_result:
@@ -71,7 +73,7 @@ def swap_after_mkdir(
         plant(parent / name)
         return made
 
-    monkeypatch.setattr(jobdir, "_make_dir", make_then_swap)
+    monkeypatch.setattr(jobdir.directory, "_make_dir", make_then_swap)
     return moved
 
 
@@ -128,14 +130,14 @@ def test_the_cli_run_fails_with_one_line_when_the_directory_is_swapped(tmp_path:
     (hook / "sitecustomize.py").write_text(
         textwrap.dedent(f"""
         import os
-        from aner_coord import jobdir
-        _real = jobdir._make_dir
+        from aner_coord.jobdir import directory
+        _real = directory._make_dir
         def _swap(parent_fd, name):
             made = _real(parent_fd, name)
             os.rename(name, name + ".moved", src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
             os.symlink({str(target)!r}, name, dir_fd=parent_fd)
             return made
-        jobdir._make_dir = _swap
+        directory._make_dir = _swap
         """)
     )
     done = run_aner(

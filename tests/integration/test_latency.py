@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from support import ANER, ROOT, write_cluster
 
-from aner_coord.pacing import size_window
-from aner_worker.philox import count_hits
+from aner_coord.job.pacing import size_window
+from aner_worker.kernels.philox import count_hits
 from protocol import MAX_QUEUED_PER_SLOT
 
 RELAY = ROOT / "tests" / "delay_relay.py"

@@ -12,22 +12,17 @@ import pytest
 
 from aner_coord import parallel
 from aner_coord.admission import Job, admit
-from aner_coord.backends import (
-    LOCAL_BATCH_S,
-    LOCAL_MAX_BATCH,
-    Backend,
-    ThreadBackend,
-    local_batch,
-)
-from aner_coord.computations.montecarlo import STREAM_ID
-from aner_coord.coordinator import Coordinator
-from aner_coord.jobs import execute
+from aner_coord.computations.montecarlo import STREAM_ID, MonteCarloRequest
+from aner_coord.job.backend import Backend
+from aner_coord.job.coordinator import Coordinator
+from aner_coord.job.execute import execute
+from aner_coord.job.threads import LOCAL_BATCH_S, LOCAL_MAX_BATCH, ThreadBackend, local_batch
+from aner_coord.jobdir.status import JobState, StatusSnapshot
 from aner_coord.limits import MAX_CHUNKS
-from aner_coord.requests import JobRequest, LocalExecution, MonteCarloRequest
-from aner_coord.status import JobState, StatusSnapshot
+from aner_coord.requests import JobRequest, LocalExecution
 from aner_worker.inventory import current
-from aner_worker.kernels import McParams, McStats, MonteCarloKernel
-from aner_worker.philox import count_hits
+from aner_worker.kernels.montecarlo import McParams, McStats, MonteCarloKernel
+from aner_worker.kernels.philox import count_hits
 
 SAMPLES = 10_000_000
 SEED = 42
@@ -350,16 +345,16 @@ def test_api_raises_job_failed_with_the_task_exception_as_cause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Fault injection at the seam the kernel imports its counter from, at each call.
-    import aner_worker.philox
+    import aner_worker.kernels.philox
 
-    real = aner_worker.philox.count_hits
+    real = aner_worker.kernels.philox.count_hits
 
     def failing(seed: int, start: int, count: int, should_stop: Any = None) -> int:
         if start == FAIL_AT:
             raise ValueError("boom in the kernel")
         return real(seed, start, count, should_stop)
 
-    monkeypatch.setattr(aner_worker.philox, "count_hits", failing)
+    monkeypatch.setattr(aner_worker.kernels.philox, "count_hits", failing)
     with pytest.raises(parallel.JobFailed) as caught:
         parallel.monte_carlo(
             samples=1_000_000, seed=SEED, execution=parallel.local(workers=2, chunk=10_000)
@@ -381,13 +376,13 @@ def test_a_local_batch_holds_a_few_milliseconds_of_work() -> None:
 def test_local_threads_hand_over_every_event_in_order() -> None:
     """Events posted from several threads, in batches, all reach the loop, each thread's in
     the order it posted them."""
-    from aner_coord.backends import _Handover
-    from aner_coord.jobstate import Event, ResultReceived
+    from aner_coord.job.machine import Event, ResultReceived
+    from aner_coord.job.threads import Handover
 
     received: list[Event] = []
 
     async def main() -> None:
-        handover = _Handover(asyncio.get_running_loop(), received.append)
+        handover = Handover(asyncio.get_running_loop(), received.append)
 
         def post(worker: str) -> None:
             for first in range(0, 1000, 7):

@@ -30,7 +30,7 @@ from support import (
     write_cluster_file,
 )
 
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
 
 
 def test_status_and_cancel_refuse_what_is_not_a_job_directory(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_status_and_cancel_refuse_what_is_not_a_job_directory(tmp_path: Path) ->
 _READER = """
 import json, sys
 from pathlib import Path
-from aner_coord.monitor import observe
+from aner_coord.cli.monitor import observe
 job = Path(sys.argv[1])
 reads, seqs = 0, set()
 while True:

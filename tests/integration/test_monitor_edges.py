@@ -28,7 +28,7 @@ from support import (
     wait_running,
 )
 
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from support import ANER, finish, run_aner, spawned, status_of, wait_status, write_cluster
 
 from aner_coord import parallel
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
 
 SEED = 11
 STEPS = 5

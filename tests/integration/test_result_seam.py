@@ -14,7 +14,7 @@ from toy_computation import Toy, ToyRequest, _ToyRun
 from aner_coord import parallel
 from aner_coord.computations import COMPUTATIONS, register
 from aner_coord.jobdir import lock_is_held
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
 
 
 class ResultFaultRequest(ToyRequest, frozen=True, tag="toy-result-fault"):

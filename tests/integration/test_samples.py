@@ -9,7 +9,7 @@ from pathlib import Path
 from support import ANER, SAMPLES, write_cluster
 
 from aner_coord.clusterfile import parse_cluster_text
-from aner_worker.philox import count_hits
+from aner_worker.kernels.philox import count_hits
 
 
 def test_local_program_runs_serial_and_parallel_with_identical_hits() -> None:

@@ -241,7 +241,7 @@ def test_plan_recommends_local_for_a_tiny_job_and_the_group_for_a_large_one(
 
 def test_plan_without_a_size_is_refused(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "aner_coord.cli", "parallel", "plan"],
+        [sys.executable, "-m", "aner_coord", "parallel", "plan"],
         capture_output=True,
         text=True,
         timeout=60,

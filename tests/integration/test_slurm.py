@@ -33,7 +33,7 @@ from support import (
 )
 
 from aner_coord import parallel
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
 from aner_worker.oracle import oracle_hits
 
 pytestmark = pytest.mark.slurm

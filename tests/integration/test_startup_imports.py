@@ -70,10 +70,10 @@ def test_the_reader_sees_what_a_local_run_imports(local_job: tuple[Path, set[str
     # The control: a local run computes in this process, so numba is there, and the check
     # below would see it anywhere else.
     _job, names = local_job
-    assert {"numba", "aner_worker.philox", "aner_coord.coordinator"} <= names
+    assert {"numba", "aner_worker.kernels.philox", "aner_coord.job.coordinator"} <= names
     # ...but a Monte Carlo run needs neither the Dense computation nor a file watcher.
-    assert "aner_coord.computations.dense" not in names
-    assert "aner_worker.dense_streams" not in names
+    assert "aner_coord.computations.dense.computation" not in names
+    assert "aner_worker.kernels.dense.streams" not in names
     assert roots(names).isdisjoint({"watchfiles", "asyncssh", "scipy", "cffi"})
 
 
@@ -82,7 +82,7 @@ def test_status_imports_nothing_heavy(local_job: tuple[Path, set[str]], tmp_path
     proc, names = aner(tmp_path, "parallel", "status", "--job", str(job))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "hits      799 of 1,000 samples" in proc.stdout  # the result, summarised
-    assert "aner_coord.monitor" in names
+    assert "aner_coord.cli.monitor" in names
     assert roots(names).isdisjoint(HEAVY), roots(names) & HEAVY
 
 
@@ -116,10 +116,10 @@ def test_a_pipe_group_coordinator_never_imports_numba(tmp_path: Path, job: list[
     proc, names = aner(tmp_path, "parallel", *job, "--cluster", str(cluster),
                        "--output", str(tmp_path / "job"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "aner_coord.backends" in names and "aner_coord.transports" in names
+    assert "aner_coord.job.processes" in names and "aner_coord.transports" in names
     assert roots(names).isdisjoint(HEAVY), roots(names) & HEAVY
-    assert "aner_worker.philox" not in names
-    assert "aner_coord.transports_ssh" not in names and "aner_coord.transports_slurm" not in names
+    assert "aner_worker.kernels.philox" not in names
+    assert "aner_coord.transports.ssh" not in names and "aner_coord.transports.slurm" not in names
 
 
 def test_a_worker_loads_only_the_kernel_its_hello_names(tmp_path: Path) -> None:
@@ -135,9 +135,12 @@ def test_a_worker_loads_only_the_kernel_its_hello_names(tmp_path: Path) -> None:
     messages = list(decoder.feed(stdout))
     assert isinstance(messages[0], Welcome), messages
     names = modules(out)
-    assert {"numba", "aner_worker.philox"} <= names  # warmed before its Welcome
-    assert "aner_worker.fixture" not in names  # the regression kernel
-    assert "aner_worker.dense_task" not in names and "aner_worker.dense_streams" not in names
+    assert {"numba", "aner_worker.kernels.philox"} <= names  # warmed before its Welcome
+    assert "aner_worker.kernels.fixture" not in names  # the regression kernel
+    assert (
+        "aner_worker.kernels.dense.kernel" not in names
+        and "aner_worker.kernels.dense.streams" not in names
+    )
     assert roots(names).isdisjoint({"watchfiles", "asyncssh", "scipy", "cffi"})
 
 
@@ -147,7 +150,7 @@ def test_the_skipped_probes_leave_scipy_and_cffi_importable() -> None:
     code = (
         "import sys\n"
         "from aner_worker.startup import own_process; own_process()\n"
-        "from aner_worker.philox import count_hits\n"
+        "from aner_worker.kernels.philox import count_hits\n"
         "hits = count_hits(42, 0, 10**7)\n"
         "skipped = not {'scipy', 'cffi'} & set(sys.modules)\n"
         "import scipy.linalg, cffi\n"

@@ -35,15 +35,12 @@ from support import (
 )
 
 from aner_coord.admission import admit
-from aner_coord.commands import load_spec_file
+from aner_coord.cli.jobs import load_spec_file
+from aner_coord.computations.montecarlo import MonteCarloRequest
+from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import RequestError
-from aner_coord.requests import (
-    ClusterExecution,
-    LocalExecution,
-    MonteCarloRequest,
-    RegressionRequest,
-)
-from aner_coord.status import JobState
+from aner_coord.jobdir.status import JobState
+from aner_coord.requests import ClusterExecution, LocalExecution
 
 UNIT = DEPLOY / "aner-job@.service"
 EXAMPLE = DEPLOY / "example-job.toml"

@@ -14,9 +14,10 @@ from support import write_cluster
 from toy_computation import ToyRequest, expected_totals
 
 from aner_coord import parallel
-from aner_coord.backends import ProcessBackend, ThreadBackend
 from aner_coord.errors import JobFailed
-from aner_coord.status import JobState
+from aner_coord.job.processes import ProcessBackend
+from aner_coord.job.threads import ThreadBackend
+from aner_coord.jobdir.status import JobState
 
 TOY = str(Path(toy_computation.__file__).resolve())
 ITEMS = 10_007
@@ -132,7 +133,7 @@ def test_a_bug_in_the_process_backend_fails_the_job(
 def test_a_transport_that_raises_fails_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import aner_coord.backends as backends
+    import aner_coord.job.processes as backends
 
     real = backends.open_transport
 
@@ -156,7 +157,7 @@ def test_an_observer_that_fails_fails_the_job_naming_it() -> None:
     import asyncio
 
     from aner_coord.admission import admit
-    from aner_coord.jobs import execute
+    from aner_coord.job.execute import execute
     from aner_coord.requests import JobRequest, LocalExecution
     from aner_coord.runner import run_sync
 

@@ -15,18 +15,13 @@ import pytest
 from support import reap
 
 from aner_worker.contract import source_fingerprint
-from aner_worker.fixture import fixture_pass
 from aner_worker.inventory import current
-from aner_worker.kernels import (
-    McParams,
-    McStats,
-    RegressionParams,
-    RegressionStats,
-    decode,
-    encode,
-)
+from aner_worker.kernels.base import decode, encode
+from aner_worker.kernels.fixture import fixture_pass
+from aner_worker.kernels.montecarlo import McParams, McStats
+from aner_worker.kernels.philox import count_hits
+from aner_worker.kernels.regression import RegressionParams, RegressionStats
 from aner_worker.machine import machine_identity
-from aner_worker.philox import count_hits
 from aner_worker.worker import platform_identity
 from protocol import (
     MAX_QUEUED_PER_SLOT,

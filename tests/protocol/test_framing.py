@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from msgspec import Raw
 
 from aner_worker.contract import source_fingerprint
-from aner_worker.kernels import McParams, McStats, RegressionParams, RegressionStats, encode
+from aner_worker.kernels.base import encode
+from aner_worker.kernels.montecarlo import McParams, McStats
+from aner_worker.kernels.regression import RegressionParams, RegressionStats
 from protocol import (
-    CONTRACT_FILES,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     FrameDecoder,
@@ -31,6 +32,7 @@ from protocol import (
     Task,
     TaskFailed,
     Welcome,
+    contract_files,
     fingerprint_sources,
 )
 
@@ -264,38 +266,65 @@ def _reader(files: dict[str, bytes]) -> Callable[[str], bytes]:
     return lambda name: files[name]
 
 
+NAMES = (
+    "protocol/version.py",
+    "protocol/messages.py",
+    "aner_worker/worker.py",
+    "aner_worker/kernels/dense/network.py",
+)
+
+
 def test_fingerprint_is_content_and_order_sensitive() -> None:
-    files = {name: f"# {name}\n".encode() for name in CONTRACT_FILES}
-    base = fingerprint_sources(_reader(files))
+    files = {name: f"# {name}\n".encode() for name in NAMES}
+    base = fingerprint_sources(files, _reader(files))
     assert base.startswith("sha256:") and len(base) == len("sha256:") + 64
-    assert fingerprint_sources(_reader(dict(files))) == base
+    assert fingerprint_sources(reversed(NAMES), _reader(dict(files))) == base
 
     changed = dict(files)
-    changed[CONTRACT_FILES[-1]] += b" "
-    assert fingerprint_sources(_reader(changed)) != base
+    changed[NAMES[-1]] += b" "
+    assert fingerprint_sources(changed, _reader(changed)) != base
 
     # The same bytes moved from one file to the next must not hash the same.
-    a, b = CONTRACT_FILES[0], CONTRACT_FILES[1]
+    a, b = sorted(NAMES)[0], sorted(NAMES)[1]
     moved = dict(files)
     moved[a], moved[b] = files[a] + files[b][:1], files[b][1:]
-    assert fingerprint_sources(_reader(moved)) != base
+    assert fingerprint_sources(moved, _reader(moved)) != base
 
     # Swapping two files' contents is a different contract.
     swapped = dict(files)
     swapped[a], swapped[b] = files[b], files[a]
-    assert fingerprint_sources(_reader(swapped)) != base
+    assert fingerprint_sources(swapped, _reader(swapped)) != base
+
+    # A file added to a contract package joins the contract.
+    added = {**files, "aner_worker/kernels/extra.py": b""}
+    assert fingerprint_sources(added, _reader(added)) != base
 
 
-def test_fingerprint_reads_the_listed_files_in_order() -> None:
+def test_the_contract_is_every_source_file_of_its_packages_in_sorted_order() -> None:
     seen: list[str] = []
 
     def read(name: str) -> bytes:
         seen.append(name)
         return b""
 
-    fingerprint_sources(read)
-    assert seen == list(CONTRACT_FILES)
-    assert seen.index("protocol/messages.py") < seen.index("aner_worker/worker.py")
+    given = [
+        "aner_worker/worker.py",
+        "protocol/messages.py",
+        "aner_worker/__pycache__/worker.cpython-311.pyc",
+        "aner_worker/kernels/__pycache__/x.py",
+        "aner_worker/py.typed",
+        "aner_coord/parallel.py",
+        "tests/test_x.py",
+        "aner_worker/kernels/dense/network.py",
+        "setup.py",
+    ]
+    fingerprint_sources(given, read)
+    assert seen == [
+        "aner_worker/kernels/dense/network.py",
+        "aner_worker/worker.py",
+        "protocol/messages.py",
+    ]
+    assert list(contract_files(given)) == seen
 
 
 def test_installed_source_fingerprint_is_stable() -> None:

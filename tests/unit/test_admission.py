@@ -10,15 +10,11 @@ import pytest
 from aner_coord import limits
 from aner_coord.admission import admit, cluster, local
 from aner_coord.computations import COMPUTATIONS, computation_for
+from aner_coord.computations.montecarlo import MonteCarloRequest
+from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import AdmissionError, RequestError, cli_name
-from aner_coord.requests import (
-    JobRequest,
-    LocalExecution,
-    MonteCarloRequest,
-    RegressionRequest,
-    decode_request,
-    encode_request,
-)
+from aner_coord.requests import JobRequest, LocalExecution, encode_request
+from aner_coord.specfile import decode_request
 from aner_worker.inventory import current
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import ROOT
 
-from aner_worker.philox import count_hits
+from aner_worker.kernels.philox import count_hits
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc)")
 

@@ -9,14 +9,14 @@ import math
 import pytest
 
 from aner_coord.computations import COMPUTATIONS, Accounting, Diverged, request_types
-from aner_coord.computations.montecarlo import STREAM_ID, MonteCarlo
-from aner_coord.computations.regression import FIXTURE_ID, N_PARAMS, Regression
+from aner_coord.computations.montecarlo import STREAM_ID, MonteCarlo, MonteCarloRequest
+from aner_coord.computations.regression import FIXTURE_ID, N_PARAMS, Regression, RegressionRequest
 from aner_coord.errors import RequestError, api_name, cli_name
-from aner_coord.requests import MonteCarloRequest, RegressionRequest
-from aner_coord.status import WorkerAccount
-from aner_worker.fixture import fixture_pass
-from aner_worker.kernels import McParams, McStats, RegressionParams, RegressionStats
-from aner_worker.philox import count_hits
+from aner_coord.jobdir.status import WorkerAccount
+from aner_worker.kernels.fixture import fixture_pass
+from aner_worker.kernels.montecarlo import McParams, McStats
+from aner_worker.kernels.philox import count_hits
+from aner_worker.kernels.regression import RegressionParams, RegressionStats
 
 ACCOUNTING = Accounting(
     seconds=2.0,

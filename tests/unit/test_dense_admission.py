@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from aner_coord.admission import admit
+from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.errors import AdmissionError, RequestError, cli_name
-from aner_coord.requests import DenseRequest, JobRequest, LocalExecution
+from aner_coord.requests import JobRequest, LocalExecution
 
 
 def request(**fields: Any) -> JobRequest:

@@ -23,7 +23,7 @@ from dense_reference import words as _raw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aner_worker.dense_data import (
+from aner_worker.kernels.dense.data import (
     DataError,
     TeacherDataset,
     digits_path,
@@ -256,7 +256,7 @@ def test_digits_loads_1797_by_64_with_10_classes() -> None:
 def test_digits_does_not_import_sklearn() -> None:
     code = (
         "import sys\n"
-        "from aner_worker.dense_data import load_digits\n"
+        "from aner_worker.kernels.dense.data import load_digits\n"
         "d = load_digits()\n"
         "print(d.n_rows, any(m == 'sklearn' or m.startswith('sklearn.') for m in sys.modules))\n"
     )

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from threadpoolctl import threadpool_info
 
-from aner_worker.dense_kernel import (
+from aner_worker.kernels.dense.network import (
     chunk_stats,
     evaluate,
     flatten,

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aner_coord.dense_model import DenseModel, ModelFileError, encode_model, load_model
-from aner_coord.dense_plan import Normalisation, init_params
-from aner_coord.dense_single import train_single
-from aner_worker.dense_data import TeacherDataset, parse_csv
+from aner_coord.computations.dense.model import DenseModel, ModelFileError, encode_model, load_model
+from aner_coord.computations.dense.single import train_single
 from aner_worker.files import write_atomically
+from aner_worker.kernels.dense.data import TeacherDataset, parse_csv
+from aner_worker.kernels.dense.plan import Normalisation, init_params
 
 
 def test_roundtrip_predicts_the_same(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aner_coord.optimizers import OptimizerState, initial_state, step
+from aner_worker.kernels.dense.optimizers import OptimizerState, initial_state, step
 
 
 def _adam_scalar(p: float, g_seq: list[float], lr: float) -> tuple[float, float, float]:

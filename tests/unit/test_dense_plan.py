@@ -15,7 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aner_coord.dense_plan import (
+from aner_coord.computations.dense.single import fit_normalisation
+from aner_worker.kernels.dense.data import ArrayDataset, TeacherDataset
+from aner_worker.kernels.dense.network import ChunkStats, moment_sums
+from aner_worker.kernels.dense.plan import (
     EarlyStopping,
     PlanError,
     assign_roles,
@@ -27,10 +30,7 @@ from aner_coord.dense_plan import (
     reduce_chunks,
     steps_per_epoch,
 )
-from aner_coord.dense_single import fit_normalisation
-from aner_worker.dense_data import ArrayDataset, TeacherDataset
-from aner_worker.dense_kernel import ChunkStats, moment_sums
-from aner_worker.dense_streams import words, words_at
+from aner_worker.kernels.dense.streams import words, words_at
 
 
 @pytest.mark.parametrize(("seed", "n"), [(0, 1000), (42, 4097), (2**64 - 1, 333)])
@@ -188,7 +188,7 @@ def test_teacher_roles_and_normalisation_agree_with_reference_end_to_end() -> No
 
 def test_epoch_order_breaks_key_ties_by_position(monkeypatch: pytest.MonkeyPatch) -> None:
     # 64-bit keys practically never tie, so force ties: keys reduced to three values.
-    import aner_coord.dense_plan as plan
+    import aner_worker.kernels.dense.plan as plan
 
     real = plan.words_at
     monkeypatch.setattr(

@@ -13,15 +13,15 @@ import dense_reference as ref
 import numpy as np
 import pytest
 
-from aner_coord.dense_plan import assign_roles
-from aner_coord.dense_single import (
+from aner_coord.computations.dense.single import (
     DivergenceError,
     SingleFit,
     evaluate_rows,
     train_single,
 )
-from aner_worker.dense_data import TeacherDataset, load_digits
-from aner_worker.dense_kernel import flatten
+from aner_worker.kernels.dense.data import TeacherDataset, load_digits
+from aner_worker.kernels.dense.network import flatten
+from aner_worker.kernels.dense.plan import assign_roles
 
 TOL = 1e-9
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from aner_worker.fixture import FIXTURE_ID, FixtureStats, _feature, fixture_pass, warm_up
-from aner_worker.philox import RANGE_LIMIT
+from aner_worker.kernels.fixture import FIXTURE_ID, FixtureStats, _feature, fixture_pass, warm_up
+from aner_worker.kernels.philox import RANGE_LIMIT
 
 U64 = 2**64
 TOL = 1e-10

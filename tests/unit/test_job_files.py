@@ -10,16 +10,12 @@ import msgspec
 import pytest
 from support import DATA
 
+from aner_coord.computations.montecarlo import MonteCarloResult
+from aner_coord.computations.regression import RegressionResult
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OFFLINE, EXIT_OK
-from aner_coord.manifest import MANIFEST_SCHEMA, decode_manifest, encode_manifest
-from aner_coord.results import (
-    RESULT_SCHEMA,
-    JobResult,
-    MonteCarloResult,
-    RegressionResult,
-    encode_result,
-)
-from aner_coord.status import (
+from aner_coord.jobdir.manifest import MANIFEST_SCHEMA, decode_manifest, encode_manifest
+from aner_coord.jobdir.results import RESULT_SCHEMA, encode_result
+from aner_coord.jobdir.status import (
     STATUS_SCHEMA,
     JobState,
     WorkerAccount,
@@ -28,6 +24,7 @@ from aner_coord.status import (
 )
 
 HITS_1E7_SEED_42 = 7_856_672
+JobResult = MonteCarloResult | RegressionResult
 
 
 def read_result(name: str) -> JobResult:

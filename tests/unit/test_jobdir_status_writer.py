@@ -15,7 +15,7 @@ import pytest
 from support import wait_for
 
 from aner_coord import jobdir
-from aner_coord.status import STATUS_SCHEMA, JobState, StatusSnapshot, decode_status
+from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, decode_status
 
 FOREVER = 3600.0  # a rate limit no test outlives: only state changes and flushes write
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from aner_coord.computations import Accounting, Diverged, PassSpec, Run
-from aner_coord.computations.montecarlo import MonteCarlo
-from aner_coord.computations.regression import N_PARAMS, Regression
-from aner_coord.jobstate import (
+from aner_coord.computations.montecarlo import MonteCarlo, MonteCarloRequest
+from aner_coord.computations.regression import N_PARAMS, Regression, RegressionRequest
+from aner_coord.job.machine import (
     AuditFailed,
     BeginPass,
     CancelRequested,
@@ -39,9 +39,9 @@ from aner_coord.jobstate import (
     WorkersStopped,
     WriteStatus,
 )
-from aner_coord.requests import MonteCarloRequest, RegressionRequest
-from aner_coord.status import JobState, WorkerAccount, WorkerLoss
-from aner_worker.kernels import McParams, McStats, RegressionParams, RegressionStats
+from aner_coord.jobdir.status import JobState, WorkerAccount, WorkerLoss
+from aner_worker.kernels.montecarlo import McParams, McStats
+from aner_worker.kernels.regression import RegressionParams, RegressionStats
 from protocol import Task
 
 SEED = 7
@@ -382,7 +382,7 @@ def test_inconsistent_result_is_rejected(total: int, stats: Any, words: str) -> 
 
 
 def test_an_honest_chunk_passes_the_plausibility_check() -> None:
-    from aner_worker.philox import count_hits
+    from aner_worker.kernels.philox import count_hits
 
     machine, _ = started(total=10**6, chunk=10**6, workers=("a",))
     machine.handle(WorkerReady("a", 1))

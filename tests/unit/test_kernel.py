@@ -10,8 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from aner_worker.oracle import oracle_hits, words
-from aner_worker.philox import (
+from aner_worker.kernels.philox import (
     RANGE_LIMIT,
     _count_hits_kernel,
     count_hits,
@@ -19,6 +18,7 @@ from aner_worker.philox import (
     philox_block,
     warm_up,
 )
+from aner_worker.oracle import oracle_hits, words
 
 U64 = 2**64
 MAX_COUNT = 5000

@@ -8,18 +8,12 @@ import msgspec
 import pytest
 
 from aner_worker import kernels
-from aner_worker.fixture import SUB_ROWS, fixture_pass
-from aner_worker.kernels import (
-    KERNELS,
-    McParams,
-    McStats,
-    RegressionParams,
-    RegressionStats,
-    Stopped,
-    decode,
-    encode,
-)
-from aner_worker.philox import SUB_SAMPLES, count_hits
+from aner_worker.kernels import KERNELS
+from aner_worker.kernels.base import Stopped, decode, encode
+from aner_worker.kernels.fixture import SUB_ROWS, fixture_pass
+from aner_worker.kernels.montecarlo import McParams, McStats
+from aner_worker.kernels.philox import SUB_SAMPLES, count_hits
+from aner_worker.kernels.regression import RegressionParams, RegressionStats
 
 THETA = (0.5, -0.25, 0.125, 1.0, -1.0, 0.0, 0.75, -0.5, 0.1)
 

@@ -1,6 +1,8 @@
 """The layers of the source tree, read from the modules' own import statements (with `ast`,
 so nothing is imported to check them): the wire knows nothing of ours, the worker never
-needs the coordinator, and the kernels know nothing of the wire (nor of scikit-learn)."""
+needs the coordinator, the kernels know nothing of the wire (nor of scikit-learn), the
+generic worker process imports no computation, no module imports another's private names,
+and no import closes a circle, not even one inside a function or under TYPE_CHECKING."""
 
 from __future__ import annotations
 
@@ -11,15 +13,9 @@ import pytest
 from support import ROOT
 
 PACKAGES = ("protocol", "aner_worker", "aner_coord")
-# The numerical kernels: arrays and numbers in, numbers out; no wire, no coordinator.
-KERNELS = (
-    "aner_worker/philox.py",
-    "aner_worker/fixture.py",
-    "aner_worker/dense_kernel.py",
-    "aner_worker/dense_streams.py",
-    "aner_worker/dense_data.py",
-    "aner_worker/dense_task.py",
-    "aner_worker/dense_rows.py",
+# The kernels: arrays and numbers in, numbers out; no wire, no coordinator.
+KERNELS = sorted(
+    str(path.relative_to(ROOT)) for path in (ROOT / "aner_worker" / "kernels").rglob("*.py")
 )
 
 
@@ -86,17 +82,152 @@ def test_dense_worker_modules_do_not_import_sklearn(module: str) -> None:
 # -- the checker itself must be able to fail ----------------------------------------------
 
 
+def test_the_generic_worker_imports_no_computation() -> None:
+    # A kernel declares what staged data it needs; the worker process only asks it.
+    found = import_edges(ROOT / "aner_worker" / "worker.py", project_modules())
+    kernels = {m for m in found if m.startswith("aner_worker.kernels")}
+    assert kernels <= {"aner_worker.kernels", "aner_worker.kernels.base"}, kernels
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the three packages by dotted name (a package by its `__init__`)."""
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sources(package):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def import_edges(path: Path, modules: dict[str, Path], text: str | None = None) -> set[str]:
+    """The project modules that `path` imports, wherever the statement is: `from a.b import c`
+    names module `a.b.c` when that is a module, else `a.b` (a parent package that Python
+    initialises on the way is not an edge: a face re-exporting its own modules is no circle)."""
+    source = path.read_text() if text is None else text
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(source, filename=str(path))):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *base.split(".")])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                named.add(full if full in modules else base)
+    edges: set[str] = set()
+    for name in named:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name:
+            edges.add(name)
+    return edges
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module, or of one importing
+    itself (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_closes_a_circle() -> None:
+    modules = project_modules()
+    graph = {name: import_edges(path, modules) - {name} for name, path in modules.items()}
+    assert cycles(graph) == []
+
+
+def private_imports(path: Path, text: str | None = None) -> set[str]:
+    """`module._name` for each private name that `path` imports from a project module."""
+    source = path.read_text() if text is None else text
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source, filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] not in PACKAGES:
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.add(f"{node.module}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    bad = {
+        str(path.relative_to(ROOT)): names
+        for path in project_modules().values()
+        if (names := private_imports(path))
+    }
+    assert bad == {}
+
+
+# -- the checkers themselves must be able to fail -----------------------------------------
+
+
+def test_the_cycle_checker_finds_circles_through_late_imports() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert cycles(graph) == [["a", "b", "c"], ["e"]]
+    modules = project_modules()
+    text = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from aner_coord.session import Session\n"
+        "def late():\n"
+        "    from aner_coord import jobdir\n"
+    )
+    edges = import_edges(ROOT / "aner_coord" / "probe.py", modules, text)
+    assert edges == {"aner_coord.session", "aner_coord.jobdir"}
+
+
+def test_the_private_name_checker_sees_private_imports() -> None:
+    text = "from aner_coord.job.threads import Handover, _hidden\nfrom os import _exit\n"
+    assert private_imports(ROOT / "aner_coord" / "probe.py", text) == {
+        "aner_coord.job.threads._hidden"
+    }
+
+
 def test_the_checker_sees_every_form_of_import() -> None:
     text = (
         "import os\n"
-        "import aner_coord.jobs as jobs\n"
+        "import aner_coord.job.execute as jobs\n"
         "from aner_worker import kernels\n"
         "from . import framing\n"
         "def late():\n"
-        "    from aner_coord.status import JobState\n"
+        "    from aner_coord.jobdir.status import JobState\n"
         "    return JobState\n"
     )
     found = imported_modules(ROOT / "protocol" / "probe.py", text)  # parsed, never written
     assert roots(found) == {"os", "aner_coord", "aner_worker", "protocol"}
     assert "protocol.framing" in found  # a relative import, resolved
-    assert "aner_coord.status" in found  # an import inside a function counts too
+    assert "aner_coord.jobdir.status" in found  # an import inside a function counts too

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
-from aner_coord.status import WorkerAccount, decode_status
-from aner_coord.timing import TaskTimes
+from aner_coord.job.timing import TaskTimes
+from aner_coord.jobdir.status import WorkerAccount, decode_status
 from protocol import (
     Accepted,
     Answered,
@@ -79,7 +79,7 @@ def test_costs_are_sums_of_what_was_measured_and_none_otherwise() -> None:
 
 
 def test_unmeasured_costs_are_left_out_of_status_files() -> None:
-    from aner_coord.status import encode_status
+    from aner_coord.jobdir.status import encode_status
 
     data = (
         b'{"schema": "aner-status/2", "seq": 1, "state": "RUNNING", "kind": "monte-carlo",'

@@ -1,4 +1,4 @@
-"""Latency-adaptive windows (`aner_coord.pacing`): sizes from round trip and task time,
+"""Latency-adaptive windows (`aner_coord.job.pacing`): sizes from round trip and task time,
 bounds, the moving averages and when the window moves. Pure: no clock, no processes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aner_coord.pacing import HYSTERESIS, Pacer, Window, size_window
+from aner_coord.job.pacing import HYSTERESIS, Pacer, Window, size_window
 from protocol import MAX_QUEUED_PER_SLOT
 
 

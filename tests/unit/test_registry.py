@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from aner_coord.computations import COMPUTATIONS, computation_for, request_types, summarize
-from aner_coord.requests import DenseRequest, MonteCarloRequest
+from aner_coord.computations.dense.request import DenseRequest
+from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_worker.kernels import KERNELS
 from aner_worker.registry import LazyRegistry
 

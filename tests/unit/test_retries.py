@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from aner_coord.computations.montecarlo import MonteCarlo
-from aner_coord.jobstate import (
+from aner_coord.computations.montecarlo import MonteCarlo, MonteCarloRequest
+from aner_coord.job.machine import (
     BeginPass,
     DropWorker,
     JobEnded,
@@ -19,9 +19,8 @@ from aner_coord.jobstate import (
     WorkerReady,
     WriteStatus,
 )
-from aner_coord.requests import MonteCarloRequest
-from aner_coord.status import JobState
-from aner_worker.kernels import McStats
+from aner_coord.jobdir.status import JobState
+from aner_worker.kernels.montecarlo import McStats
 
 CHUNK = 1000
 

@@ -222,7 +222,7 @@ def test_the_auto_matrix(tmp_path: Path) -> None:
 def test_the_report_flags_a_machine_replaced_under_its_name_and_what_did_not_scale(
     tmp_path: Path,
 ) -> None:
-    from aner_coord.requests import MonteCarloRequest
+    from aner_coord.computations.montecarlo import MonteCarloRequest
     from aner_coord.scaling.experiment import Case, Experiment
     from aner_coord.scaling.records import report_md, summarize
 

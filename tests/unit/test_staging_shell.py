@@ -1,4 +1,4 @@
-"""The coordinator's staging shell (aner_coord.staging) against a real `WorkerConnection`
+"""The coordinator's staging shell (aner_coord.job.staging) against a real `WorkerConnection`
 through an in-memory byte pipe: the worker's answers may arrive in one read or byte by byte,
 and only the blocks it lacks are sent."""
 
@@ -10,7 +10,7 @@ import random
 import pytest
 
 from aner_coord.computations.base import StagePlan
-from aner_coord.staging import StagingLost, stage_worker
+from aner_coord.job.staging import StagingLost, stage_worker
 from aner_worker.blocks import split
 from protocol import (
     BlockReceived,

@@ -1,0 +1,15 @@
+"""The `aner` command line: one parser (`main`), one module per command group.
+
+- `main`: the parser, the exit codes, `main()` (the console script);
+- `arguments`: how numbers and the shared execution flags are read;
+- `jobs`: `inventory`, `run`, `regression`, `resume`; `dense`: `train`, `predict`;
+- `monitor`: `status`, `cancel`; `background`: `--background` and the detached coordinator;
+- `progress`: the live progress line; `sdnotify`: telling systemd how a job does.
+
+`aner parallel scaling` and `plan` live with the scaling code (`aner_coord.scaling.command`).
+Heavy modules are imported only by the commands that need them.
+"""
+
+from aner_coord.cli.main import main
+
+__all__ = ["main"]

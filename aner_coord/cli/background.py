@@ -1,0 +1,356 @@
+"""Detached background jobs: `run/regression --background` and the coordinator it starts.
+
+`submit()` re-executes this program as `aner parallel coordinate` in a new session (no
+terminal, stdin from /dev/null) rather than double-forking, and waits on a pipe for a
+readiness line from it:
+
+    READY\\n                       the job directory is locked, its manifest and first
+                                   status are written: the job is the coordinator's now
+    ERROR <code> <message>\\n      it failed before that (exit code 2 or 3)
+    end of file, no line           it died (its stderr tail says why)
+
+Until the directory exists the child's stdout and stderr go to an unlinked temporary file
+that the parent can still read when the child dies early; once ready, the child copies that
+file into `coordinator.log` in the job directory and points its stdout and stderr there.
+
+The coordinator then runs the job like the foreground does, minus the display: SIGTERM,
+SIGINT and SIGHUP cancel gracefully, and `aner parallel cancel` reaches it through the job
+directory's `cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
+public identity only, never by endpoint or path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+from aner_coord import jobdir
+from aner_coord.admission import Job, admit
+from aner_coord.cli.progress import describe
+from aner_coord.errors import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    AnerError,
+    RequestError,
+)
+from aner_coord.job.coordinator import JobReport
+from aner_coord.job.execute import Resumption, execute
+from aner_coord.jobdir.status import JobState, StatusSnapshot
+from aner_coord.requests import encode_request, with_absolute_paths
+from aner_coord.runner import CANCEL_SIGNALS
+from aner_coord.specfile import decode_request
+
+READY_TIMEOUT_S = 180.0  # a first run on this machine may compile the kernels
+REAP_TIMEOUT_S = 30.0
+READY = b"READY"
+ERROR = b"ERROR"
+PROGRESS_LOG_INTERVAL_S = 10.0
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+log = logging.getLogger("aner.background")
+
+
+# --------------------------------------------------------------------------- submit
+
+
+def submit(
+    job: Job, *, quiet: bool, resume: bool = False, ready_timeout_s: float = READY_TIMEOUT_S
+) -> int:
+    """Start `job` (or, with `resume`, the resumption of its existing directory) under a
+    detached coordinator; return once it is ready (0) or has failed."""
+    if job.output is None:
+        raise RequestError(
+            "--background needs --output DIR: the job directory is how you follow it"
+        )
+    output = job.output.absolute()
+    if resume:
+        how = ("--resume-job", str(output))
+    else:
+        # A detached coordinator starts in `/` (it must not pin the working directory).
+        spec = with_absolute_paths(msgspec.structs.replace(job.request, output=str(output)))
+        how = ("--spec-json", encode_request(spec).decode())
+    read_end, write_end = os.pipe()
+    try:
+        with tempfile.TemporaryFile(prefix="aner-coordinator-", suffix=".log") as early_log:
+            try:
+                child = _spawn(how, write_end, early_log)
+            finally:
+                os.close(write_end)  # only the child holds it now: its death means EOF
+            try:
+                line = _read_line(read_end, ready_timeout_s)
+            except BaseException:  # timeout or Ctrl-C: a coordinator nobody waits for must go
+                _kill_session(child)
+                raise
+            if line != READY:
+                return _report_failure(child, line, early_log)
+            pid = child.pid
+            with warnings.catch_warnings():
+                # The coordinator is meant to outlive us: Popen would warn that it still runs.
+                warnings.simplefilter("ignore", ResourceWarning)
+                del child
+    finally:
+        os.close(read_end)
+    if not quiet:
+        where = shlex.quote(str(output))
+        started = "resumed" if resume else "started"
+        print(f"job {started} in the background: {output} (coordinator pid {pid})")
+        print(f"  watch:  aner parallel status --job {where} --watch")
+        print(f"  cancel: aner parallel cancel --job {where}")
+    return EXIT_OK
+
+
+def _spawn(how: tuple[str, str], ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-P",  # no working-directory entry on sys.path to shadow our packages
+        *("-m", "aner_coord", "parallel", "coordinate"),
+        *how,
+        *("--ready-fd", str(ready_fd)),
+    ]
+    # The child must not answer to a systemd unit that started *us*.
+    env = {key: value for key, value in os.environ.items() if key != "NOTIFY_SOCKET"}
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=early_log,
+        stderr=early_log,
+        pass_fds=(ready_fd,),
+        start_new_session=True,
+        cwd="/",
+        env=env,
+    )
+
+
+class CoordinatorNotReady(AnerError):
+    """The detached coordinator did not report readiness in time; it was killed."""
+
+    exit_code = EXIT_FAILED
+
+
+def _read_line(fd: int, timeout_s: float) -> bytes:
+    """The child's first line, or b"" at end of file; CoordinatorNotReady after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise CoordinatorNotReady(
+                f"the background coordinator was not ready after {timeout_s:g} s and was stopped"
+            )
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return b""
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+def _kill_session(child: subprocess.Popen[bytes]) -> None:
+    # Its own session, started by us a moment ago: the group is exactly the coordinator and
+    # any worker it spawned, never a process found by name.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _reap(child: subprocess.Popen[bytes]) -> int:
+    """The exit status of a child that said it is ending (or died)."""
+    try:
+        return child.wait(REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_session(child)
+        return child.wait()
+
+
+def _report_failure(child: subprocess.Popen[bytes], line: bytes, early_log: IO[bytes]) -> int:
+    """Say why the coordinator did not become ready; return the submit's exit status."""
+    if line.startswith(ERROR + b" "):
+        _reap(child)
+        _, code, message = [*line.decode(errors="replace").split(" ", 2), ""][:3]
+        exit_code = int(code) if code in (str(EXIT_INVALID), str(EXIT_FAILED)) else EXIT_FAILED
+        print(f"aner: {message}", file=sys.stderr)
+        return exit_code
+    status = _reap(child)
+    early_log.seek(0)
+    lines = [t for t in early_log.read().decode(errors="replace").splitlines() if t.strip()]
+    why = f": {lines[-1].strip()}" if lines else ""
+    print(
+        f"aner: the background coordinator exited (status {status}) before it was ready{why}",
+        file=sys.stderr,
+    )
+    return EXIT_FAILED
+
+
+# --------------------------------------------------------------------------- coordinator
+
+
+def coordinate_command(spec_json: str | None, resume_job: str | None, ready_fd: int) -> int:
+    """The detached coordinator: `aner parallel coordinate`, started only by `submit()`."""
+    try:
+        os.set_inheritable(ready_fd, False)  # workers must not keep the submitter waiting
+    except OSError:
+        raise RequestError(f"--ready-fd {ready_fd} is not an open descriptor") from None
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)  # one line per file event
+    ready = _Readiness(ready_fd)
+    resumption: Resumption | None = None
+    try:
+        if resume_job is not None:
+            from aner_coord.job.resume import prepare_resume
+
+            job, resumption = prepare_resume(resume_job)
+        else:
+            assert spec_json is not None
+            job = admit(decode_request(spec_json.encode(), fmt="json", source="--spec-json"))
+    except AnerError as exc:
+        ready.error(exc.exit_code, str(exc))
+        return exc.exit_code
+    if job.output is None:
+        ready.error(EXIT_INVALID, "a background job needs an output directory")
+        return EXIT_INVALID
+    log.info(
+        "coordinator pid %d: %s job %s, plan %s",
+        os.getpid(),
+        job.kind,
+        msgspec.json.encode(job.admitted.describe).decode(),
+        msgspec.json.encode(job.describe_execution()).decode(),  # identities, never endpoints
+    )
+    try:
+        report = _run(job, ready, resumption)
+    except AnerError as exc:
+        ready.error(exc.exit_code, str(exc))
+        log.error("%s", exc)
+        return exc.exit_code
+    except Exception as exc:
+        ready.error(EXIT_FAILED, f"the background coordinator failed: {type(exc).__name__}: {exc}")
+        log.exception("coordinator failed")
+        return EXIT_FAILED
+    finally:
+        ready.close()
+    return _log_outcome(report)
+
+
+class _Readiness:
+    """The write end of the readiness pipe: one line, then closed."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def _send(self, line: str) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):  # the submitter was killed: the job goes on
+            os.write(self._fd, line.encode() + b"\n")
+        self.close()
+
+    def ready(self) -> None:
+        self._send(READY.decode())
+
+    def error(self, code: int, message: str) -> None:
+        self._send(f"{ERROR.decode()} {code} {' '.join(message.split())}")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobReport:
+    from aner_coord.runner import run_sync
+
+    assert job.output is not None
+    output = job.output
+
+    def on_ready() -> None:
+        _adopt_log(output, append=resumption is not None)
+        log.info("ready: lock held, manifest and first status written")
+        ready.ready()
+
+    async def main() -> JobReport:
+        cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in CANCEL_SIGNALS:
+            loop.add_signal_handler(sig, _cancel_on, sig, cancel)
+        try:
+            return await execute(
+                job,
+                observers=[_ProgressLog()],
+                cancel=cancel,
+                on_ready=on_ready,
+                resume=resumption,
+            )
+        finally:
+            for sig in CANCEL_SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    return run_sync(main())
+
+
+def _cancel_on(sig: signal.Signals, cancel: asyncio.Event) -> None:
+    if not cancel.is_set():
+        log.info("%s received: cancelling", sig.name)
+    cancel.set()
+
+
+def _adopt_log(output: Path, *, append: bool = False) -> None:
+    """Copy what we logged so far into the job's `coordinator.log` and send stdout and stderr
+    there from now on."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        directory = jobdir.JobDir.open(output, own=True)
+    except OSError as exc:
+        raise jobdir.JobDirError(f"cannot open job directory {output}: {exc.strerror}") from None
+    with directory:
+        fd = directory.open_log(append=append)
+    offset = 0
+    try:
+        while chunk := os.pread(2, 65536, offset):
+            os.write(fd, chunk)
+            offset += len(chunk)
+    except OSError:
+        pass  # stderr was not our temporary file (run by hand): nothing to carry over
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+class _ProgressLog:
+    """Observer logging state changes at once and progress every PROGRESS_LOG_INTERVAL_S."""
+
+    def __init__(self) -> None:
+        self._state: JobState | None = None
+        self._last = 0.0
+
+    def __call__(self, snapshot: StatusSnapshot) -> None:
+        now = time.monotonic()
+        if snapshot.state != self._state or now - self._last >= PROGRESS_LOG_INTERVAL_S:
+            self._state = snapshot.state
+            self._last = now
+            log.info("%s", describe(snapshot))
+
+
+def _log_outcome(report: JobReport) -> int:
+    if report.state is JobState.COMPLETED:
+        log.info("completed: %s", report.result.summary())
+        return EXIT_OK
+    if report.state is JobState.CANCELLED:
+        log.info("cancelled; partial counts are diagnostic only: %s", describe(report.snapshot))
+        return EXIT_CANCELLED
+    log.error("failed: %s", report.error)
+    return EXIT_FAILED

@@ -1,0 +1,168 @@
+"""The `inventory`, `run`, `regression` and `resume` subcommands: thin shells over the job
+engine (`aner_coord.job.execute`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from aner_coord.admission import Job, admit
+from aner_coord.cli.arguments import execution_from_args
+from aner_coord.cli.progress import LiveProgress, describe
+from aner_coord.computations.montecarlo import MonteCarloRequest
+from aner_coord.computations.regression import RegressionRequest
+from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
+from aner_coord.job.coordinator import JobReport
+from aner_coord.job.execute import Resumption, execute
+from aner_coord.jobdir.status import JobState
+from aner_coord.requests import ComputationRequest, JobRequest
+from aner_coord.runner import CANCEL_SIGNALS
+from aner_coord.specfile import decode_request
+
+
+def request_from_args(args: argparse.Namespace) -> JobRequest:
+    """The command line's job, as the one request type the API and spec files use."""
+    if getattr(args, "spec", None):
+        given = ("samples", "seed", "output", "cluster")
+        if any(getattr(args, k) is not None for k in given):
+            raise RequestError("--spec describes the whole job: give no other job options")
+        return load_spec_file(args.spec)
+    required = ["samples", "seed", "output"] + (["steps", "rate"] if args.command != "run" else [])
+    missing = [f"--{name}" for name in required if getattr(args, name) is None]
+    if missing:
+        raise RequestError(f"missing {', '.join(missing)} (see `aner parallel {args.command} -h`)")
+    computation: ComputationRequest
+    if args.command == "run":
+        computation = MonteCarloRequest(samples=args.samples, seed=args.seed)
+    else:
+        computation = RegressionRequest(
+            samples=args.samples, steps=args.steps, rate=args.rate, seed=args.seed
+        )
+    return JobRequest(
+        computation=computation,
+        execution=execution_from_args(args),
+        output=args.output,
+        audit=args.audit,
+        retries=args.retries,
+    )
+
+
+def load_spec_file(path: str) -> JobRequest:
+    """A TOML job spec (systemd units use these); unknown keys are refused."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise RequestError(f"cannot read spec file {path}: {exc.strerror}") from None
+    return decode_request(data, fmt="toml", source=f"spec file {path}")
+
+
+def job_command(args: argparse.Namespace) -> int:
+    request = request_from_args(args)
+    if args.resume and request.output is not None and os.path.lexists(request.output):
+        return _resume_same(request, args)
+    job = admit(request)
+    if args.background:
+        from aner_coord.cli.background import submit
+
+        return submit(job, quiet=args.quiet)
+    from aner_coord.cli.sdnotify import Notifier
+
+    notifier = Notifier.from_environment()  # run by a systemd Type=notify unit
+    if notifier is None:
+        return run_foreground(job, quiet=args.quiet)
+    try:
+        return run_foreground(
+            job, quiet=args.quiet, extra_observers=(notifier,), on_ready=notifier.ready
+        )
+    finally:
+        notifier.close()
+
+
+@contextlib.contextmanager
+def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP request a graceful cancel; the old handlers come back
+    afterwards."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in CANCEL_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, cancel.set)
+            installed.append(sig)
+        except (RuntimeError, ValueError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _resume_same(request: JobRequest, args: argparse.Namespace) -> int:
+    """`--resume` with an existing output: it must hold this very job."""
+    from aner_coord.job.resume import prepare_resume
+
+    assert request.output is not None
+    job, resumption = prepare_resume(request.output, expect=request)
+    args.job = request.output
+    return resume_command(args, prepared=(job, resumption))
+
+
+def resume_command(args: argparse.Namespace, prepared: tuple[Job, Resumption] | None = None) -> int:
+    from aner_coord.job.resume import prepare_resume
+
+    job, resumption = prepared if prepared is not None else prepare_resume(args.job)
+    if args.background:
+        from aner_coord.cli.background import submit
+
+        resumption.lock.release()  # the detached coordinator takes it again
+        resumption.directory.close()
+        return submit(job, quiet=args.quiet, resume=True)
+    return run_foreground(job, quiet=args.quiet, resume=resumption)
+
+
+def run_foreground(
+    job: Job,
+    *,
+    quiet: bool,
+    resume: Resumption | None = None,
+    extra_observers: tuple[Callable[..., None], ...] = (),
+    on_ready: Callable[[], None] | None = None,
+) -> int:
+    from aner_coord.runner import run_sync
+
+    show_live = not quiet and sys.stderr.isatty()
+
+    async def main() -> JobReport:
+        cancel = asyncio.Event()
+        with cancel_on_signals(cancel), contextlib.ExitStack() as stack:
+            observers = list(extra_observers)
+            if show_live:
+                observers.insert(0, stack.enter_context(LiveProgress()))
+            return await execute(
+                job, observers=observers, cancel=cancel, on_ready=on_ready, resume=resume
+            )
+
+    report = run_sync(main())
+    return report_outcome(job, report, quiet=quiet)
+
+
+def report_outcome(job: Job, report: JobReport, *, quiet: bool) -> int:
+    where = f" (job directory {job.output})" if job.output else ""
+    if report.state is JobState.COMPLETED:
+        if not quiet:
+            print(report.result.summary() + where)
+        return EXIT_OK
+    if report.state is JobState.CANCELLED:
+        print(
+            f"aner: job cancelled{where}; partial counts are diagnostic only: "
+            f"{describe(report.snapshot)}",
+            file=sys.stderr,
+        )
+        return EXIT_CANCELLED
+    print(f"aner: job failed{where}: {report.error}", file=sys.stderr)
+    return EXIT_FAILED

@@ -1,0 +1,481 @@
+"""`aner parallel status` and `aner parallel cancel`: observe a job directory from outside.
+
+A monitor only reads: `status.json` for the last snapshot the coordinator confirmed, and the
+lock for whether that coordinator still lives. The observed state is the recorded one, or
+COORDINATOR_OFFLINE when the record is not terminal and nobody holds the lock (SPEC section
+7). The lock is probed *before* the status is read: a coordinator that ends between the two
+has written its terminal status first, so an ending job is never mistaken for a dead one.
+A recorded terminal state is final only once the coordinator has let go of the lock, because
+it writes `result.json` after its last status.
+
+Everything is read through one descriptor of the job directory (`jobdir.JobDir`). A
+directory deleted while a monitor looks at it ends the monitor with one line and exit 3
+(JobDirGone): the job's record is gone and its coordinator fails the same way. A reader
+that closes the pipe early (`| head -1`) ends `status` quietly with exit 0.
+
+`cancel` writes one file, `cancel-request`, which the coordinator watches; it never signals
+a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from aner_coord import jobdir
+from aner_coord.cli.progress import describe, format_eta
+from aner_coord.errors import (
+    EXIT_FAILED,
+    EXIT_OFFLINE,
+    EXIT_OK,
+    AnerError,
+    RequestError,
+)
+from aner_coord.jobdir.status import JobState, StatusSnapshot, WorkerAccount
+
+OFFLINE = JobState.COORDINATOR_OFFLINE
+EXIT_INTERRUPTED = 130
+SETTLE_S = 2.0  # how long a one-shot look waits for an ending coordinator to let go
+CANCEL_WAIT_S = 60.0
+
+
+class CoordinatorOffline(AnerError):
+    """The coordinator died before it wrote any status: there is no snapshot to show."""
+
+    exit_code = EXIT_OFFLINE
+
+
+@dataclass(frozen=True)
+class Observation:
+    snapshot: StatusSnapshot
+    state: JobState  # observed: the recorded state, or COORDINATOR_OFFLINE
+    lock_held: bool
+    age_s: float  # since the snapshot was written
+    note: str | None = None
+    result: dict[str, Any] | None = None  # result.json, for a COMPLETED job
+
+    @property
+    def exit_code(self) -> int:
+        return self.state.exit_code
+
+    @property
+    def final(self) -> bool:
+        """Nothing will change any more: ended and let go, or no coordinator at all."""
+        return not self.lock_held and (self.snapshot.terminal or self.state is OFFLINE)
+
+    def to_json(self, *, indent: int = 2) -> bytes:
+        """The snapshot as `status.json` has it, plus what the monitor observed (and the
+        result of a COMPLETED job). An offline job has no ETA: nothing is working on it."""
+        data = msgspec.to_builtins(self.snapshot)
+        if self.state is OFFLINE:
+            data["eta_s"] = None
+        data.update(
+            observed_state=self.state,
+            snapshot_age_s=round(self.age_s, 3),
+            lock_held=self.lock_held,
+            note=self.note,
+            result=self.result,
+        )
+        encoded = msgspec.json.encode(data)
+        return msgspec.json.format(encoded, indent=indent) if indent else encoded
+
+
+# --------------------------------------------------------------------------- observing
+
+
+class JobDirGone(AnerError):
+    """The job directory was deleted while we looked at it: its status and any result are
+    gone, so the job cannot be reported as anything but failed (exit 3, as the coordinator
+    itself exits when its directory disappears under it)."""
+
+    exit_code = EXIT_FAILED
+
+
+def open_job_dir(job: Path) -> jobdir.JobDir:
+    """Open a job directory to observe it; refuse (exit 2) anything that is not a readable
+    job directory, saying what it is."""
+    try:
+        directory = jobdir.JobDir.open(job)
+    except FileNotFoundError:
+        raise RequestError(f"no job directory at {job}: check the --job path") from None
+    except NotADirectoryError:
+        if os.path.islink(job):
+            raise RequestError(f"{job} is a symbolic link: give the job directory itself") from None
+        raise RequestError(f"{job} is not a directory: --job takes a job directory") from None
+    except PermissionError:
+        raise RequestError(f"cannot read job directory {job}: permission denied") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RequestError(f"{job} is a symbolic link: give the job directory itself") from None
+        raise RequestError(f"cannot open job directory {job}: {exc.strerror or exc}") from None
+    try:
+        is_job = directory.exists(jobdir.MANIFEST)
+    except PermissionError:
+        directory.close()
+        raise RequestError(f"cannot read job directory {job}: permission denied") from None
+    if not is_job:
+        directory.close()
+        raise RequestError(f"{job} is not an aner job directory (it has no {jobdir.MANIFEST})")
+    return directory
+
+
+def check_job_dir(job: Path) -> None:
+    """Refuse (exit 2) anything that is not a readable job directory, saying what it is."""
+    open_job_dir(job).close()
+
+
+def observe(job: jobdir.JobDir | Path, *, settle_s: float = 0.0) -> Observation:
+    """One look at the job. With settle_s, wait that long for an ending coordinator to
+    release its lock (and a starting one to write its first status)."""
+    if isinstance(job, jobdir.JobDir):
+        return _observe(job, settle_s)
+    with jobdir.JobDir.open(job) as directory:
+        return _observe(directory, settle_s)
+
+
+def _gone(directory: jobdir.JobDir) -> JobDirGone:
+    return JobDirGone(f"job directory {directory.path} was deleted: there is nothing to report")
+
+
+def _observe(directory: jobdir.JobDir, settle_s: float) -> Observation:
+    job = directory.path
+    deadline = time.monotonic() + settle_s
+    while True:
+        if directory.gone():
+            raise _gone(directory)
+        held = jobdir.lock_is_held(directory)
+        try:
+            snapshot = jobdir.read_status(directory)
+        except FileNotFoundError:
+            if directory.gone():
+                raise _gone(directory) from None
+            if not held:
+                raise CoordinatorOffline(
+                    f"job {job}: {OFFLINE.value}: its coordinator ended before writing any status"
+                ) from None
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            raise RequestError(f"job {job} is starting: no status yet, try again") from None
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RequestError(
+                f"{job / jobdir.STATUS} is not a status this aner reads: {exc}"
+            ) from None
+        if held and snapshot.terminal and time.monotonic() < deadline:
+            time.sleep(0.05)
+            continue
+        return _judge(directory, snapshot, held)
+
+
+def _judge(directory: jobdir.JobDir, snapshot: StatusSnapshot, held: bool) -> Observation:
+    age = max(0.0, time.time() - snapshot.updated_at)
+    if held or (snapshot.terminal and snapshot.state is not JobState.COMPLETED):
+        return Observation(snapshot, snapshot.state, held, age)
+    if snapshot.terminal:
+        try:
+            result = jobdir.read_json(directory, jobdir.RESULT)
+        except FileNotFoundError:
+            # COMPLETED is only true with its result: the coordinator died in between.
+            note = f"status says COMPLETED but the coordinator ended before writing {jobdir.RESULT}"
+            return Observation(snapshot, OFFLINE, held, age, note)
+        except (OSError, msgspec.DecodeError) as exc:
+            note = f"{jobdir.RESULT} cannot be read: {exc}"
+            return Observation(snapshot, snapshot.state, held, age, note)
+        return Observation(
+            snapshot, snapshot.state, held, age, result=result if isinstance(result, dict) else None
+        )
+    note = "no process holds the job's lock: the coordinator is gone"
+    return Observation(snapshot, OFFLINE, held, age, note)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _pacing(worker: WorkerAccount) -> str:
+    """A worker group's in-flight window and the estimates that sized it, if reported."""
+    if worker.window is None:
+        return ""
+    estimates = []
+    if worker.rtt_s is not None:
+        estimates.append(f"round trip {worker.rtt_s * 1000:.1f} ms")
+    if worker.task_s is not None:
+        estimates.append(f"{worker.task_s * 1000:.1f} ms per task")
+    return f", window {worker.window}" + (f" ({', '.join(estimates)})" if estimates else "")
+
+
+def render_lines(job: Path, obs: Observation) -> list[str]:
+    """The human view: state, work done of requested, throughput, ETA, workers, error."""
+    snap = obs.snapshot
+    unit = snap.unit
+    total = snap.total_work
+    pct = 100.0 * snap.accepted / total if total else 0.0
+    if obs.state is OFFLINE:
+        state = (
+            f"{OFFLINE.value} (last confirmed snapshot: {snap.state.value}, seq {snap.seq}, "
+            f"{obs.age_s:.1f} s old)"
+        )
+    else:
+        state = f"{obs.state.value} (seq {snap.seq}, updated {obs.age_s:.1f} s ago)"
+    rate = f"{snap.throughput / 1e6:,.1f} M {unit}/s" if snap.throughput else f"-- {unit}/s"
+    lines = [
+        f"job       {job}",
+        f"state     {state}",
+        f"work      {snap.accepted:,} of {total:,} {unit} ({pct:.1f}%)",
+        f"rate      {rate}",
+    ]
+    if obs.state is not OFFLINE:  # nothing is working on an offline job: no ETA
+        lines.append(f"eta       {format_eta(snap.eta_s).removeprefix('ETA ')}")
+    lines.append(f"elapsed   {snap.elapsed_s:.1f} s")
+    if snap.passes > 1:
+        lines.append(f"pass      {snap.pass_index} of {snap.passes} ({snap.phase})")
+        if snap.committed_steps is not None:
+            lines.append(f"steps     {snap.committed_steps} committed")
+    for i, worker in enumerate(snap.workers):
+        slots = "slot" if worker.slots == 1 else "slots"
+        lines.append(
+            f"{'workers' if i == 0 else '':<9} {worker.identity}: {worker.slots} {slots}, "
+            f"{worker.items:,} {unit}, {worker.chunks:,} chunks{_pacing(worker)}"
+        )
+    for loss in snap.losses:
+        lines.append(
+            f"lost      {loss.identity} during {loss.phase} ({loss.during}), the job went on "
+            f"without it: {loss.detail}"
+        )
+    if snap.resumes:
+        times = "once" if snap.resumes == 1 else f"{snap.resumes} times"
+        lines.append(
+            f"resumed   {times}; the last resume recovered {snap.recovered:,} {unit} "
+            "from the ledger"
+        )
+    if snap.error:
+        lines.append(f"error     {snap.error}")
+    if obs.note:
+        lines.append(f"note      {obs.note}")
+    if obs.state is OFFLINE or obs.state is JobState.FAILED:
+        lines.append(f"          continue it from its ledger: aner parallel resume --job {job}")
+    if obs.state is JobState.COMPLETED:
+        if obs.result is not None:
+            lines.extend(result_lines(obs.result))
+        lines.append(f"result    {job / jobdir.RESULT}")
+    return lines
+
+
+def result_lines(result: dict[str, Any]) -> list[str]:
+    """The scientific result as `result.json` has it: the estimate and hits of a Monte Carlo
+    run, the final loss and fit accuracy of the regression fixture: whatever the job's
+    computation shows of it."""
+    from aner_coord.computations import summarize
+
+    try:
+        return summarize(str(result.get("computation")), result) or []
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"note      {jobdir.RESULT} lacks {exc}: this aner cannot show its result"]
+
+
+def render_line(obs: Observation) -> str:
+    """One line per change, for a monitor whose stdout is not a terminal."""
+    if obs.state is OFFLINE:
+        quiet = msgspec.structs.replace(obs.snapshot, eta_s=None)
+        age = f"{obs.age_s:.1f} s old"
+        return f"{OFFLINE.value}: last confirmed snapshot {age}: {describe(quiet)}"
+    line = describe(obs.snapshot)
+    if obs.state is JobState.COMPLETED and obs.result is not None:
+        shown = [text.split(None, 1)[1] for text in result_lines(obs.result)]
+        if shown:
+            line += ": " + "; ".join(shown)
+    return line
+
+
+# --------------------------------------------------------------------------- status
+
+
+def status_command(job: str, *, as_json: bool, watch: bool) -> int:
+    """`aner parallel status`. Output cut short by its reader (`| head -1`) ends quietly."""
+    try:
+        return _status(Path(job), as_json=as_json, watch=watch)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_OK
+
+
+def _stdout_to_devnull() -> None:
+    """Python's recipe for a closed pipe: later writes, and the flush at exit, go nowhere
+    instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _status(path: Path, *, as_json: bool, watch: bool) -> int:
+    with open_job_dir(path) as directory:
+        if watch:
+            return _watch(directory, as_json=as_json)
+        obs = observe(directory, settle_s=SETTLE_S)
+        if as_json:
+            sys.stdout.buffer.write(obs.to_json() + b"\n")
+        else:
+            sys.stdout.write("\n".join(render_lines(path, obs)) + "\n")
+        sys.stdout.flush()
+        return obs.exit_code
+
+
+def _watch(directory: jobdir.JobDir, *, as_json: bool) -> int:
+    from aner_coord.runner import run_sync
+
+    if as_json or not sys.stdout.isatty():
+        obs = run_sync(follow(directory, _JsonLines() if as_json else _PlainLines()))
+    else:
+        with _LiveView(directory.path) as view:
+            obs = run_sync(follow(directory, view))
+    if obs is None:
+        print("aner: stopped watching; the job itself goes on", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return obs.exit_code
+
+
+async def follow(
+    job: jobdir.JobDir,
+    show: Callable[[Observation, bool], None],
+    *,
+    timeout_s: float | None = None,
+) -> Observation | None:
+    """Observe the job on every change of its files, and at least every second, until it is
+    final (returned), Ctrl-C (None) or timeout_s (the last observation). JobDirGone if
+    the directory is deleted meanwhile."""
+    stop = asyncio.Event()
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        stop.set()
+
+    names = {jobdir.STATUS, jobdir.LOCK, jobdir.RESULT}
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    timer = loop.call_later(timeout_s, stop.set) if timeout_s is not None else None
+    try:
+        obs = observe(job)
+        last_key: tuple[int, JobState] | None = None
+        async with contextlib.aclosing(jobdir.watch_job_dir(job, names, stop)) as ticks:
+            while True:
+                key = (obs.snapshot.seq, obs.state)
+                show(obs, key != last_key)
+                last_key = key
+                if obs.final or stop.is_set():
+                    break
+                await anext(ticks, None)  # the next change or tick (None once stopped)
+                if interrupted:
+                    break
+                obs = observe(job)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        if timer is not None:
+            timer.cancel()
+    return None if interrupted else obs
+
+
+class _PlainLines:
+    def __call__(self, obs: Observation, changed: bool) -> None:
+        if changed:
+            print(render_line(obs), flush=True)
+
+
+class _JsonLines:
+    def __call__(self, obs: Observation, changed: bool) -> None:
+        if changed:
+            sys.stdout.buffer.write(obs.to_json(indent=0) + b"\n")
+            sys.stdout.flush()
+
+
+class _LiveView:
+    """Redraws the human view in place on a terminal (rich), every change and every tick."""
+
+    def __init__(self, job: Path) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self._job = job
+        self._live = Live(console=Console(), auto_refresh=False, transient=False)
+
+    def __enter__(self) -> _LiveView:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.stop()
+
+    def __call__(self, obs: Observation, changed: bool) -> None:
+        from rich.text import Text
+
+        self._live.update(Text("\n".join(render_lines(self._job, obs))), refresh=True)
+
+
+# --------------------------------------------------------------------------- cancel
+
+
+def cancel_command(job: str) -> int:
+    path = Path(job)
+    with open_job_dir(path) as directory:
+        owner = os.fstat(directory.fileno()).st_uid
+        if owner != os.geteuid():
+            raise RequestError(
+                f"job {path} belongs to another user (uid {owner}): only its owner can cancel it"
+            )
+        return _cancel(directory)
+
+
+def _cancel(directory: jobdir.JobDir) -> int:
+    from aner_coord.runner import run_sync
+
+    path = directory.path
+    obs = observe(directory, settle_s=SETTLE_S)
+    if obs.state is OFFLINE:
+        print(
+            f"aner: job {path} is {OFFLINE.value} (last confirmed state "
+            f"{obs.snapshot.state.value}, "
+            f"{obs.age_s:.1f} s ago): there is no coordinator to cancel",
+            file=sys.stderr,
+        )
+        return obs.exit_code
+    if obs.snapshot.terminal:
+        print(f"job {path} has already ended: {obs.state.value}; nothing to cancel")
+        return obs.exit_code
+    request = f"cancel requested by uid {os.getuid()} at {time.time():.3f}\n"
+    directory.write_bytes(jobdir.CANCEL_REQUEST, request.encode())
+    print(f"cancel requested; waiting up to {CANCEL_WAIT_S:g} s for job {path} to stop")
+    end = run_sync(follow(directory, lambda _obs, _changed: None, timeout_s=CANCEL_WAIT_S))
+    if end is None:
+        print("aner: stopped waiting; the cancel request stands", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _report_cancel(path, end)
+
+
+def _report_cancel(job: Path, obs: Observation) -> int:
+    snap = obs.snapshot
+    if obs.state is JobState.CANCELLED:
+        print(f"job {job} CANCELLED; partial counts are diagnostic only: {describe(snap)}")
+    elif obs.state is JobState.COMPLETED:
+        print(f"job {job} COMPLETED before the cancel took effect: {job / jobdir.RESULT}")
+    elif obs.state is JobState.FAILED:
+        print(f"aner: job {job} FAILED: {snap.error}", file=sys.stderr)
+    elif obs.state is OFFLINE:
+        print(f"aner: job {job} is {OFFLINE.value}: its coordinator is gone", file=sys.stderr)
+    else:
+        print(
+            f"aner: job {job} is still {obs.state.value} after {CANCEL_WAIT_S:g} s; the request "
+            f"stands: follow it with `aner parallel status --job {job} --watch`",
+            file=sys.stderr,
+        )
+    return obs.exit_code

@@ -1,0 +1,12 @@
+"""Dense classifier training `aner-dense/v1` (SPEC section 9), the coordinator's half.
+
+- `request`: `DenseRequest`, the options of a training job, declared once;
+- `computation`: admission (data, limits) and the run the job machine drives, pass by pass:
+  normalisation, training steps, validation, test;
+- `single`: the same training driven in one process (the reference the tests compare with);
+- `model`: `model.npz`; `result`: `result.json` and the API's fitted model; `summary`: what
+  `status` shows of a finished job (without numpy).
+
+The worker's half, under the same name, is `aner_worker.kernels.dense`: data sets, streams,
+the network's forward and backward, the training plan and the optimizers.
+"""

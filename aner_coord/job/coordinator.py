@@ -1,0 +1,422 @@
+"""The coordinator: runs one job's machine on a backend, publishing snapshots as it goes.
+
+Every event reaches the machine on the event loop: backends call `deliver` from any thread
+and it hops onto the loop with `call_soon_threadsafe`. The machine's instructions are the
+only thing the coordinator acts on; a failure while acting on one (a backend bug, an
+observer that cannot write the job directory) is fed back as a `ShellFailed` event, so the
+job fails naming it instead of waiting for ever.
+
+`launch` starts the workers (threads load the kernel, processes start and shake hands) and
+may be called before the job's own set-up (job directory, manifest), so that both proceed
+at once; whatever the workers report meanwhile waits until `startup` has started the machine.
+`startup` starts the workers if `launch` has not, `main_loop` waits for the machine to end
+(turning a cancel request into an event and publishing at least every TICK_S), `shutdown`
+stops and reaps every worker within a bounded time. Observers (the job directory, a
+progress display, systemd) only receive snapshots; they never steer the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aner_coord.admission import Job
+from aner_coord.computations import Accounting, Run
+from aner_coord.job.backend import Backend
+from aner_coord.job.machine import (
+    AuditFailed,
+    BeginPass,
+    CancelRequested,
+    DropWorker,
+    Event,
+    Instruction,
+    JobEnded,
+    JobMachine,
+    Progress,
+    RecordAccepted,
+    RecordCommitted,
+    RecordLoss,
+    ResultReceived,
+    SendTask,
+    ShellFailed,
+    StopWorkers,
+    WorkersStopped,
+    WriteStatus,
+)
+from aner_coord.job.pool import WorkerPool
+from aner_coord.job.processes import ProcessBackend
+from aner_coord.job.staging import plan_of
+from aner_coord.job.threads import ThreadBackend
+from aner_coord.jobdir import ledger
+from aner_coord.jobdir.ledger import LedgerWriter, Recovered
+from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot
+from aner_worker.kernels.base import encode
+
+Observer = Callable[[StatusSnapshot], None]
+
+log = logging.getLogger("aner.coordinator")
+
+TICK_S = 0.2
+STATUS_INTERVAL_S = 0.2  # non-urgent snapshots are published at most this often
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """How a job ended: its state, the error if any, the final snapshot and the result."""
+
+    state: JobState
+    error: str | None
+    snapshot: StatusSnapshot
+    seconds: float
+    result: Any = None
+    task_exception: BaseException | None = None
+    run: Any = None  # the computation's run (what it leaves behind: `WritesFiles`)
+
+
+class Coordinator:
+    def __init__(
+        self,
+        job: Job,
+        *,
+        observers: Sequence[Observer] = (),
+        cancel: asyncio.Event | None = None,
+        ledger: LedgerWriter | None = None,
+        recovered: Recovered | None = None,
+        first_seq: int = 0,
+        pool: WorkerPool | None = None,
+    ) -> None:
+        self.job = job
+        self._pool = pool  # a session's kept workers (process groups only)
+        self.observers = list(observers)
+        self.cancel = cancel if cancel is not None else asyncio.Event()
+        self._ledger = ledger
+        self._resumes = recovered.resumes if recovered is not None else 0
+        self._run: Run = job.computation.start(job.request.computation, job.chunk)
+        recovered = recovered if recovered is not None else Recovered()
+        self._machine = JobMachine(
+            self._run,
+            job.workers.slots,
+            chunk=job.chunk,
+            passes=job.admitted.passes,
+            audit=job.request.audit,
+            retries=job.request.retries,
+            recovered=recovered.statistics(job.computation.kernel.stats_type),
+            losses=recovered.worker_losses(),
+        )
+        self._seq = first_seq
+        self._created = time.time()
+        self._started = time.monotonic()
+        self._backend: Backend | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._progress: Progress | None = None
+        self._last_publish = 0.0
+        self._state = JobState.STARTING
+        self._error: str | None = None
+        self._ended = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._params: dict[int, Any] = {}
+        self._audits: dict[int, SendTask] = {}
+        self._audit_tasks: set[asyncio.Task[None]] = set()
+        self._early: list[Event] | None = []  # events that came before the machine started
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def run(self) -> JobReport:
+        try:
+            self.startup()
+            await self.main_loop()
+        finally:
+            await self.shutdown()
+        snapshot = self._final_snapshot()
+        seconds = time.monotonic() - self._started
+        result = None
+        if self._state is JobState.COMPLETED:
+            accounting = Accounting(
+                seconds=seconds,
+                workers=tuple(snapshot.workers),
+                execution=self.job.describe_execution(),
+                losses=tuple(snapshot.losses),
+                staging=tuple(snapshot.staging),
+            )
+            try:
+                result = self._run.result(accounting)
+            except Exception as exc:  # the last seam: a FAILED job naming it, like the others
+                log.exception("building the result")
+                self._state = JobState.FAILED
+                self._error = f"computation error while building the result: {exc!r}"
+                snapshot = self._final_snapshot()
+        return JobReport(
+            state=self._state,
+            error=self._error,
+            snapshot=snapshot,
+            seconds=seconds,
+            result=result,
+            task_exception=self._backend.task_exception if self._backend else None,
+            run=self._run,
+        )
+
+    def _final_snapshot(self) -> StatusSnapshot:
+        """Publish the job's last snapshot; an observer that fails now fails the job."""
+        try:
+            return self._publish_now()
+        except _ObserverError as exc:
+            if not self._state.terminal or self._state is JobState.COMPLETED:
+                self._state = JobState.FAILED
+                self._error = f"{exc.where} failed: {exc.detail}"
+            return self._snapshot()
+
+    def attach(self, observers: Sequence[Observer], ledger: LedgerWriter | None) -> None:
+        """The observers and ledger of a job directory made after `launch`."""
+        self.observers = list(observers)
+        self._ledger = ledger
+
+    def launch(self) -> None:
+        """Start the workers now; the machine starts later, in `startup`."""
+        self._backend = self._prepare()
+        self._backend.start(self.deliver)
+
+    def _prepare(self) -> Backend:
+        self._started = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        return self._make_backend()
+
+    def startup(self) -> None:
+        launched = self._backend is not None
+        if not launched:
+            self._backend = self._prepare()
+        assert self._backend is not None
+        early, self._early = self._early or [], None
+        self._execute(self._machine.start())
+        for event in early:
+            self._handle(event)
+        if not launched and not self._ended.is_set():
+            # (a resumed job whose ledger holds everything needs no workers)
+            self._backend.start(self.deliver)
+
+    async def main_loop(self) -> None:
+        backend = self._backend
+        assert backend is not None
+        cancel_wait = asyncio.ensure_future(self.cancel.wait())
+        try:
+            while not self._ended.is_set():
+                self._changed.clear()
+                changed = asyncio.ensure_future(self._changed.wait())
+                await asyncio.wait(
+                    {changed, cancel_wait}, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                changed.cancel()
+                if self.cancel.is_set() and self._state.active:
+                    self.deliver(CancelRequested("cancel requested"))
+                if self._state is JobState.CANCELLING:
+                    await backend.wait_stopped()
+                    self.deliver(WorkersStopped())
+                if not self._ended.is_set():
+                    try:
+                        self._publish_now()  # keep elapsed time and ETA moving
+                    except _ObserverError as exc:
+                        self._handle(ShellFailed(exc.where, exc.detail))
+        finally:
+            cancel_wait.cancel()
+            for task in self._audit_tasks:
+                task.cancel()
+
+    async def shutdown(self) -> None:
+        if self._backend is not None:
+            await self._backend.close()
+
+    # -- events in, instructions out ---------------------------------------------------------
+    def deliver(self, event: Event) -> None:
+        """Hand `event` to the machine on the event loop, from whatever thread we are on."""
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_thread:
+            self._handle(event)
+        else:
+            loop.call_soon_threadsafe(self._handle, event)
+
+    def _handle(self, event: Event) -> None:
+        if self._early is not None:
+            self._early.append(event)
+            return
+        if isinstance(event, ResultReceived) and event.task_id in self._audits:
+            self._start_audit(event)
+            return
+        self._execute(self._machine.handle(event))
+
+    def _execute(self, instructions: list[Instruction]) -> None:
+        backend = self._backend
+        assert backend is not None
+        for instruction in instructions:
+            try:
+                if isinstance(instruction, SendTask):
+                    if instruction.audit:
+                        self._audits[instruction.task.task_id] = instruction
+                    backend.send(instruction.worker, instruction.task)
+                elif isinstance(instruction, RecordAccepted):  # every chunk: tested early
+                    if self._ledger is not None:
+                        stats = encode(instruction.stats)
+                        self._ledger.append(
+                            ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
+                        )
+                elif isinstance(instruction, BeginPass):
+                    self._params = {instruction.pass_id: instruction.params}
+                    backend.begin_pass(instruction.pass_id, instruction.params)
+                elif isinstance(instruction, WriteStatus):
+                    self._progress = instruction.progress
+                    self._state = instruction.progress.state
+                    self._error = instruction.progress.error
+                    if instruction.urgent:
+                        self._publish_now()
+                        self._changed.set()
+                    elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
+                        self._publish_now()
+                elif isinstance(instruction, RecordCommitted):
+                    if self._ledger is not None:
+                        self._ledger.append(ledger.Committed(instruction.pass_id))
+                elif isinstance(instruction, RecordLoss):
+                    loss = instruction.loss
+                    log.warning(
+                        'worker "%s" lost, going on without it: %s', loss.identity, loss.detail
+                    )
+                    if self._ledger is not None:
+                        record = ledger.Lost(loss.identity, loss.phase, loss.detail, loss.at)
+                        self._ledger.append(record)
+                elif isinstance(instruction, DropWorker):
+                    backend.drop(instruction.worker)
+                elif isinstance(instruction, StopWorkers):
+                    backend.request_stop(instruction.reason)
+                elif isinstance(instruction, JobEnded):
+                    self._ended.set()
+                    self._changed.set()
+            except _ObserverError as exc:
+                self._handle(ShellFailed(exc.where, exc.detail))
+            except Exception as exc:
+                log.exception("carrying out %s", type(instruction).__name__)
+                self._handle(
+                    ShellFailed("the coordinator", f"{type(instruction).__name__}: {exc!r}")
+                )
+
+    # -- audits ------------------------------------------------------------------------------
+    def _start_audit(self, event: ResultReceived) -> None:
+        sent = self._audits.pop(event.task_id)
+        task = asyncio.get_running_loop().create_task(self._audit(sent, event))
+        self._audit_tasks.add(task)
+        task.add_done_callback(self._audit_tasks.discard)
+
+    async def _audit(self, sent: SendTask, event: ResultReceived) -> None:
+        """Recompute an audited task here and pass the worker's result on only if it agrees."""
+        task = sent.task
+        kernel = self.job.computation.kernel
+        try:
+            own = await asyncio.to_thread(
+                kernel.run, self._params[task.pass_id], task.start, task.count, None
+            )
+            agrees = self._run.same(event.stats, own)
+        except Exception as exc:
+            self._handle(ShellFailed("the audit", repr(exc)))
+            return
+        if agrees:
+            self._handle(event)
+        else:
+            self._handle(
+                AuditFailed(event.worker, task.task_id, f"it sent {event.stats}, expected {own}")
+            )
+
+    # -- parts -------------------------------------------------------------------------------
+    def _make_backend(self) -> Backend:
+        job = self.job
+        kernel = job.computation.kernel
+        records = job.workers.records
+        seconds_per_task = job.computation.seconds_per_item * job.chunk
+        if records is None:
+            return ThreadBackend(list(job.workers.slots), kernel, seconds_per_task)
+        from aner_worker.contract import source_fingerprint
+
+        return ProcessBackend(
+            records,
+            source_fingerprint(),
+            kernel,
+            seconds_per_task=seconds_per_task,
+            stage=plan_of(self._run),
+            pool=self._pool,
+        )
+
+    def _snapshot(self) -> StatusSnapshot:
+        progress = self._progress
+        assert progress is not None
+        now = time.time()
+        elapsed = time.monotonic() - self._started
+        done = progress.accepted
+        total = self.job.admitted.items * progress.passes
+        throughput = done / elapsed if elapsed > 0 and done else None
+        eta: float | None = None
+        # ETA only once it means something: 1% of the work and half a second observed.
+        if throughput and done >= total / 100 and elapsed >= 0.5 and not progress.state.terminal:
+            eta = (total - done) / throughput
+        self._seq += 1
+        state = self._state if self._state.terminal else progress.state
+        return StatusSnapshot(
+            schema=STATUS_SCHEMA,
+            seq=self._seq,
+            state=state,
+            kind=self.job.kind,
+            pid=os.getpid(),
+            created_at=self._created,
+            updated_at=now,
+            elapsed_s=round(elapsed, 6),
+            requested=self.job.admitted.items,
+            passes=progress.passes,
+            pass_index=progress.pass_index,
+            phase=progress.phase,
+            accepted=done,
+            accepted_in_pass=progress.accepted_in_pass,
+            chunks_total=progress.chunks_total,
+            chunks_done=progress.chunks_done,
+            in_flight=progress.in_flight,
+            throughput=throughput,
+            eta_s=eta,
+            workers=(
+                self._backend.timing.annotate(progress.workers)
+                if self._backend is not None
+                else list(progress.workers)
+            ),
+            error=self._error,
+            committed_steps=progress.committed_steps,
+            unit=self.job.computation.unit,
+            losses=list(progress.losses),
+            resumes=self._resumes,
+            recovered=progress.recovered,
+            staging=list(getattr(self._backend, "staging", ())),
+        )
+
+    def _publish_now(self) -> StatusSnapshot:
+        snapshot = self._snapshot()
+        self._last_publish = time.monotonic()
+        for observer in self.observers:
+            try:
+                observer(snapshot)
+            except Exception as exc:
+                where = getattr(observer, "where", None) or type(observer).__name__
+                raise _ObserverError(where, _describe(exc)) from exc
+        return snapshot
+
+
+class _ObserverError(Exception):
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(f"{where}: {detail}")
+        self.where = where
+        self.detail = detail
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        name = f" {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{name}"
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,645 @@
+"""The job state machine: pure, synchronous, and the only place where job logic lives.
+
+Theory of operation
+-------------------
+A job is a computation's run (`computations.base.Run`) carried out pass by pass by a fixed
+set of workers. The machine receives events (what happened) and answers with instructions
+(what the shell must do next); it never does I/O and never reads a clock, so every
+transition can be tested by feeding events and comparing instructions. Instructions are the
+only channel to the shell: progress leaves the machine inside `WriteStatus`, never by the
+shell reading the machine's fields.
+
+- A pass is what `run.next_pass()` returns: its items, cut into chunks of the plan's chunk
+  size (the last keeps the remainder), and its frozen parameters, which `BeginPass` hands
+  to the shell before any task of the pass.
+- A worker becomes usable with `WorkerReady`, which also says how many tasks it may hold at
+  once (its window). `WindowChanged` moves that window while it works (the shell sizes it
+  from measured round trips); a smaller one only holds back further tasks.
+- Dispatch fills ready workers' windows in chunk order, but always holds back one chunk for
+  every configured worker that has not yet received any: every worker gets at least one.
+- Each result is checked against the outstanding task it names (same worker) and by the
+  computation. A result for a task that is not outstanding on that worker, or an
+  inconsistent one, fails the job naming the worker: it is never counted. A task chosen
+  for audit is recomputed by the shell, which reports `AuditFailed` if the worker's answer
+  differs.
+- When every chunk of a pass is accepted the run commits the pass (the barrier) and the
+  next pass begins. A partial pass is never committed.
+- Anything that goes wrong fails the job with a message saying where: a lost worker, a
+  failed task, a computation that raised (`Diverged` is the request's fault, anything else
+  a bug, both named), or a fault the shell reports as `ShellFailed`.
+- Retries (SPEC section 11): with `retries=N`, up to N lost workers are survived while
+  another worker remains. The lost worker's outstanding chunks go back to the front of the
+  queue and are recomputed by others (`DropWorker` tells the shell to let it go); a late
+  result from it is ignored, never counted. The shell may reconnect it after a back-off: a
+  new `WorkerReady` makes it a worker again. Chunk results sit in per-chunk slots and a pass
+  commits only when all are accepted, so the result is the undisturbed run's, bit for bit.
+- Ledger: each accepted chunk and committed pass is handed to the shell (`RecordAccepted`,
+  `RecordCommitted`) before any status reports it. A resumed job starts with `recovered`
+  chunk statistics: each pass first accepts those chunks, then dispatches only the rest.
+- A cancel request stops dispatch; the shell stops the workers and reports
+  `WorkersStopped`, after which the job is CANCELLED. Results that arrive while cancelling
+  are checked and counted, but only as diagnostics.
+- Once the job has ended (COMPLETED, FAILED or CANCELLED) nothing more is accepted and tasks
+  still outstanding are abandoned: their work was never accepted.
+
+Transitions (state, event -> state):
+
+    STARTING   WorkerReady              -> RUNNING
+    RUNNING    WindowChanged            -> RUNNING (a larger window is filled)
+    STARTING,
+    RUNNING    CancelRequested          -> CANCELLING
+    RUNNING    last result of a pass    -> RUNNING (next pass) | COMPLETED (no next pass)
+    STARTING,
+    RUNNING    WorkerLost / TaskError /
+               AuditFailed / ShellFailed /
+               inconsistent result /
+               computation error        -> FAILED
+    CANCELLING WorkersStopped           -> CANCELLED
+    CANCELLING ShellFailed              -> CANCELLING (recorded; the stop goes on)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aner_coord.computations import Diverged, PassSpec, Run
+from aner_coord.jobdir.status import JobState, WorkerAccount, WorkerLoss
+from protocol import Task
+
+
+# -- events: what happened ---------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerReady:
+    worker: str
+    window: int
+
+
+@dataclass(frozen=True)
+class WindowChanged:
+    worker: str
+    window: int
+
+
+@dataclass(frozen=True)
+class ResultReceived:
+    worker: str
+    task_id: int
+    stats: Any  # the kernel's statistics Struct
+
+
+@dataclass(frozen=True)
+class TaskError:
+    worker: str
+    task_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class AuditFailed:
+    worker: str
+    task_id: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    worker: str
+    phase: str
+    detail: str
+    at: float = 0.0  # Unix time the shell noticed, for the record
+
+
+@dataclass(frozen=True)
+class ShellFailed:
+    """Something outside the workers failed (the job directory, an observer, a bug in
+    the shell): `where` names it."""
+
+    where: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkersStopped:
+    pass
+
+
+Event = (
+    WorkerReady
+    | WindowChanged
+    | ResultReceived
+    | TaskError
+    | AuditFailed
+    | WorkerLost
+    | ShellFailed
+    | CancelRequested
+    | WorkersStopped
+)
+
+
+# -- instructions: what to do ------------------------------------------------------------
+@dataclass(frozen=True)
+class BeginPass:
+    pass_id: int
+    params: Any  # the kernel's params Struct, frozen for every task of the pass
+
+
+@dataclass(frozen=True)
+class SendTask:
+    worker: str
+    task: Task
+    audit: bool = False
+
+
+@dataclass(frozen=True)
+class StopWorkers:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Everything a status snapshot says about the job's work (the shell adds the times)."""
+
+    state: JobState
+    passes: int
+    pass_index: int  # passes completed
+    phase: str
+    requested: int  # items of the current pass
+    accepted: int  # items accepted over all passes
+    accepted_in_pass: int
+    chunks_total: int
+    chunks_done: int
+    in_flight: int
+    workers: tuple[WorkerAccount, ...]
+    error: str | None
+    committed_steps: int | None
+    losses: tuple[WorkerLoss, ...] = ()
+    recovered: int = 0  # items taken from the ledger of an earlier coordinator
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """Progress changed; `urgent` when the state did (write now, whatever the rate)."""
+
+    progress: Progress
+    urgent: bool
+
+
+@dataclass(frozen=True)
+class JobEnded:
+    state: JobState
+
+
+@dataclass(frozen=True)
+class DropWorker:
+    """The job goes on without this worker (retries): stop it, accept nothing more from it."""
+
+    worker: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecordAccepted:
+    """Append to the ledger: chunk `chunk` of pass `pass_id` was accepted with `stats`."""
+
+    pass_id: int
+    chunk: int
+    stats: Any
+
+
+@dataclass(frozen=True)
+class RecordCommitted:
+    pass_id: int
+
+
+@dataclass(frozen=True)
+class RecordLoss:
+    loss: WorkerLoss
+
+
+Instruction = (
+    BeginPass
+    | SendTask
+    | StopWorkers
+    | DropWorker
+    | RecordAccepted
+    | RecordCommitted
+    | RecordLoss
+    | WriteStatus
+    | JobEnded
+)
+
+
+@dataclass
+class _Worker:
+    slots: int
+    window: int = 0
+    ready: bool = False
+    in_flight: int = 0
+    items: int = 0
+    chunks: int = 0
+    items_by_pass: list[int] = field(default_factory=list)
+    lost: bool = False
+
+    def account(self, identity: str) -> WorkerAccount:
+        return WorkerAccount(
+            identity, self.slots, self.items, self.chunks, list(self.items_by_pass)
+        )
+
+
+class _ChunkQueue:
+    """The chunks of a pass still to dispatch, in chunk order: requeued chunks (a lost
+    worker's) first, then fresh ones from a counter, so that a pass of a million chunks
+    costs no memory; chunks a resumed job recovered from its ledger are skipped."""
+
+    def __init__(self, n_chunks: int, recovered: set[int]) -> None:
+        self._n = n_chunks
+        self._next = 0
+        self._recovered = recovered
+        self._recovered_ahead = len(recovered)
+        self._requeued: deque[int] = deque()
+
+    def __len__(self) -> int:
+        return len(self._requeued) + self._n - self._next - self._recovered_ahead
+
+    def pop(self) -> int:
+        if self._requeued:
+            return self._requeued.popleft()
+        while self._next in self._recovered:
+            self._next += 1
+            self._recovered_ahead -= 1
+        chunk = self._next
+        self._next += 1
+        return chunk
+
+    def requeue(self, chunks: list[int]) -> None:
+        self._requeued.extendleft(reversed(chunks))
+
+
+# Progress reports per pass, at most (besides every state change).
+PROGRESS_STEPS = 1000
+
+
+@dataclass(frozen=True)
+class _Outstanding:
+    worker: str
+    chunk: int
+    task: Task
+
+
+class JobMachine:
+    def __init__(
+        self,
+        run: Run,
+        workers: dict[str, int],
+        *,
+        chunk: int,
+        passes: int,
+        audit: float = 0.0,
+        retries: int = 0,
+        recovered: Mapping[int, Mapping[int, Any]] | None = None,
+        losses: Sequence[WorkerLoss] = (),
+    ) -> None:
+        if not workers:
+            raise ValueError("a job needs at least one worker")
+        self._run = run
+        self._chunk = chunk
+        self._passes = passes
+        self._audit = audit
+        self._audit_seq = 0
+        self._retries = retries
+        self._ledger_chunks = bool(getattr(run, "durable_chunks", True))
+        self._losses: list[WorkerLoss] = list(losses)  # earlier coordinators' count too
+        self._recovered = {p: dict(c) for p, c in (recovered or {}).items()}
+        self._recovered_items = 0
+        self.state = JobState.STARTING
+        self.error: str | None = None
+        self._workers = {name: _Worker(slots) for name, slots in workers.items()}
+        self._pass: PassSpec | None = None
+        self._pass_id = -1
+        self._passes_done = 0
+        self._requested = 0
+        self._n_chunks = 0
+        self._progress_every = 1  # chunks between progress reports in the current pass
+        self._items_done = 0  # accepted in the current pass
+        self._items_total = 0  # accepted over all passes
+        self._chunks_done = 0  # accepted in the current pass
+        self._todo = _ChunkQueue(0, set())  # chunks of the current pass still to dispatch
+        self._next_task_id = 1
+        self._outstanding: dict[int, _Outstanding] = {}
+        self._never_served: set[str] = set(workers)
+        self._ready_order: deque[str] = deque()
+
+    # -- the one entry point -------------------------------------------------------------
+    def start(self) -> list[Instruction]:
+        """The first instructions: begin the first pass and report STARTING."""
+        out = self._begin_pass()
+        if self.state is JobState.STARTING and self._pass is not None and not self._todo:
+            out.extend(self._end_pass())  # a resumed pass that the ledger already holds
+        if self.state.terminal:
+            return out  # it ended already (planning failed, or the ledger held everything)
+        return [*out, self._status(urgent=True)]
+
+    def handle(self, event: Event) -> list[Instruction]:
+        worker = getattr(event, "worker", None)
+        if worker is not None and worker not in self._workers:
+            return self._fail(f"the shell reported an event for unknown worker {worker!r}")
+        if isinstance(event, ResultReceived):
+            return self._on_result(event)
+        if isinstance(event, WorkerReady):
+            return self._on_ready(event)
+        if isinstance(event, WindowChanged):
+            return self._on_window(event)
+        if isinstance(event, TaskError):
+            if self._workers[event.worker].lost:
+                return []
+            return self._fail(f'worker "{event.worker}" failed during task: {event.reason}')
+        if isinstance(event, AuditFailed):
+            return self._fail(
+                f'worker "{event.worker}" failed during audit: its result for task '
+                f"{event.task_id} differs from the coordinator's own: {event.detail}"
+            )
+        if isinstance(event, WorkerLost):
+            return self._on_lost(event)
+        if isinstance(event, ShellFailed):
+            return self._on_shell_failed(event)
+        if isinstance(event, CancelRequested):
+            return self._on_cancel(event)
+        return self._on_stopped()
+
+    # -- transitions ---------------------------------------------------------------------
+    def _on_ready(self, event: WorkerReady) -> list[Instruction]:
+        worker = self._workers[event.worker]
+        if not self.state.active or (worker.ready and not worker.lost):
+            return []
+        if worker.lost:
+            # A lost worker the shell reconnected (retries): it starts afresh, its earlier
+            # tasks long since requeued; its loss stays counted and recorded.
+            worker.lost = False
+            worker.in_flight = 0
+        worker.ready = True
+        worker.window = max(1, event.window)
+        self._ready_order.append(event.worker)
+        out: list[Instruction] = []
+        if self.state is JobState.STARTING:
+            self.state = JobState.RUNNING
+            out.append(self._status(urgent=True))
+        out.extend(self._dispatch())
+        return out
+
+    def _on_window(self, event: WindowChanged) -> list[Instruction]:
+        worker = self._workers[event.worker]
+        if not worker.ready or worker.lost:
+            return []  # its next WorkerReady brings the window
+        worker.window = max(1, event.window)
+        return self._dispatch() if self.state is JobState.RUNNING else []
+
+    def _on_lost(self, event: WorkerLost) -> list[Instruction]:
+        lost = self._workers[event.worker]
+        if lost.lost:
+            return []
+        survivors = [w for name, w in self._workers.items() if not w.lost and name != event.worker]
+        if not self.state.active or len(self._losses) >= self._retries or not survivors:
+            return self._fail(
+                f'worker "{event.worker}" failed during {event.phase}: {event.detail}'
+            )
+        label = self._pass.label if self._pass is not None else "start"
+        loss = WorkerLoss(event.worker, event.phase, event.detail, event.at, label)
+        self._losses.append(loss)
+        lost.lost = True
+        lost.in_flight = 0
+        mine = sorted(
+            (o.chunk, task_id)
+            for task_id, o in self._outstanding.items()
+            if o.worker == event.worker
+        )
+        for _, task_id in mine:
+            del self._outstanding[task_id]
+        # Back to the front of the queue, in chunk order.
+        self._todo.requeue([chunk for chunk, _ in mine])
+        self._never_served.discard(event.worker)
+        if event.worker in self._ready_order:
+            self._ready_order.remove(event.worker)
+        reason = f"lost during {event.phase}: {event.detail}"
+        return [
+            RecordLoss(loss),
+            DropWorker(event.worker, reason),
+            self._status(urgent=True),
+            *self._dispatch(),
+        ]
+
+    def _on_result(self, event: ResultReceived) -> list[Instruction]:
+        # The path of every chunk: kept lean (local threads send thousands a second).
+        worker = self._workers[event.worker]
+        state = self.state
+        if worker.lost or (state is not JobState.RUNNING and state.terminal):
+            return []  # too late: a finished job or a dropped worker counts nothing more
+        pending = self._outstanding.get(event.task_id)
+        if pending is None or pending.worker != event.worker:
+            return self._fail(
+                f'worker "{event.worker}" failed during run: sent a result for task '
+                f"{event.task_id}, which is not outstanding on it (duplicate or unknown); "
+                "rejected"
+            )
+        task = pending.task
+        count = task.count
+        try:
+            problem = self._run.check(pending.chunk, task.start, count, event.stats)
+        except Diverged as exc:
+            return self._fail(f"numerical divergence: {exc}")
+        except Exception as exc:
+            return self._fail(f"computation error while checking a result: {exc!r}")
+        if problem is not None:
+            return self._fail(
+                f'worker "{event.worker}" failed during run: inconsistent result rejected: '
+                f"{problem}"
+            )
+        del self._outstanding[event.task_id]
+        worker.in_flight -= 1
+        worker.items += count
+        worker.chunks += 1
+        worker.items_by_pass[-1] += count
+        try:
+            self._run.accept(pending.chunk, event.stats)
+        except Exception as exc:
+            return self._fail(f"computation error while accepting a result: {exc!r}")
+        self._items_done += count
+        self._items_total += count
+        self._chunks_done += 1
+        if state is not JobState.RUNNING:
+            return []  # cancelling: diagnostic accounting only
+        out: list[Instruction] = []
+        if self._ledger_chunks:
+            out.append(RecordAccepted(self._pass_id, pending.chunk, event.stats))
+        if self._chunks_done < self._n_chunks:
+            out.extend(self._dispatch())
+            # Progress about every 1/PROGRESS_STEPS of a pass (every chunk of a short one):
+            # plenty for a status written at most twice a second, and no per-chunk cost.
+            if self._chunks_done % self._progress_every == 0:
+                out.append(self._status(urgent=False))
+            return out
+        return [*out, *self._end_pass()]
+
+    def _end_pass(self) -> list[Instruction]:
+        label = self._pass.label if self._pass else "?"
+        try:
+            self._run.commit()
+        except Diverged as exc:
+            return self._fail(f"numerical divergence: {exc}")
+        except Exception as exc:
+            return self._fail(f"computation error while committing {label}: {exc!r}")
+        self._passes_done += 1
+        committed = RecordCommitted(self._pass_id)
+        begin = self._begin_pass()
+        if self.state.terminal:
+            return [committed, *begin]  # the computation failed to begin its next pass
+        if self._pass is None:
+            self.state = JobState.COMPLETED
+            return [
+                committed,
+                self._status(urgent=True),
+                StopWorkers("job completed"),
+                JobEnded(self.state),
+            ]
+        if not self._todo:  # the ledger of a resumed job already holds this whole pass
+            return [committed, *begin, *self._end_pass()]
+        return [committed, *begin, self._status(urgent=True), *self._dispatch()]
+
+    def _begin_pass(self) -> list[Instruction]:
+        try:
+            spec = self._run.next_pass()
+        except Exception as exc:
+            return self._fail(f"computation error while planning the next pass: {exc!r}")
+        self._pass = spec
+        if spec is None:
+            return []  # the last pass's counts stay: the final status reports them
+        self._items_done = 0
+        self._chunks_done = 0
+        self._todo = _ChunkQueue(0, set())
+        self._pass_id += 1
+        self._requested = spec.items
+        self._n_chunks = -(-spec.items // self._chunk)
+        self._progress_every = max(1, self._n_chunks // PROGRESS_STEPS)
+        for worker in self._workers.values():
+            worker.items_by_pass.append(0)
+        recovered = self._recovered.pop(self._pass_id, {})
+        for chunk in sorted(recovered):
+            try:
+                self._run.accept(chunk, recovered[chunk])
+            except Exception as exc:
+                return self._fail(f"computation error while replaying the ledger: {exc!r}")
+            count = min(self._chunk, spec.items - chunk * self._chunk)
+            self._items_done += count
+            self._items_total += count
+            self._recovered_items += count
+            self._chunks_done += 1
+        self._todo = _ChunkQueue(self._n_chunks, set(recovered))
+        return [BeginPass(self._pass_id, spec.params)]
+
+    def _on_shell_failed(self, event: ShellFailed) -> list[Instruction]:
+        if self.state is JobState.CANCELLING:
+            self.error = f"{self.error}; then {event.where} failed: {event.detail}"
+            return []
+        return self._fail(f"{event.where} failed: {event.detail}")
+
+    def _on_cancel(self, event: CancelRequested) -> list[Instruction]:
+        if not self.state.active:
+            return []
+        self.state = JobState.CANCELLING
+        self.error = f"cancelled: {event.reason}"
+        return [self._status(urgent=True), StopWorkers(event.reason)]
+
+    def _on_stopped(self) -> list[Instruction]:
+        if self.state is not JobState.CANCELLING:
+            return []
+        self.state = JobState.CANCELLED
+        self._abandon_outstanding()
+        return [self._status(urgent=True), JobEnded(self.state)]
+
+    def _fail(self, error: str) -> list[Instruction]:
+        if self.state.terminal or self.state is JobState.CANCELLING:
+            return []
+        self.state = JobState.FAILED
+        self.error = error
+        self._abandon_outstanding()
+        return [self._status(urgent=True), StopWorkers(error), JobEnded(self.state)]
+
+    def _abandon_outstanding(self) -> None:
+        """The job ended with tasks outstanding: the workers drop them and no result for them
+        will be accepted, so they are no longer in flight (the work was never accepted)."""
+        self._outstanding.clear()
+        for worker in self._workers.values():
+            worker.in_flight = 0
+
+    def _dispatch(self) -> list[Instruction]:
+        """Fill ready windows in readiness order, keeping one chunk per unserved worker."""
+        out: list[Instruction] = []
+        if self._pass is None:
+            return out
+        workers, todo, unserved = self._workers, self._todo, self._never_served
+        progressed = True
+        while progressed:
+            progressed = False
+            for name in self._ready_order:
+                worker = workers[name]
+                if worker.in_flight >= worker.window:
+                    continue
+                # An unserved worker may always take one; a served one leaves one chunk for
+                # each unserved worker. With fewer chunks than workers (local runs allow
+                # that) holding chunks back for everyone would dispatch nothing at all.
+                reserved = len(unserved) if unserved and name not in unserved else 0
+                if len(todo) <= reserved:
+                    continue  # the rest is held for unserved workers, who may come later
+                out.append(self._send(name))
+                progressed = True
+        return out
+
+    def _send(self, worker: str) -> SendTask:
+        assert self._pass is not None
+        chunk = self._todo.pop()
+        start = chunk * self._chunk
+        count = min(self._chunk, self._pass.items - start)
+        task = Task(self._next_task_id, self._pass_id, start, count)
+        self._next_task_id += 1
+        self._outstanding[task.task_id] = _Outstanding(worker, chunk, task)
+        self._workers[worker].in_flight += 1
+        self._never_served.discard(worker)
+        return SendTask(worker, task, self._audit_next() if self._audit else False)
+
+    def _audit_next(self) -> bool:
+        """Every task at a steady rate of `audit` (0.1: tasks 10, 20, ...), deterministically."""
+        if not self._audit:
+            return False
+        before = int(self._audit_seq * self._audit)
+        self._audit_seq += 1
+        return int(self._audit_seq * self._audit) > before
+
+    def _status(self, *, urgent: bool) -> WriteStatus:
+        spec = self._pass
+        return WriteStatus(
+            Progress(
+                state=self.state,
+                passes=self._passes,
+                pass_index=self._passes_done,
+                phase=spec.label if spec is not None else "done",
+                requested=self._requested,
+                accepted=self._items_total,
+                accepted_in_pass=self._items_done,
+                chunks_total=self._n_chunks,
+                chunks_done=self._chunks_done,
+                in_flight=len(self._outstanding),
+                workers=tuple(w.account(name) for name, w in self._workers.items()),
+                error=self.error,
+                committed_steps=self._run.committed_steps,
+                losses=tuple(self._losses),
+                recovered=self._recovered_items,
+            ),
+            urgent,
+        )

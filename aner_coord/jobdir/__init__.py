@@ -1,0 +1,49 @@
+"""The job directory of SPEC section 7: where the bytes of a job reach the disk, and the
+files' own types.
+
+- `directory`: `JobDir`, one descriptor of the directory through which every file is
+  written (atomically) and read; the file names; `JobDirError`;
+- `writer`: `StatusWriter`, which writes `status.json` from a thread of its own;
+- `lock`: the coordinator's `flock` (`JobLock`) and the monitors' probe of it;
+- `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
+- `ledger`: accepted chunks and committed passes, durable before a status reports them;
+- `status`, `manifest`, `results`: the job files as msgspec Structs.
+"""
+
+from aner_coord.jobdir.directory import (
+    CANCEL_REQUEST,
+    LOCK,
+    LOG,
+    MANIFEST,
+    RESULT,
+    STATUS,
+    JobDir,
+    JobDirError,
+    check_new_output,
+    is_job_dir,
+    read_json,
+    read_status,
+)
+from aner_coord.jobdir.lock import JobLock, lock_is_held
+from aner_coord.jobdir.watch import cancel_requests, watch_job_dir
+from aner_coord.jobdir.writer import StatusWriter
+
+__all__ = [
+    "CANCEL_REQUEST",
+    "LOCK",
+    "LOG",
+    "MANIFEST",
+    "RESULT",
+    "STATUS",
+    "JobDir",
+    "JobDirError",
+    "JobLock",
+    "StatusWriter",
+    "cancel_requests",
+    "check_new_output",
+    "is_job_dir",
+    "lock_is_held",
+    "read_json",
+    "read_status",
+    "watch_job_dir",
+]

@@ -1,0 +1,374 @@
+"""An open job directory (`JobDir`): every file of a job is written and read through one
+descriptor of its directory, never by path after `mkdir`.
+
+Every file is reached through a descriptor of the job directory (`JobDir`), never by path
+after `mkdir`: `JobDir.create()` makes the directory `0700`, opens it with `O_DIRECTORY |
+O_NOFOLLOW` and checks by `fstat` that it is the one it made (same inode, ours, empty). Another
+user who can write to the parent and swaps the new directory for a symbolic link or for a
+directory of theirs then makes the run fail cleanly instead of making aner write elsewhere.
+Files are opened relative to that descriptor with `O_NOFOLLOW | O_CLOEXEC` (and `O_EXCL`
+where new), mode `0600`.
+
+Every file is written whole or not at all (temp file in the directory, fsync, rename, fsync
+the directory), so a reader never sees a partial file. A write that fails (a full disk, the
+directory deleted under a running job) raises `JobDirError`, one line naming the file and
+the reason, exit code 3. A directory whose run could not start is removed (`JobDir.remove`).
+
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from aner_coord.errors import EXIT_FAILED, AnerError, RequestError
+from aner_coord.jobdir.status import StatusSnapshot, decode_status
+
+MANIFEST = "run-manifest.json"
+
+
+STATUS = "status.json"
+
+
+RESULT = "result.json"
+
+
+LOCK = "coordinator.lock"
+
+
+LOG = "coordinator.log"
+
+
+CANCEL_REQUEST = "cancel-request"
+
+
+FILE_MODE = 0o600
+
+
+DIR_MODE = 0o700
+
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+log = logging.getLogger("aner.jobdir")
+
+
+PathLike = str | os.PathLike[str]
+
+
+class JobDirError(AnerError):
+    """A job file could not be written (full disk, directory deleted or replaced...): the job
+    fails (exit 3). The message names the file and the operating system's reason."""
+
+    exit_code = EXIT_FAILED
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def check_new_output(path: PathLike) -> Path:
+    """Validate a requested output directory without creating anything (RequestError, exit 2)."""
+    target = Path(path)
+    try:
+        if os.path.lexists(target):
+            if target.is_symlink():
+                what = "a symbolic link"
+            elif target.is_dir():
+                what = "an existing directory"
+            else:
+                what = "an existing file"
+            raise RequestError(f"output {target} is {what}: choose a path that does not exist yet")
+        parent = target.absolute().parent
+        if not parent.is_dir():
+            raise RequestError(
+                f"output's parent directory {parent} does not exist: create it first"
+            )
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RequestError(f"cannot create {target}: its parent {parent} is not writable")
+    except OSError as exc:
+        raise RequestError(f"cannot use output {target}: {_reason(exc)}") from None
+    return target
+
+
+def _make_dir(parent_fd: int, name: str) -> os.stat_result:
+    """mkdir, and what was made. A function of its own so that a test can act right after it,
+    at the worst moment for a swap."""
+    os.mkdir(name, DIR_MODE, dir_fd=parent_fd)
+    return os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+
+
+def create_job_dir(path: PathLike) -> JobDir:
+    """`JobDir.create(path)`: the new job directory, open."""
+    return JobDir.create(path)
+
+
+class JobDir:
+    """An open job directory. Every file of the job is written and read through its
+    descriptor; `path` is only for messages and for tools that need a name.
+
+    Writes raise JobDirError; reads raise OSError as the system does (FileNotFoundError
+    means the file is not there yet, which monitors need to tell apart)."""
+
+    def __init__(self, path: Path, fd: int, *, parent_fd: int | None = None) -> None:
+        self.path = path
+        self._fd: int | None = fd
+        self._parent_fd = parent_fd  # only for a directory we created: to remove it
+        self._ino = os.fstat(fd).st_ino
+        self._made: set[str] = set()  # files this object created, removed by remove()
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: PathLike) -> JobDir:
+        """Make a new job directory (0700) and open it, checking it is the one we made.
+
+        RequestError (exit 2) when the path cannot be created; JobDirError (exit 3) when
+        what stands at the path right after mkdir is not what we made."""
+        target = check_new_output(path)
+        parent = target.absolute().parent
+        try:
+            parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise RequestError(f"cannot create output {target}: {_reason(exc)}") from None
+        try:
+            return cls._create_in(target, parent_fd)
+        except BaseException:
+            os.close(parent_fd)
+            raise
+
+    @classmethod
+    def _create_in(cls, target: Path, parent_fd: int) -> JobDir:
+        name = target.name
+        try:
+            made = _make_dir(parent_fd, name)
+        except FileExistsError:
+            raise RequestError(f"output {target} appeared meanwhile: choose another path") from None
+        except OSError as exc:
+            raise RequestError(
+                f"cannot create output {target}: {_reason(exc)}: choose a path in a directory "
+                "where you can create files"
+            ) from None
+        swapped = (
+            f"output {target} was replaced right after aner created it (%s): another user "
+            f"can write to {target.absolute().parent}; use a directory only you can write to"
+        )
+        if not stat.S_ISDIR(made.st_mode) or made.st_uid != os.geteuid():
+            raise JobDirError(swapped % "not our directory")
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+        except OSError as exc:
+            raise JobDirError(swapped % _reason(exc)) from None
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+                raise JobDirError(swapped % "another directory stands there")
+            if now.st_uid != os.geteuid() or os.listdir(fd):
+                raise JobDirError(swapped % "not our empty directory")
+            os.fchmod(fd, DIR_MODE)  # whatever the umask said
+        except OSError as exc:
+            os.close(fd)
+            raise JobDirError(f"cannot set up output {target}: {_reason(exc)}") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(target, fd, parent_fd=parent_fd)
+
+    @classmethod
+    def open(cls, path: PathLike, *, own: bool = False) -> JobDir:
+        """An existing directory, not through a symbolic link. With `own`, refuse one that
+        belongs to another user (for writers: cancel, lock). Raises OSError as the system does
+        (FileNotFoundError, NotADirectoryError, ELOOP for a symlink) or JobDirError."""
+        target = Path(path)
+        fd = os.open(target, DIR_FLAGS)
+        if own:
+            uid = os.fstat(fd).st_uid
+            if uid != os.geteuid():
+                os.close(fd)
+                raise JobDirError(f"job directory {target} belongs to another user (uid {uid})")
+        return cls(target, fd)
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"job directory {self.path} is closed")
+        return self._fd
+
+    def close(self) -> None:
+        for fd in (self._fd, self._parent_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._parent_fd = None
+
+    def __enter__(self) -> JobDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def watch_path(self) -> str:
+        """A name for inotify that follows this directory wherever it is renamed."""
+        proc = f"/proc/self/fd/{self.fileno()}"
+        return proc if os.path.isdir(proc) else str(self.path)
+
+    def gone(self) -> bool:
+        """True once the directory has been deleted (its link count drops to zero)."""
+        try:
+            return os.fstat(self.fileno()).st_nlink == 0
+        except OSError:
+            return True
+
+    # -- writing ---------------------------------------------------------------------------
+    def write_error(self, action: str, name: str, exc: OSError) -> JobDirError:
+        """The one-line error for a failed operation on `name`."""
+        where = self.path / name
+        if exc.errno == errno.ENOENT and self.gone():
+            return JobDirError(f"cannot {action} {where}: the job directory was deleted")
+        return JobDirError(f"cannot {action} {where}: {_reason(exc)}")
+
+    def open_file(self, name: str, flags: int, *, action: str = "open") -> int:
+        """A descriptor of `name` in this directory: no symlink followed, not inherited,
+        0600 if created. Raises JobDirError."""
+        try:
+            fd = os.open(name, flags | FILE_FLAGS, FILE_MODE, dir_fd=self.fileno())
+        except OSError as exc:
+            raise self.write_error(action, name, exc) from None
+        if flags & os.O_CREAT:
+            self._made.add(name)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise JobDirError(f"cannot {action} {self.path / name}: not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Replace `name` atomically: temp file, fsync, rename, fsync the directory."""
+        dir_fd = self.fileno()
+        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, FILE_MODE, dir_fd=dir_fd
+            )
+        except OSError as exc:
+            raise self.write_error("write", name, exc) from None
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            self._made.add(name)
+            os.fsync(dir_fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise self.write_error("write", name, exc) from None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+
+    def write_json(self, name: str, obj: Any) -> None:
+        self.write_bytes(name, msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
+
+    def open_log(self, *, append: bool = False) -> int:
+        """A new `coordinator.log` for appending (O_EXCL: never someone else's file), or with
+        `append` the one a resumed job already has (still never through a symlink)."""
+        exclusive = 0 if append else os.O_EXCL
+        return self.open_file(LOG, os.O_WRONLY | os.O_CREAT | exclusive | os.O_APPEND)
+
+    def unlink(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fileno())
+
+    def remove(self) -> None:
+        """Undo `create()` for a run that could not start: remove the files this object
+        made and the directory itself (if it is still ours and then empty), and close."""
+        if self._fd is not None:
+            for name in sorted(self._made):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=self._fd)
+            parent_fd, name = self._parent_fd, self.path.name
+            if parent_fd is not None:
+                with contextlib.suppress(OSError):
+                    here = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+                    if here.st_ino == self._ino and stat.S_ISDIR(here.st_mode):
+                        os.rmdir(name, dir_fd=parent_fd)
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------
+    def read_bytes(self, name: str) -> bytes:
+        fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=self.fileno())
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def exists(self, name: str) -> bool:
+        try:
+            os.stat(name, dir_fd=self.fileno(), follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def opened(job: JobDir | PathLike, *, own: bool = False) -> Iterator[JobDir]:
+    """The JobDir itself, or one opened for the duration (closed afterwards)."""
+    if isinstance(job, JobDir):
+        yield job
+        return
+    with JobDir.open(job, own=own) as opened:
+        yield opened
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace the file at `path` atomically, through a descriptor of its directory."""
+    with JobDir.open(path.parent) as directory:
+        directory.write_bytes(path.name, data)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
+
+
+def read_json(job: JobDir | PathLike, name: str) -> Any:
+    with opened(job) as directory:
+        return msgspec.json.decode(directory.read_bytes(name))
+
+
+def read_status(job: JobDir | PathLike) -> StatusSnapshot:
+    with opened(job) as directory:
+        return decode_status(directory.read_bytes(STATUS))
+
+
+def owner_matches(job: Path) -> bool:
+    return os.stat(job).st_uid == os.getuid()
+
+
+def is_job_dir(job: JobDir | PathLike) -> bool:
+    try:
+        with opened(job) as directory:
+            return directory.exists(MANIFEST)
+    except OSError:
+        return False

@@ -1,0 +1,77 @@
+"""The lock file: held with `flock` by the one live coordinator of a job (SPEC section 7),
+with its pid inside for people, and removed when it lets go. A monitor that can take the
+lock knows the coordinator is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+
+from aner_coord.errors import RequestError
+from aner_coord.jobdir.directory import FILE_FLAGS, LOCK, JobDir, PathLike, opened
+
+
+class JobLock:
+    """The coordinator's `flock` on the job's lock file, held for its whole life."""
+
+    def __init__(self, job: JobDir | PathLike) -> None:
+        if isinstance(job, JobDir):
+            self._dir, self._own_dir = job, False
+        else:
+            self._dir, self._own_dir = JobDir.open(job, own=True), True
+        self.path = self._dir.path / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        # O_CLOEXEC: worker processes never inherit the lock. O_NOFOLLOW and a regular-file
+        # check: a planted link never makes us truncate another file.
+        fd = self._dir.open_file(LOCK, os.O_RDWR | os.O_CREAT, action="lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RequestError(
+                f"job {self._dir.path} already has a live coordinator (its lock is held)"
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:
+            os.close(fd)
+            raise self._dir.write_error("write", LOCK, exc) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        # Unlink before closing: while we still hold the lock nobody else can be relying on
+        # this inode, and a finished job directory keeps no stale lock file.
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self._dir.unlink(LOCK)
+            os.close(self._fd)
+            self._fd = None
+        if self._own_dir:
+            self._dir.close()
+            self._own_dir = False
+
+
+def lock_is_held(job: JobDir | PathLike) -> bool:
+    """True if some process holds the job's lock (a live coordinator)."""
+    with opened(job) as directory:
+        try:
+            fd = os.open(LOCK, os.O_RDONLY | FILE_FLAGS, dir_fd=directory.fileno())
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a planted link is nobody's lock
+                return False
+            raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

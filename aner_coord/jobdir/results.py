@@ -1,0 +1,33 @@
+"""`result.json`: what every computation's result has in common (its accounting and schema)
+and how it is written. Each computation defines its own result Struct on this base.
+
+Each result is a frozen msgspec Struct, tagged with its computation; `result.json` is its
+JSON encoding (schema `aner-result/2`). Results are read by attribute (`result.hits`,
+`result.theta`), and their accounting names workers by public identity only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from aner_coord.jobdir.status import WorkerAccount, WorkerLoss
+
+RESULT_SCHEMA = "aner-result/2"
+
+
+class ResultBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="computation"):
+    seconds: float
+    execution: dict[str, Any]
+    workers: list[WorkerAccount]
+    schema: str = RESULT_SCHEMA
+    losses: list[WorkerLoss] = []  # workers lost and survived (retries)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = msgspec.to_builtins(self)
+        return data
+
+
+def encode_result(result: Any) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n"

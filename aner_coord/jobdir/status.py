@@ -1,0 +1,158 @@
+"""The job's state and its status snapshot: what `status.json` holds, what observers,
+progress displays, systemd and exit codes read.
+
+`JobState` is the one state type: the job machine moves through its written members,
+`status.json` records them, and a monitor may observe `COORDINATOR_OFFLINE`, which is never
+written (SPEC section 7). `WorkerAccount` is the one per-worker accounting type, shared by
+status snapshots and results.
+
+Schema `aner-status/2`; files of schema 1 keep reading (their kind "fixture" is today's
+"regression"). New fields are appended with defaults; checked-in examples of each schema
+live in tests/data.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OFFLINE, EXIT_OK
+
+STATUS_SCHEMA = "aner-status/2"
+_OLD_KINDS = {"fixture": "regression"}
+
+
+class JobState(enum.Enum):
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+    # Observed by a monitor (the recorded state is not terminal and nobody holds the lock);
+    # never entered by a job, never written.
+    COORDINATOR_OFFLINE = "COORDINATOR_OFFLINE"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def active(self) -> bool:
+        """Starting or running: work may still be dispatched."""
+        return self in (JobState.STARTING, JobState.RUNNING)
+
+    @property
+    def exit_code(self) -> int:
+        """SPEC section 8: what `status`, `cancel` and a finished command exit with."""
+        return _EXIT_CODES[self]
+
+
+_EXIT_CODES = {
+    JobState.STARTING: EXIT_OK,
+    JobState.RUNNING: EXIT_OK,
+    JobState.CANCELLING: EXIT_OK,  # still running, as far as a script is concerned
+    JobState.COMPLETED: EXIT_OK,
+    JobState.FAILED: EXIT_FAILED,
+    JobState.CANCELLED: EXIT_CANCELLED,
+    JobState.COORDINATOR_OFFLINE: EXIT_OFFLINE,
+}
+
+
+class WorkerAccount(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What one worker did for a job: public identity only, never an endpoint. Fields left
+    at their defaults (costs not measured) are omitted, so files of older writers read the
+    same; a reader sees them as None."""
+
+    identity: str
+    slots: int
+    items: int
+    chunks: int
+    items_by_pass: list[int] = []
+    # Measured costs in slot-seconds (see `aner_coord.job.timing`); None where not measured.
+    compute_s: float | None = None
+    transfer_s: float | None = None
+    wait_s: float | None = None
+    # The worker's hardware and software identity from its handshake (public facts only).
+    machine: dict[str, str] | None = None
+    # Latency-adaptive dispatch (`aner_coord.job.pacing`), worker groups only: the estimated
+    # round trip and seconds per task, and the in-flight window they gave, at the latest.
+    rtt_s: float | None = None
+    task_s: float | None = None
+    window: int | None = None
+
+
+class WorkerLoss(msgspec.Struct, frozen=True):
+    """A worker lost during a job that went on without it (retries, SPEC section 11)."""
+
+    identity: str
+    phase: str
+    detail: str
+    at: float  # Unix time
+    during: str  # the pass it was lost in
+
+
+class StagingRecord(msgspec.Struct, frozen=True):
+    """How a worker process got the job's file data: "cold" when blocks were sent, "cached"
+    when its block cache already held them all (nothing sent)."""
+
+    identity: str
+    state: str
+    bytes: int
+    blocks: int
+    seconds: float
+
+
+class StatusSnapshot(msgspec.Struct, frozen=True):
+    schema: str
+    seq: int
+    state: JobState
+    kind: str  # the computation: "monte-carlo", "regression", ...
+    pid: int
+    created_at: float  # Unix time
+    updated_at: float
+    elapsed_s: float
+    requested: int  # items (samples or rows) per pass
+    passes: int
+    pass_index: int  # passes completed
+    phase: str
+    accepted: int  # items accepted in all passes so far
+    accepted_in_pass: int
+    chunks_total: int
+    chunks_done: int
+    in_flight: int
+    throughput: float | None  # items per second
+    eta_s: float | None
+    workers: list[WorkerAccount]
+    error: str | None = None
+    committed_steps: int | None = None
+    unit: str = "items"
+    losses: list[WorkerLoss] = []
+    resumes: int = 0  # how many times a coordinator resumed this job from its ledger
+    recovered: int = 0  # items the last resume took from the ledger
+    staging: list[StagingRecord] = []
+
+    @property
+    def total_work(self) -> int:
+        return self.requested * self.passes
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+
+_decoder = msgspec.json.Decoder(StatusSnapshot)
+
+
+def decode_status(data: bytes) -> StatusSnapshot:
+    snapshot = _decoder.decode(data)
+    if snapshot.schema == "aner-status/1":
+        kind = _OLD_KINDS.get(snapshot.kind, snapshot.kind)
+        unit = "rows" if kind == "regression" else "samples"
+        snapshot = msgspec.structs.replace(snapshot, kind=kind, unit=unit)
+    return snapshot
+
+
+def encode_status(snapshot: StatusSnapshot) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(snapshot), indent=2) + b"\n"

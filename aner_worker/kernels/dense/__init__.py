@@ -1,0 +1,14 @@
+"""Dense classifier training `aner-dense/v1` (SPEC section 9), the worker's half, and the
+numerics both halves share.
+
+- `kernel`: the "dense" kernel a worker runs per task; `params`: what a task carries;
+- `rows`: where a chunk's rows come from (a staged file, the teacher set) and one chunk's
+  statistics;
+- `network`: the forward and backward pass of one chunk (where a gradient is computed);
+- `data`: data sets (CSV, NPZ, the digits, the procedural teacher); `streams`: the Philox
+  streams of roles, epochs and initial weights;
+- `plan`: roles, normalisation, initial weights, epoch order, batches, the chunk reduction
+  and early stopping; `optimizers`: Adam and SGD in binary64.
+
+The coordinator's half is `aner_coord.computations.dense`.
+"""

@@ -1,0 +1,477 @@
+"""Data sources of ``aner-dense/v1`` (SPEC section 9): CSV, NPZ, digits and the teacher set.
+
+A ``Dataset`` answers ``rows(positions)`` with the float64 features and class indices of any
+rows, by global position, so a task needs to carry only positions. File data (CSV, NPZ and
+scikit-learn's bundled handwritten digits) are parsed once into memory; the procedural
+teacher set ``aner-dataset/teacher/v1`` is generated for the requested rows on demand by a
+numba kernel, so 10**8 rows are never materialised.
+
+Errors in a user's file are ``DataError`` (a ``ValueError``): one line that names the file,
+the line and the column, ready for the command line to print.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import importlib.util
+import io
+import math
+import zipfile
+from abc import ABC, abstractmethod
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from aner_worker.kernels.dense.streams import signed, words
+from aner_worker.kernels.philox import philox_block
+
+TEACHER_ID = "aner-dataset/teacher/v1"
+DIGITS = "digits"
+
+TEACHER_HIDDEN = 32
+TEACHER_MAX_FEATURES = 256
+# Not a SPEC limit: it keeps `r * d` word indices far inside int64 and matches the largest
+# procedural set the project promises to handle, 10**8 rows with room to spare.
+TEACHER_MAX_ROWS = 10**12
+FEATURE_STREAM, HIDDEN_STREAM, OUTPUT_STREAM, NOISE_STREAM, FLIP_STREAM = 3, 4, 5, 6, 7
+NOISE_RATE = 0.05
+
+_SHIFT = np.uint64(11)
+_TWO_M52 = 2.0**-52
+_TWO_M53 = 2.0**-53
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+# Sorted distinct labels: float64 when every label is a number, else str.
+Classes = npt.NDArray[np.float64] | npt.NDArray[np.str_]
+
+
+class DataError(ValueError):
+    """A data set that cannot be used as given; the message is one line for the user."""
+
+
+class Dataset(ABC):
+    """Rows by global position, their class indices and what identifies the data."""
+
+    identity: str
+    n_rows: int
+    n_features: int
+    classes: Classes
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.classes.size)
+
+    @abstractmethod
+    def rows(self, positions: Ints) -> tuple[Floats, Ints]:
+        """``(X[positions], y[positions])``: float64 ``(m, d)`` features and class indices."""
+
+    def _positions(self, positions: Ints) -> Ints:
+        pos = np.ascontiguousarray(positions, dtype=np.int64)
+        if pos.ndim != 1:
+            raise ValueError(f"positions must be 1-D, got shape {pos.shape}")
+        if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= self.n_rows):
+            raise IndexError(f"row positions must lie in [0, {self.n_rows})")
+        return pos
+
+
+class ArrayDataset(Dataset):
+    """A data set held in memory: a file's rows after parsing."""
+
+    def __init__(
+        self,
+        x: Floats,
+        y: Ints,
+        classes: Classes,
+        identity: str,
+    ) -> None:
+        if x.ndim != 2 or y.shape != (x.shape[0],):
+            raise ValueError(f"X must be (n, d) and y (n,), got {x.shape} and {y.shape}")
+        self.x = np.ascontiguousarray(x, dtype=np.float64)
+        self.y = np.ascontiguousarray(y, dtype=np.int64)
+        self.classes = classes
+        self.identity = identity
+        self.n_rows, self.n_features = (int(s) for s in self.x.shape)
+
+    def rows(self, positions: Ints) -> tuple[Floats, Ints]:
+        pos = self._positions(positions)
+        return self.x[pos], self.y[pos]
+
+
+# ---------------------------------------------------------------------------------------
+# Labels
+
+
+def _classes_of(labels: Sequence[str], where: str) -> tuple[Classes, Ints]:
+    """Sorted distinct labels and each row's class index, numeric when every label is."""
+    classes: Classes
+    numbers: list[float] = []
+    for text in labels:
+        try:
+            value = float(text)
+        except ValueError:
+            break
+        if not math.isfinite(value):
+            break
+        numbers.append(value)
+    if len(numbers) == len(labels):
+        # Numerically: "10" sorts after "9", and "1" and "1.0" are one class.
+        classes, index = np.unique(np.array(numbers, dtype=np.float64), return_inverse=True)
+    else:
+        classes, index = np.unique(np.array(labels, dtype=np.str_), return_inverse=True)
+    if classes.size < 2:
+        raise DataError(f"{where}: needs at least two classes, found {classes.size}")
+    return classes, index.astype(np.int64)
+
+
+def label_strings(classes: Classes) -> list[str]:
+    """Each class as a user would write it: ``3`` for the number 3.0, strings unchanged.
+
+    For prediction output, where the label, not the class index, is what a user reads.
+    """
+    if classes.dtype.kind == "f":
+        return [
+            str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
+            for v in classes
+        ]
+    return [str(v) for v in classes]
+
+
+def _labels_from_array(y: npt.NDArray[np.generic], where: str) -> list[str]:
+    if y.dtype.kind in "biuf":
+        values = y.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise DataError(f"{where}: y[{int(bad[0])}] is not a finite number")
+        return [repr(float(v)) for v in values]
+    if y.dtype.kind in "US":
+        return [str(v) for v in y.astype(np.str_)]
+    raise DataError(f"{where}: y must hold numbers or strings, not {y.dtype}")
+
+
+# ---------------------------------------------------------------------------------------
+# CSV
+
+
+def _resolve_label(label: str | None, header: list[str], where: str) -> int:
+    if label is None:
+        return len(header) - 1
+    matches = [i for i, name in enumerate(header) if name == label]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise DataError(
+            f"{where}: label column {label!r} appears {len(matches)} times in the header"
+        )
+    try:
+        index = int(label)
+    except ValueError:
+        shown = ", ".join(repr(h) for h in header[:8]) + (", ..." if len(header) > 8 else "")
+        raise DataError(f"{where}: no column named {label!r} in the header ({shown})") from None
+    if not -len(header) <= index < len(header):
+        raise DataError(f"{where}: label column {index} out of range; the header has {len(header)}")
+    return index % len(header)
+
+
+def _bad_value(text: str) -> str:
+    if not text.strip():
+        return "missing value"
+    return f"not a number: {text[:40]!r}"
+
+
+def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset:
+    """Parse CSV bytes: a header row, comma-separated, numeric finite features.
+
+    ``label`` is a header name or a column number (0-based, negative from the end); the
+    default is the last column. ``where`` prefixes every error (the file name).
+    """
+    identity = "sha256:" + hashlib.sha256(data).hexdigest()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{where}: line {line}: not valid UTF-8 ({exc.reason})") from None
+    # A byte-order mark is how some spreadsheet programs say UTF-8; it is not part of a name.
+    text = text.removeprefix("\ufeff")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise DataError(f"{where}: empty file; expected a header row")
+        header = [name.strip() for name in header]
+        n_cols = len(header)
+        if n_cols < 2:
+            raise DataError(f"{where}: line 1: need a label and at least one feature column")
+        label_col = _resolve_label(label, header, where)
+        features = array("d")
+        labels: list[str] = []
+        lines: list[int] = []
+        for fields in reader:
+            line = reader.line_num
+            if not fields:
+                continue
+            if len(fields) != n_cols:
+                raise DataError(
+                    f"{where}: line {line}: expected {n_cols} comma-separated values, "
+                    f"found {len(fields)}"
+                )
+            text_label = fields[label_col].strip()
+            if not text_label:
+                raise DataError(
+                    f"{where}: line {line}, column {label_col + 1} "
+                    f"({header[label_col]!r}): missing label"
+                )
+            row = fields[:label_col] + fields[label_col + 1 :]
+            try:
+                features.extend(map(float, row))
+            except ValueError:
+                _raise_bad_row(row, line, label_col, header, where)
+            labels.append(text_label)
+            lines.append(line)
+    except csv.Error as exc:
+        raise DataError(f"{where}: line {reader.line_num}: {exc}") from None
+    if not labels:
+        raise DataError(f"{where}: no data rows after the header")
+    x = np.frombuffer(features, dtype=np.float64).reshape(len(labels), n_cols - 1).copy()
+    finite = np.isfinite(x)
+    if not finite.all():
+        r, j = (int(v) for v in np.argwhere(~finite)[0])
+        col = j if j < label_col else j + 1
+        raise DataError(
+            f"{where}: line {lines[r]}, column {col + 1} ({header[col]!r}): "
+            f"not a finite number: {x[r, j]!r}"
+        )
+    classes, y = _classes_of(labels, where)
+    return ArrayDataset(x, y, classes, identity)
+
+
+def _raise_bad_row(
+    row: list[str], line: int, label_col: int, header: list[str], where: str
+) -> None:
+    for j, value in enumerate(row):
+        try:
+            float(value)
+        except ValueError:
+            col = j if j < label_col else j + 1
+            raise DataError(
+                f"{where}: line {line}, column {col + 1} ({header[col]!r}): {_bad_value(value)}"
+            ) from None
+    raise AssertionError("a row that failed to parse parsed")  # pragma: no cover
+
+
+def load_csv(path: str | Path, label: str | None = None) -> ArrayDataset:
+    """Read a CSV file (see ``parse_csv``); identity is the SHA256 of its bytes."""
+    return parse_csv(_read(path), str(path), label)
+
+
+# ---------------------------------------------------------------------------------------
+# NPZ
+
+
+def load_npz(path: str | Path) -> ArrayDataset:
+    """Read arrays ``X`` (2-D, numeric, finite) and ``y`` (1-D, numbers or strings)."""
+    where = str(path)
+    data = _read(path)
+    identity = "sha256:" + hashlib.sha256(data).hexdigest()
+    # Without this check numpy would try a non-zip file as a pickle and blame pickling.
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise DataError(f"{where}: not a readable NPZ archive (not a zip file)")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            missing = [name for name in ("X", "y") if name not in archive.files]
+            if missing:
+                raise DataError(f"{where}: missing array {missing[0]!r} (need X and y)")
+            x_raw, y_raw = archive["X"], archive["y"]
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise DataError(f"{where}: not a readable NPZ archive ({exc})") from None
+    except ValueError as exc:
+        # numpy refuses object arrays when pickles are off; say so in one line.
+        raise DataError(f"{where}: unreadable array ({exc})") from None
+    if x_raw.ndim != 2:
+        raise DataError(f"{where}: X must be 2-D, got shape {x_raw.shape}")
+    if x_raw.dtype.kind not in "biuf":
+        raise DataError(f"{where}: X must be numeric, not {x_raw.dtype}")
+    if y_raw.ndim != 1 or y_raw.shape[0] != x_raw.shape[0]:
+        raise DataError(
+            f"{where}: y must be 1-D with one label per row of X; X has shape {x_raw.shape}, "
+            f"y {y_raw.shape}"
+        )
+    if x_raw.shape[0] == 0 or x_raw.shape[1] == 0:
+        raise DataError(f"{where}: X is empty, shape {x_raw.shape}")
+    x = x_raw.astype(np.float64)
+    finite = np.isfinite(x)
+    if not finite.all():
+        r, j = (int(v) for v in np.argwhere(~finite)[0])
+        raise DataError(f"{where}: X[{r}, {j}] (row {r}, column {j}) is not a finite number")
+    classes, y = _classes_of(_labels_from_array(y_raw, where), where)
+    return ArrayDataset(x, y, classes, identity)
+
+
+# ---------------------------------------------------------------------------------------
+# digits
+
+
+def digits_path() -> Path:
+    """scikit-learn's bundled ``digits.csv.gz``, found without importing scikit-learn.
+
+    ``find_spec`` of a top-level package locates it without running its ``__init__``;
+    importing ``sklearn.datasets`` would cost about a second.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(
+            "--data digits needs scikit-learn, which ships the data set: pip install 'aner[digits]'"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    if not path.is_file():
+        raise DataError(f"scikit-learn is installed but its digits data file is missing: {path}")
+    return path
+
+
+def load_digits() -> ArrayDataset:
+    """The 1,797 x 64 handwritten digits (8x8 images, values 0..16), 10 classes.
+
+    The file has no header and the label in the last column; its identity is the SHA256
+    of the compressed file as installed.
+    """
+    path = digits_path()
+    data = _read(path)
+    # The file has no header, so one is supplied rather than special-casing the parser.
+    header = ",".join([f"pixel_{i}" for i in range(64)] + ["digit"]).encode()
+    body = gzip.decompress(data)
+    parsed = parse_csv(header + b"\n" + body, str(path))
+    return ArrayDataset(
+        parsed.x, parsed.y, parsed.classes, "sha256:" + hashlib.sha256(data).hexdigest()
+    )
+
+
+def open_dataset(source: str, label: str | None = None) -> ArrayDataset:
+    """``digits``, an ``.npz`` file or a CSV file, as ``--data`` names them."""
+    if source == DIGITS:
+        if label is not None:
+            raise DataError("--label does not apply to --data digits")
+        return load_digits()
+    if source.lower().endswith(".npz"):
+        if label is not None:
+            raise DataError(f"{source}: --label does not apply to NPZ files (labels are y)")
+        return load_npz(source)
+    return load_csv(source, label)
+
+
+def _read(path: str | Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Teacher set
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _s(w):  # type: ignore[no-untyped-def]
+    return np.float64(np.int64(w >> _SHIFT)) * _TWO_M52 - 1.0
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _u(w):  # type: ignore[no-untyped-def]
+    return np.float64(np.int64(w >> _SHIFT)) * _TWO_M53
+
+
+@njit(nogil=True, cache=True)
+def _teacher_kernel(seed, positions, hidden_w, output_w, x, y):  # type: ignore[no-untyped-def]
+    """Features and labels of teacher rows ``positions`` into ``x`` and ``y``.
+
+    No fastmath: every sum runs in index order from 0.0 with separate multiply and add,
+    exactly as SPEC section 9 writes it, so any implementation derives the same labels.
+    """
+    d = x.shape[1]
+    k = output_w.shape[0]
+    n_hidden = hidden_w.shape[0]
+    feature_key = np.uint64(FEATURE_STREAM)
+    noise_key = np.uint64(NOISE_STREAM)
+    flip_key = np.uint64(FLIP_STREAM)
+    a = np.empty(n_hidden)
+    for i in range(positions.size):
+        r = positions[i]
+        # Row r reads words r*d .. r*d + d - 1 of stream 3: ceil(d / 4) or one more blocks.
+        k_word = r * d
+        j = 0
+        while j < d:
+            w = philox_block(np.uint64(k_word >> 2), seed, feature_key)
+            lane = k_word & 3
+            while lane < 4 and j < d:
+                x[i, j] = _s(w[lane])
+                lane += 1
+                j += 1
+                k_word += 1
+        for h in range(n_hidden):
+            s = 0.0
+            for jj in range(d):
+                s += hidden_w[h, jj] * x[i, jj]
+            a[h] = s if s > 0.0 else 0.0
+        best = 0
+        best_z = 0.0
+        for c in range(k):
+            z = 0.0
+            for h in range(n_hidden):
+                z += output_w[c, h] * a[h]
+            # Strictly greater keeps the first index of the largest value.
+            if c == 0 or z > best_z:
+                best = c
+                best_z = z
+        lane_r = r & 3
+        noise = philox_block(np.uint64(r >> 2), seed, noise_key)
+        if _u(noise[lane_r]) < NOISE_RATE:
+            flip = philox_block(np.uint64(r >> 2), seed, flip_key)
+            best = int(np.floor(_u(flip[lane_r]) * k))
+        y[i] = best
+
+
+class TeacherDataset(Dataset):
+    """``aner-dataset/teacher/v1``: rows generated where they are used, never stored."""
+
+    def __init__(self, n_rows: int, n_features: int, n_classes: int, seed: int) -> None:
+        for name, value in (("rows", n_rows), ("features", n_features), ("classes", n_classes)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise DataError(f"teacher {name} must be an integer, got {value!r}")
+        if not 1 <= n_rows <= TEACHER_MAX_ROWS:
+            raise DataError(f"teacher rows must be in 1..{TEACHER_MAX_ROWS}, got {n_rows}")
+        if not 1 <= n_features <= TEACHER_MAX_FEATURES:
+            raise DataError(
+                f"teacher features must be in 1..{TEACHER_MAX_FEATURES}, got {n_features}"
+            )
+        if n_classes < 2:
+            raise DataError(f"teacher classes must be at least 2, got {n_classes}")
+        if not 0 <= seed < 2**64:
+            raise DataError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
+        self.n_rows, self.n_features, self.seed = n_rows, n_features, seed
+        self.classes = np.arange(n_classes, dtype=np.float64)
+        self.identity = (
+            f"{TEACHER_ID}:rows={n_rows},features={n_features},classes={n_classes},seed={seed}"
+        )
+        self.hidden_w = signed(words(seed, HIDDEN_STREAM, 0, TEACHER_HIDDEN * n_features)).reshape(
+            TEACHER_HIDDEN, n_features
+        )
+        self.output_w = signed(words(seed, OUTPUT_STREAM, 0, n_classes * TEACHER_HIDDEN)).reshape(
+            n_classes, TEACHER_HIDDEN
+        )
+
+    def rows(self, positions: Ints) -> tuple[Floats, Ints]:
+        pos = self._positions(positions)
+        x = np.empty((pos.size, self.n_features), dtype=np.float64)
+        y = np.empty(pos.size, dtype=np.int64)
+        _teacher_kernel(np.uint64(self.seed), pos, self.hidden_w, self.output_w, x, y)
+        return x, y
+
+
+def warm_up() -> None:
+    """Compile or load from cache the teacher kernel now, not during the first task."""
+    TeacherDataset(9, 5, 3, 1).rows(np.arange(9, dtype=np.int64))

@@ -1,0 +1,38 @@
+"""What a Dense task carries: the parameters frozen for a pass (`DenseParams`) and a chunk's
+sufficient statistics (`DenseStats`), both msgspec Structs encoded by the kernel registry.
+
+A pass's `DenseParams` name the data set, the step kind and everything frozen for the pass
+(the flat parameters and the normalisation, as binary64 bytes); a task is a range
+[start, start + count) of the pass's row positions. Those positions are the batch's own
+(carried in the parameters, in epoch order) for a training step, and the ascending
+positions of a role (computed by the worker from the seed, never sent) for the
+normalisation and the evaluation passes. Tasks never carry row data.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+MOMENTS, TRAIN, EVALUATE = "moments", "train", "evaluate"
+
+
+class DenseParams(msgspec.Struct, frozen=True, array_like=True):
+    step: str  # MOMENTS, TRAIN or EVALUATE
+    data: str  # the staged blob's SHA256 hex, or a teacher identity
+    teacher: tuple[int, ...]  # (rows, features, classes) of a teacher set, else ()
+    seed: int
+    fractions: tuple[float, float]  # test, validation
+    role: int  # MOMENTS and EVALUATE: the role whose positions are the pass's items
+    positions: bytes  # TRAIN: the batch's row positions, int64 little-endian
+    sizes: tuple[int, ...]  # layer sizes [d, h1, ..., k]
+    params: bytes  # flat binary64 parameters (TRAIN, EVALUATE)
+    mean: bytes  # normalisation (TRAIN, EVALUATE)
+    std: bytes
+
+
+class DenseStats(msgspec.Struct, frozen=True, array_like=True):
+    sums: bytes  # TRAIN: the gradient sum; MOMENTS: the feature sums (binary64)
+    m2: bytes  # MOMENTS: squared deviations about the chunk's own mean
+    loss_sum: float
+    correct: int
+    valid: int

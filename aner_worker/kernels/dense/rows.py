@@ -1,0 +1,171 @@
+"""Rows and statistics of the "dense" kernel (`dense_task`): where rows come from, and one
+chunk's computation.
+
+Where rows come from, by the data set's name in the parameters:
+- a teacher set (`aner-dataset/teacher/v1`) is generated here, row by row;
+- file data is a staged blob (`encode_blob`: a small header, X as binary64, y as int64,
+  little-endian) named by its SHA256. Local threads share the coordinator's in-memory copy
+  (`share`); a worker process assembles it from its block cache (`stage`).
+
+One chunk is one call of `chunk_stats` on one thread with BLAS held to one thread, so its bits
+do not depend on who computed it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from aner_worker.kernels.dense.data import TEACHER_ID, ArrayDataset, Dataset, TeacherDataset
+from aner_worker.kernels.dense.network import chunk_stats, evaluate, moment_sums, unflatten
+from aner_worker.kernels.dense.params import EVALUATE, MOMENTS, TRAIN, DenseParams, DenseStats
+from aner_worker.kernels.dense.streams import role_codes
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+_MAGIC = b"aner-dense-data/v1\n"
+_F8, _I8 = np.dtype("<f8"), np.dtype("<i8")
+
+
+def floats(data: bytes) -> Floats:
+    out: Floats = np.frombuffer(data, dtype=_F8)
+    return out
+
+
+def to_bytes(array: npt.NDArray[Any], dtype: np.dtype[Any] = _F8) -> bytes:
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+# ---------------------------------------------------------------------------------------
+# Staged blobs
+
+
+def encode_blob(x: Floats, y: Ints) -> bytes:
+    """The staged form of file data: header, X (n x d binary64), y (n int64)."""
+    n, d = x.shape
+    header = _MAGIC + np.array([n, d], dtype=_I8).tobytes()
+    return header + to_bytes(x) + to_bytes(y, _I8)
+
+
+def blob_digest(x: Floats, y: Ints) -> str:
+    """SHA256 hex of `encode_blob(x, y)`, without building it."""
+    n, d = x.shape
+    digest = hashlib.sha256(_MAGIC + np.array([n, d], dtype=_I8).tobytes())
+    digest.update(np.ascontiguousarray(x, dtype=_F8).data)
+    digest.update(np.ascontiguousarray(y, dtype=_I8).data)
+    return digest.hexdigest()
+
+
+def decode_blob(blob: bytes) -> ArrayDataset:
+    head = len(_MAGIC) + 16
+    if blob[: len(_MAGIC)] != _MAGIC or len(blob) < head:
+        raise ValueError("staged data is not an aner-dense-data/v1 blob")
+    n, d = (int(v) for v in np.frombuffer(blob[len(_MAGIC) : head], dtype=_I8))
+    if n < 1 or d < 1 or len(blob) != head + 8 * n * d + 8 * n:
+        raise ValueError(f"staged data has {len(blob)} bytes, not those of {n} x {d} rows")
+    x = np.frombuffer(blob, dtype=_F8, count=n * d, offset=head).reshape(n, d)
+    y = np.frombuffer(blob, dtype=_I8, count=n, offset=head + 8 * n * d)
+    if int(y.min()) < 0:
+        raise ValueError("staged data has a negative class index")
+    classes = np.arange(int(y.max()) + 1, dtype=np.float64)
+    return ArrayDataset(x, y, classes, "sha256:" + hashlib.sha256(blob).hexdigest())
+
+
+# ---------------------------------------------------------------------------------------
+# Where rows come from
+
+_lock = threading.Lock()
+# Local threads: the coordinator's own data set, for as long as its job holds it.
+_shared: weakref.WeakValueDictionary[str, Dataset] = weakref.WeakValueDictionary()
+# Worker processes: staged data sets, the latest few.
+_kept: dict[str, Dataset] = {}
+_KEEP = 2
+
+
+def share(name: str, dataset: Dataset) -> None:
+    """Let local threads read `dataset` under `name` while the caller holds it."""
+    with _lock:
+        _shared[name] = dataset
+
+
+def keep(name: str, dataset: Dataset) -> None:
+    """Hold a staged data set for the tasks of this process."""
+    with _lock:
+        _kept.pop(name, None)
+        _kept[name] = dataset
+        while len(_kept) > _KEEP:
+            del _kept[next(iter(_kept))]
+
+
+def stage(name: str, blob: bytes) -> None:
+    """A staged blob, assembled by the worker from its blocks: check and keep it."""
+    if hashlib.sha256(blob).hexdigest() != name:
+        raise ValueError(f"staged data does not hash to its name {name}")
+    keep(name, decode_blob(blob))
+
+
+def has(name: str) -> bool:
+    with _lock:
+        return name in _kept or name in _shared
+
+
+@functools.lru_cache(maxsize=4)
+def _teacher(rows: int, features: int, classes: int, seed: int) -> TeacherDataset:
+    return TeacherDataset(rows, features, classes, seed)
+
+
+def dataset_for(params: DenseParams) -> Dataset:
+    if params.data.startswith(TEACHER_ID):
+        rows, features, classes = params.teacher
+        return _teacher(rows, features, classes, params.seed)
+    with _lock:
+        found = _kept.get(params.data) or _shared.get(params.data)
+    if found is None:
+        raise LookupError(f"data set {params.data} was never staged on this worker")
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def role_positions(seed: int, n_rows: int, fractions: tuple[float, float], role: int) -> Ints:
+    """Ascending positions of the rows of `role` (SPEC section 9, Roles)."""
+    codes = role_codes(seed, n_rows, fractions[0], fractions[1])
+    out: Ints = np.flatnonzero(codes == role).astype(np.int64)
+    out.flags.writeable = False
+    return out
+
+
+def _positions(params: DenseParams, dataset: Dataset, start: int, count: int) -> Ints:
+    if params.step == TRAIN:
+        batch = np.frombuffer(params.positions, dtype=_I8)
+        pool = batch
+    else:
+        pool = role_positions(params.seed, dataset.n_rows, params.fractions, params.role)
+    if not 0 <= start < start + count <= pool.size:
+        raise IndexError(f"range [{start}, +{count}) outside the pass's {pool.size} rows")
+    out: Ints = pool[start : start + count]
+    return out
+
+
+def compute(params: DenseParams, start: int, count: int) -> DenseStats:
+    """The statistics of items [start, start + count) of a pass: one chunk, one thread."""
+    dataset = dataset_for(params)
+    x, y = dataset.rows(_positions(params, dataset, start, count))
+    if params.step == MOMENTS:
+        total, m2 = moment_sums(x)
+        return DenseStats(to_bytes(total), to_bytes(m2), 0.0, 0, count)
+    model = unflatten(floats(params.params), params.sizes)
+    mean, std = floats(params.mean), floats(params.std)
+    if params.step == TRAIN:
+        stats = chunk_stats(model, mean, std, x, y)
+        return DenseStats(to_bytes(stats.grad), b"", stats.loss_sum, stats.correct, stats.valid)
+    if params.step == EVALUATE:
+        loss_sum, correct = evaluate(model, mean, std, x, y)
+        return DenseStats(b"", b"", loss_sum, correct, count)
+    raise ValueError(f"unknown dense step {params.step!r}")

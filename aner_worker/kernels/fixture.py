@@ -1,0 +1,193 @@
+"""The analytic training fixture ``aner-fixture/logistic/v1`` (SPEC section 2) as a numba kernel.
+
+A worker evaluates a range of rows under frozen parameters and returns the sufficient
+statistics of one full-batch logistic-regression step: the nine gradient sums, the loss sum,
+the number of correct predictions and the number of rows accepted. Rows are regenerated from
+their global index, so no data is ever shipped.
+
+numba's cache keys a kernel on its own source file only: the kernel here inlines
+``philox_block`` from ``philox.py``, so a change there needs ``__pycache__`` cleared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from aner_worker.kernels.base import Stopped
+from aner_worker.kernels.philox import check_range, philox_block
+
+FIXTURE_ID = "aner-fixture/logistic/v1"
+
+FEATURE_STREAM = 1
+NOISE_STREAM = 2
+N_PARAMS = 9
+
+# Teacher weights and intercept, as SPEC section 2 fixes them.
+_T0, _T1, _T2, _T3 = 1.5, -2.0, 1.0, -0.5
+_T4, _T5, _T6, _T7 = 0.75, -1.25, 0.5, 2.0
+_T_INTERCEPT = 0.25
+
+_SHIFT = np.uint64(11)
+_TWO_M52 = 2.0**-52
+_TWO_M53 = 2.0**-53
+
+# Rows summed into local partials before they join the running totals. Sequential
+# summation over millions of rows would let rounding error grow with the chunk size; two
+# levels keep the sums of different chunkings within the SPEC's 1e-10 of each other.
+_BLOCK_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class FixtureStats:
+    """Sufficient statistics of a row range under frozen ``theta``."""
+
+    grad: tuple[float, ...]
+    loss_sum: float
+    correct: int
+    valid: int
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _feature(w):  # type: ignore[no-untyped-def]
+    # (w >> 11) * 2**-52 - 1.0 lies in [-1, 1) exactly; w >> 11 fits int64, and the signed
+    # conversion is the cheap one.
+    return np.float64(np.int64(w >> _SHIFT)) * _TWO_M52 - 1.0
+
+
+@njit(nogil=True, cache=True)
+def _fixture_kernel(seed, start, count, theta, grad, loss_sum):  # type: ignore[no-untyped-def]
+    """Adds rows ``[start, start + count)`` to the running sums ``grad[9]`` (in place) and
+    ``loss_sum``; returns ``(loss_sum, correct, valid)``.
+
+    Continuing given sums, block by block, lets a caller cut a chunk into sub-ranges that
+    are multiples of ``_BLOCK_ROWS`` and still get bitwise the sums of one call.
+
+    Row ``r`` takes its features from blocks ``2r`` and ``2r + 1`` of stream 1 and its noise
+    from word ``r % 4`` of block ``r // 4`` of stream 2. All arithmetic is binary64 without
+    fastmath, so no multiply-add is fused and the labels are exact.
+    """
+    feature_key = np.uint64(FEATURE_STREAM)
+    noise_key = np.uint64(NOISE_STREAM)
+    th0, th1, th2, th3 = theta[0], theta[1], theta[2], theta[3]
+    th4, th5, th6, th7, th8 = theta[4], theta[5], theta[6], theta[7], theta[8]
+    correct = 0
+    valid = 0
+    end = start + count
+    noise = philox_block(np.uint64(start >> 2), seed, noise_key)
+    first = start
+    while first < end:
+        stop = min(first + _BLOCK_ROWS, end)
+        g0 = g1 = g2 = g3 = g4 = g5 = g6 = g7 = g8 = 0.0
+        part_loss = 0.0
+        for r in range(first, stop):
+            a = philox_block(np.uint64(2 * r), seed, feature_key)
+            b = philox_block(np.uint64(2 * r + 1), seed, feature_key)
+            f0, f1, f2, f3 = _feature(a[0]), _feature(a[1]), _feature(a[2]), _feature(a[3])
+            f4, f5, f6, f7 = _feature(b[0]), _feature(b[1]), _feature(b[2]), _feature(b[3])
+            lane = r & 3
+            if lane == 0:
+                noise = philox_block(np.uint64(r >> 2), seed, noise_key)
+            u = np.float64(np.int64(noise[lane] >> _SHIFT)) * _TWO_M53
+            # Left to right, exactly as SPEC writes it, so every implementation agrees.
+            z = _T0 * f0 + _T1 * f1
+            z = z + _T2 * f2
+            z = z + _T3 * f3
+            z = z + _T4 * f4
+            z = z + _T5 * f5
+            z = z + _T6 * f6
+            z = z + _T7 * f7
+            z = z + _T_INTERCEPT
+            y = 1.0 if z + 3.0 * (u - 0.5) > 0.0 else 0.0
+            s = th0 * f0 + th1 * f1
+            s = s + th2 * f2
+            s = s + th3 * f3
+            s = s + th4 * f4
+            s = s + th5 * f5
+            s = s + th6 * f6
+            s = s + th7 * f7
+            s = s + th8
+            d = 1.0 / (1.0 + np.exp(-s)) - y
+            g0 += d * f0
+            g1 += d * f1
+            g2 += d * f2
+            g3 += d * f3
+            g4 += d * f4
+            g5 += d * f5
+            g6 += d * f6
+            g7 += d * f7
+            g8 += d
+            part_loss += max(s, 0.0) - y * s + np.log1p(np.exp(-abs(s)))
+            if (s >= 0.0) == (y == 1.0):
+                correct += 1
+            valid += 1
+        grad[0] += g0
+        grad[1] += g1
+        grad[2] += g2
+        grad[3] += g3
+        grad[4] += g4
+        grad[5] += g5
+        grad[6] += g6
+        grad[7] += g7
+        grad[8] += g8
+        loss_sum += part_loss
+        first = stop
+    return loss_sum, correct, valid
+
+
+# Rows per uninterrupted kernel call when a caller may ask to stop (a multiple of
+# _BLOCK_ROWS, so the sums are bitwise those of one call): about 3 ms of one core.
+SUB_ROWS = 64 * _BLOCK_ROWS
+
+
+def fixture_pass(
+    seed: int,
+    start: int,
+    count: int,
+    theta: Sequence[float],
+    should_stop: Callable[[], bool] | None = None,
+) -> FixtureStats:
+    """Fixture statistics of rows ``[start, start + count)`` under frozen ``theta``.
+
+    ``theta`` holds nine numbers: eight feature weights, then the bias. Validation is that
+    of ``count_hits`` plus the length of ``theta``. Releases the GIL while it runs. With
+    ``should_stop``, the range is computed in sub-ranges of SUB_ROWS and ``Stopped`` is
+    raised at the first boundary where it returns True.
+    """
+    check_range(seed, start, count)
+    # Always a fresh writable C-contiguous copy, so one kernel specialisation serves all calls.
+    th = np.array(theta, dtype=np.float64)
+    if th.shape != (N_PARAMS,):
+        raise ValueError(f"theta must hold {N_PARAMS} numbers, got shape {th.shape}")
+    grad = np.zeros(N_PARAMS)
+    loss_sum = 0.0
+    correct = valid = 0
+    key = np.uint64(int(seed))
+    step = count if should_stop is None else SUB_ROWS
+    first, end = start, start + count
+    while True:
+        n = min(step, end - first)
+        loss_sum, c, v = _fixture_kernel(
+            key, np.int64(first), np.int64(n), th, grad, np.float64(loss_sum)
+        )
+        correct += c
+        valid += v
+        first += n
+        if first >= end:
+            break
+        if should_stop is not None and should_stop():
+            raise Stopped(f"stopped at row {first} of [{start}, {end})")
+    return FixtureStats(
+        grad=tuple(float(g) for g in grad),
+        loss_sum=float(loss_sum),
+        correct=int(correct),
+        valid=int(valid),
+    )
+
+
+def warm_up() -> None:
+    """Compile or load from cache the fixture kernel now, not during the first task."""
+    fixture_pass(1, 3, 6, [0.0] * N_PARAMS)
