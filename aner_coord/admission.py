@@ -18,7 +18,6 @@ from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord
 from aner_coord.computations import Admitted, Computation, computation_for
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import (
-    DEFAULT_CHUNK,
     MAX_CHUNKS,
     MAX_LOCAL_WORKERS,
     check_fraction,
@@ -37,17 +36,17 @@ class Workers:
     records: tuple[WorkerRecord, ...] | None
     automatic: bool
 
-    def describe(self, execution: Execution) -> dict[str, Any]:
+    def describe(self, chunk: int) -> dict[str, Any]:
         if self.records is None:
             return {
                 "kind": "local",
                 "workers": len(self.slots),
-                "chunk": execution.chunk,
+                "chunk": chunk,
                 "automatic": self.automatic,
             }
         return {
             "kind": "cluster",
-            "chunk": execution.chunk,
+            "chunk": chunk,
             "workers": [
                 {"identity": r.identity, "transport": r.transport, "slots": r.slots}
                 for r in self.records
@@ -64,17 +63,14 @@ class Job:
     admitted: Admitted
     workers: Workers
     output: Path | None
+    chunk: int  # items a task: the execution's, or the computation's default
 
     @property
     def kind(self) -> str:
         return self.computation.kind
 
-    @property
-    def chunk(self) -> int:
-        return self.request.execution.chunk
-
     def describe_execution(self) -> dict[str, Any]:
-        return self.workers.describe(self.request.execution)
+        return self.workers.describe(self.chunk)
 
 
 def admit(request: JobRequest) -> Job:
@@ -88,13 +84,17 @@ def admit(request: JobRequest) -> Job:
     retries = check_int("retries", request.retries)
     if retries < 0:
         raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
-    _check_plan(admitted, request.execution.chunk, workers)
+    chunk = request.execution.chunk
+    if chunk is None:
+        chunk = computation.default_chunk
+    _check_plan(admitted, chunk, workers)
     output = jobdir.check_new_output(request.output) if request.output is not None else None
-    return Job(request, computation, admitted, workers, output)
+    return Job(request, computation, admitted, workers, output, chunk)
 
 
 def admit_execution(execution: Execution) -> Workers:
-    check_positive("chunk", execution.chunk)
+    if execution.chunk is not None:
+        check_positive("chunk", execution.chunk)
     if isinstance(execution, LocalExecution):
         return _admit_local(execution.workers)
     return _admit_cluster(execution)
@@ -184,14 +184,16 @@ def _check_plan(admitted: Admitted, chunk: int, workers: Workers) -> None:
         )
 
 
-def local(workers: int = 0, chunk: int = DEFAULT_CHUNK) -> LocalExecution:
-    """A local allocation; `workers=0` means the automatic policy reported by `inventory`."""
+def local(workers: int = 0, chunk: int | None = None) -> LocalExecution:
+    """A local allocation; `workers=0` means the automatic policy reported by `inventory`.
+    `chunk` items go to a task; None is each computation's own default (65,536 samples or
+    rows for Monte Carlo and the fixture, SPEC section 3)."""
     execution = LocalExecution(workers=workers, chunk=chunk)
     admit_execution(execution)
     return execution
 
 
-def cluster(config: str | os.PathLike[str], chunk: int = DEFAULT_CHUNK) -> ClusterExecution:
+def cluster(config: str | os.PathLike[str], chunk: int | None = None) -> ClusterExecution:
     """The group described by the cluster file at `config` (SPEC section 5)."""
     execution = ClusterExecution(config=os.fspath(config), chunk=chunk)
     admit_execution(execution)

@@ -1,19 +1,77 @@
-"""What every call of the API shares, one-off or on a session: how a finished job becomes
-its result or its exception, and how the Dense options become a request."""
+"""Every call of the Python API, written once, for one-off jobs and sessions alike.
+
+A call is built from its arguments as a `Call`: the admitted job, and how the job's report
+becomes the call's result. Two drivers carry any call out, so each call is written once and
+has both forms (as dask writes each `Client` method once and bridges it with
+`SyncMethodMixin`):
+
+- `synchronous`: the caller's thread waits; an interrupt (Ctrl-C, a notebook's kernel
+  interrupt) cancels the job gracefully and the call raises `JobCancelled` chained from it;
+- `awaitable`: the job is awaited without blocking the caller's loop; cancelling the awaiting
+  task cancels the job, waits for it to stop, then re-raises.
+
+`Calls` holds the calls; how a job runs is its subclasses' business (`OneOff` for
+`parallel`'s functions, `aner_coord.session.Session` on kept workers). A computation's options
+are those of its request type, declared once there: a call converts its keyword arguments
+with `request_of`, which names a wrong one as the caller wrote it (`epochs=`), and shows the
+request type's fields as its signature.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
+import msgspec
+
+from aner_coord.admission import Job, admit
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.errors import JobCancelled, JobFailed
+from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
+from aner_coord.computations.regression import RegressionRequest, RegressionResult
+from aner_coord.errors import JobCancelled, JobFailed, RequestError
 from aner_coord.job.coordinator import JobReport
+from aner_coord.job.execute import execute
 from aner_coord.jobdir.status import JobState
+from aner_coord.requests import ComputationRequest, Execution, JobRequest, LocalExecution
+from aner_coord.runner import run_interruptible
+
+if TYPE_CHECKING:
+    from aner_coord.computations.dense.result import DenseFit
+
+R = TypeVar("R")
+P = ParamSpec("P")
+C = TypeVar("C", bound="Calls")
+
+
+class Placement(TypedDict, total=False):
+    """Where and how a call's job runs; the same for every computation."""
+
+    execution: Execution  # local(...) or cluster(...); the caller's own if omitted
+    output: str | os.PathLike[str]  # a job directory (SPEC section 7) that must not exist
+    audit: float  # the fraction of chunks the coordinator recomputes itself
+    retries: int  # lost workers the job survives (SPEC section 11)
+    chunk: int  # items a task, instead of the execution's (or the computation's default)
+
+
+PLACEMENT: tuple[str, ...] = tuple(Placement.__annotations__)
+
+
+@dataclass(frozen=True)
+class Call(Generic[R]):
+    """A call ready to run: its admitted job, and how the job's report becomes the result
+    (`finish(report, interrupt)`, with the interrupt that cancelled it, if one did)."""
+
+    job: Job
+    finish: Callable[[JobReport, BaseException | None], R]
 
 
 def outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
+    """The result of a completed job; a cancelled or failed one raises, saying why."""
     if report.state is JobState.COMPLETED:
         return report.result
     if report.state is JobState.CANCELLED:
@@ -23,30 +81,194 @@ def outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
     raise JobFailed(report.error or "job failed") from report.task_exception
 
 
-def dense_request(
-    seed: int,
-    data: str | os.PathLike[str] | None,
-    label: str | None,
-    teacher: tuple[int, int, int] | None,
-    hidden: Sequence[int],
-    batch: int,
-    epochs: int,
-    optimizer: str,
-    lr: float,
-    patience: int,
-    target_accuracy: float | None,
-) -> DenseRequest:
-    """The request of a `dense_fit` call (shared with sessions)."""
-    return DenseRequest(
-        seed=seed,
-        data=None if data is None else (data if data == "digits" else os.fspath(data)),
-        label=label,
-        teacher=None if teacher is None else (teacher[0], teacher[1], teacher[2]),
-        hidden=tuple(hidden),
-        batch=batch,
-        epochs=epochs,
-        optimizer=optimizer,
-        lr=lr,
-        patience=patience,
-        target_accuracy=target_accuracy,
+def synchronous(build: Callable[Concatenate[C, P], Call[R]]) -> Callable[Concatenate[C, P], R]:
+    """The blocking form of a call: build it, wait for its job, finish it."""
+
+    @functools.wraps(build)
+    def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        ready = build(self, *args, **kwargs)
+        report, interrupt = self.wait(ready.job)
+        return ready.finish(report, interrupt)
+
+    call.__name__ = call.__qualname__ = build.__name__.lstrip("_")
+    return call
+
+
+def awaitable(
+    build: Callable[Concatenate[C, P], Call[R]],
+) -> Callable[Concatenate[C, P], Coroutine[Any, Any, R]]:
+    """The awaitable form of a call: build it, await its job, finish it."""
+
+    @functools.wraps(build)
+    async def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        ready = build(self, *args, **kwargs)
+        report = await self.wait_async(ready.job)
+        return ready.finish(report, None)
+
+    call.__name__ = call.__qualname__ = build.__name__.lstrip("_") + "_async"
+    return call
+
+
+class Calls:
+    """The calls of the API. Subclasses say how a job runs (`wait`, `wait_async`) and may
+    add to every result (`finish`)."""
+
+    execution: Execution = LocalExecution()
+
+    # -- how a job runs: the subclasses' ---------------------------------------------------
+    def wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
+        """Run `job` to its end from a blocking caller; an interrupt cancels it gracefully
+        and is handed back, to be chained."""
+        raise NotImplementedError
+
+    async def wait_async(self, job: Job) -> JobReport:
+        """Run `job` to its end for an awaiting caller, never blocking its loop."""
+        raise NotImplementedError
+
+    def finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
+        return outcome(report, interrupt)
+
+    def job(self, computation: ComputationRequest, placement: Placement) -> Job:
+        """Admit `computation` where `placement` says (RequestError: nothing started)."""
+        execution = placement.get("execution") or self.execution
+        chunk = placement.get("chunk")
+        if chunk is not None:
+            execution = msgspec.structs.replace(execution, chunk=plain(chunk))
+        output = placement.get("output")
+        return admit(
+            JobRequest(
+                computation=computation,
+                execution=execution,
+                output=None if output is None else os.fspath(output),
+                audit=plain(placement.get("audit", 0.0)),
+                retries=plain(placement.get("retries", 0)),
+            )
+        )
+
+    # -- the calls, each written once ----------------------------------------------------
+    def _run(self, /, computation: ComputationRequest, **placement: Unpack[Placement]) -> Call[Any]:
+        """Run any registered computation's request and return its result. `output` makes a
+        job directory (SPEC section 7), `audit` recomputes that fraction of the chunks on the
+        coordinator, `retries` lost workers are survived (SPEC section 11), `chunk` items go
+        to a task."""
+        return Call(self.job(computation, placement), self.finish)
+
+    def _monte_carlo(
+        self, /, *, samples: int, seed: int, **placement: Unpack[Placement]
+    ) -> Call[MonteCarloResult]:
+        """Estimate pi from `samples` Philox samples of `seed` (SPEC section 1); the hits
+        depend on nothing else."""
+        request = request_of(MonteCarloRequest, {"samples": samples, "seed": seed}, "monte_carlo")
+        return self._run(request, **placement)
+
+    def _regression(
+        self, /, *, samples: int, steps: int, rate: float, seed: int, **placement: Unpack[Placement]
+    ) -> Call[RegressionResult]:
+        """Fit the logistic-regression fixture of SPEC section 2 with full-batch steps."""
+        options = {"samples": samples, "steps": steps, "rate": rate, "seed": seed}
+        return self._run(request_of(RegressionRequest, options, "regression"), **placement)
+
+    def _dense_fit(self, /, **arguments: Any) -> Call[DenseFit]:
+        """Train a Dense classifier (SPEC section 9) on `data` (a CSV or NPZ file, or
+        "digits") or on the procedural `teacher` set (rows, features, classes), with the
+        options of `DenseRequest`. The result carries the per-epoch history, test metrics,
+        `best_epoch`, `time_to_target_s`, per-worker accounting and `predict(X)`; with
+        `output`, the job directory also holds `model.npz`."""
+        from aner_coord.computations.dense.result import DenseFit
+
+        placement, options = split_placement(arguments)
+        job = self.job(request_of(DenseRequest, options, "dense_fit"), placement)
+
+        def finish(report: JobReport, interrupt: BaseException | None) -> DenseFit:
+            return DenseFit(self.finish(report, interrupt), report.run.model)
+
+        return Call(job, finish)
+
+    run = synchronous(_run)
+    run_async = awaitable(_run)
+    monte_carlo = synchronous(_monte_carlo)
+    monte_carlo_async = awaitable(_monte_carlo)
+    regression = synchronous(_regression)
+    regression_async = awaitable(_regression)
+    dense_fit = synchronous(_dense_fit)
+    dense_fit_async = awaitable(_dense_fit)
+
+
+class OneOff(Calls):
+    """`parallel`'s functions: each call's job starts its own workers and ends them."""
+
+    def wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
+        return run_interruptible(lambda cancel: execute(job, cancel=cancel))
+
+    async def wait_async(self, job: Job) -> JobReport:
+        cancel = asyncio.Event()
+        task = asyncio.ensure_future(execute(job, cancel=cancel))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancel.set()
+            await task
+            raise
+
+
+# -- options from a request type -------------------------------------------------------------
+
+
+def split_placement(arguments: dict[str, Any]) -> tuple[Placement, dict[str, Any]]:
+    """A call's keyword arguments: where it runs, and the computation's options."""
+    placement = {k: v for k, v in arguments.items() if k in PLACEMENT}
+    options = {k: v for k, v in arguments.items() if k not in PLACEMENT}
+    return Placement(**placement), options  # type: ignore[typeddict-item]
+
+
+def plain(value: Any) -> Any:
+    """A numpy scalar or array as the Python value it holds (np.int64(5) -> 5), a path as
+    its string: what a request's fields take."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if hasattr(value, "dtype") and hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def request_of(kind: type[Any], options: dict[str, Any], call: str) -> Any:
+    """A `kind` request from keyword arguments. An unknown argument, or one of the wrong
+    type, is a RequestError naming it as the caller wrote it (`epochs=`)."""
+    fields = {f.name for f in msgspec.structs.fields(kind)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        known = ", ".join(f"{name}=" for name in sorted(fields | set(PLACEMENT)))
+        raise RequestError(f"{call}() has no argument {unknown[0]}=: it takes {known}")
+    try:
+        return msgspec.convert({k: plain(v) for k, v in options.items()}, kind)
+    except msgspec.ValidationError as exc:
+        raise RequestError(f"{call}(): {_argument_error(exc)}") from None
+
+
+def _argument_error(exc: msgspec.ValidationError) -> str:
+    """msgspec says "Expected `int`, got `str` - at `$.epochs`"; name the argument instead."""
+    text = str(exc)
+    message, at, where = text.partition(" - at `$.")
+    if not at:
+        return text
+    name = where.rstrip("`").split("[")[0].split(".")[0]
+    return f"{name}=: {message[0].lower()}{message[1:]}"
+
+
+def options_signature(kind: type[Any], first: str = "self") -> inspect.Signature:
+    """The signature that a call taking `kind`'s options shows to `help()` and notebooks."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter(first, inspect.Parameter.POSITIONAL_ONLY)]
+    for field in msgspec.structs.fields(kind):
+        default = inspect.Parameter.empty if field.required else field.default
+        parameters.append(inspect.Parameter(field.name, keyword, default=default))
+    parameters.extend(
+        inspect.Parameter(name, keyword, default=None) for name in Placement.__annotations__
     )
+    return inspect.Signature(parameters)
+
+
+Calls.dense_fit.__signature__ = options_signature(DenseRequest)  # type: ignore[attr-defined]
+Calls.dense_fit_async.__signature__ = options_signature(DenseRequest)  # type: ignore[attr-defined]

@@ -32,44 +32,34 @@ cancelled.
 
 from __future__ import annotations
 
-import asyncio
-import os
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from aner_coord.admission import Job, admit, cluster, local
-from aner_coord.calls import dense_request, outcome
+from aner_coord.admission import cluster, local
+from aner_coord.calls import OneOff
+from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
 from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
-from aner_coord.job.coordinator import JobReport
-from aner_coord.job.execute import execute
 from aner_coord.jobdir.status import WorkerAccount
-from aner_coord.requests import (
-    ClusterExecution,
-    ComputationRequest,
-    Execution,
-    JobRequest,
-    LocalExecution,
-)
-from aner_coord.runner import run_interruptible
+from aner_coord.requests import ClusterExecution, LocalExecution
 from aner_coord.session import Session, session
 
 if TYPE_CHECKING:
     from aner_coord.computations.dense.result import DenseFit, DenseResult
-
-DENSE_CHUNK = 256  # rows per task of a Dense job unless the execution says otherwise
 
 __all__ = [
     "AdmissionError",
     "AnerError",
     "ClusterExecution",
     "DenseFit",
+    "DenseRequest",
     "DenseResult",
     "JobCancelled",
     "JobFailed",
     "LocalExecution",
+    "MonteCarloRequest",
     "MonteCarloResult",
+    "RegressionRequest",
     "RegressionResult",
     "RequestError",
     "Session",
@@ -96,226 +86,22 @@ def inventory() -> dict[str, Any]:
     return current().to_dict()
 
 
-def run(
-    computation: ComputationRequest,
-    *,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    audit: float = 0.0,
-    retries: int = 0,
-) -> Any:
-    """Run any registered computation's request and return its result. `output` makes a job
-    directory (SPEC section 7), `audit` recomputes that fraction of the chunks here, and
-    `retries` lost workers are survived (SPEC section 11)."""
-    job = admit(_request(computation, execution, output, audit, retries))
-    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return outcome(report, interrupt)
+# Each call is written once, in `aner_coord.calls`; these are a one-off caller's.
+_one_off = OneOff()
+run = _one_off.run
+run_async = _one_off.run_async
+monte_carlo = _one_off.monte_carlo
+monte_carlo_async = _one_off.monte_carlo_async
+regression = _one_off.regression
+regression_async = _one_off.regression_async
+dense_fit = _one_off.dense_fit
+dense_fit_async = _one_off.dense_fit_async
 
 
-def _request(
-    computation: ComputationRequest,
-    execution: Execution | None,
-    output: str | os.PathLike[str] | None,
-    audit: float,
-    retries: int,
-) -> JobRequest:
-    return JobRequest(
-        computation=computation,
-        execution=execution if execution is not None else LocalExecution(),
-        output=None if output is None else os.fspath(output),
-        audit=audit,
-        retries=retries,
-    )
+def __getattr__(name: str) -> Any:
+    # The Dense result types import numpy: only when asked for.
+    if name in ("DenseFit", "DenseResult"):
+        from aner_coord.computations.dense import result
 
-
-async def run_async(
-    computation: ComputationRequest,
-    *,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    audit: float = 0.0,
-    retries: int = 0,
-) -> Any:
-    """`run` for async callers: runs on the caller's event loop and never blocks it (the
-    kernels run in threads or worker processes). Cancelling the awaiting task cancels the
-    job gracefully, then re-raises the cancellation."""
-    job = admit(_request(computation, execution, output, audit, retries))
-    return outcome(await _await_job(job))
-
-
-async def _await_job(job: Job) -> JobReport:
-    """Run `job` on the caller's loop; cancelling the awaiting task cancels the job
-    gracefully, waits for it to stop, then re-raises."""
-    cancel = asyncio.Event()
-    task = asyncio.ensure_future(execute(job, cancel=cancel))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        cancel.set()
-        await task
-        raise
-
-
-async def monte_carlo_async(
-    *,
-    samples: int,
-    seed: int,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    audit: float = 0.0,
-    retries: int = 0,
-) -> MonteCarloResult:
-    """`monte_carlo` for async callers (see `run_async`)."""
-    request = MonteCarloRequest(samples=samples, seed=seed)
-    result: MonteCarloResult = await run_async(
-        request, execution=execution, output=output, audit=audit, retries=retries
-    )
-    return result
-
-
-async def regression_async(
-    *,
-    samples: int,
-    steps: int,
-    rate: float,
-    seed: int,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    audit: float = 0.0,
-    retries: int = 0,
-) -> RegressionResult:
-    """`regression` for async callers (see `run_async`)."""
-    request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
-    result: RegressionResult = await run_async(
-        request, execution=execution, output=output, audit=audit, retries=retries
-    )
-    return result
-
-
-def monte_carlo(
-    *,
-    samples: int,
-    seed: int,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    audit: float = 0.0,
-    retries: int = 0,
-) -> MonteCarloResult:
-    """Estimate pi from `samples` Philox samples of `seed`; the hits depend on nothing else."""
-    request = MonteCarloRequest(samples=samples, seed=seed)
-    result: MonteCarloResult = run(
-        request, execution=execution, output=output, audit=audit, retries=retries
-    )
-    return result
-
-
-def regression(
-    *,
-    samples: int,
-    steps: int,
-    rate: float,
-    seed: int,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    audit: float = 0.0,
-    retries: int = 0,
-) -> RegressionResult:
-    """Fit the logistic-regression fixture of SPEC section 2 with full-batch steps."""
-    request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
-    result: RegressionResult = run(
-        request, execution=execution, output=output, audit=audit, retries=retries
-    )
-    return result
-
-
-def dense_fit(
-    *,
-    data: str | os.PathLike[str] | None = None,
-    label: str | None = None,
-    teacher: tuple[int, int, int] | None = None,
-    hidden: Sequence[int] = (64, 64),
-    batch: int = 256,
-    epochs: int = 100,
-    optimizer: str = "adam",
-    lr: float = 1e-3,
-    patience: int = 5,
-    target_accuracy: float | None = None,
-    seed: int,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    retries: int = 0,
-) -> DenseFit:
-    """Train a Dense classifier (SPEC section 9) on `data` (a CSV or NPZ file, or "digits")
-    or on the procedural `teacher` set (rows, features, classes).
-
-    The result carries the per-epoch history, test metrics, `best_epoch`,
-    `time_to_target_s`, per-worker accounting and `predict(X)`. With `output`, the job
-    directory also holds `model.npz`. The default execution is local threads with chunks of
-    256 rows (the parameters depend on the chunk, never on the workers).
-    """
-    from aner_coord.computations.dense.result import DenseFit
-
-    job = _dense_job(
-        seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
-        target_accuracy, execution, output, retries,
-    )  # fmt: skip
-    report, interrupt = run_interruptible(lambda cancel: execute(job, cancel=cancel))
-    return DenseFit(outcome(report, interrupt), report.run.model)
-
-
-async def dense_fit_async(
-    *,
-    data: str | os.PathLike[str] | None = None,
-    label: str | None = None,
-    teacher: tuple[int, int, int] | None = None,
-    hidden: Sequence[int] = (64, 64),
-    batch: int = 256,
-    epochs: int = 100,
-    optimizer: str = "adam",
-    lr: float = 1e-3,
-    patience: int = 5,
-    target_accuracy: float | None = None,
-    seed: int,
-    execution: Execution | None = None,
-    output: str | os.PathLike[str] | None = None,
-    retries: int = 0,
-) -> DenseFit:
-    """`dense_fit` for async callers (see `run_async`)."""
-    from aner_coord.computations.dense.result import DenseFit
-
-    job = _dense_job(
-        seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
-        target_accuracy, execution, output, retries,
-    )  # fmt: skip
-    report = await _await_job(job)
-    return DenseFit(outcome(report), report.run.model)
-
-
-def _dense_job(
-    seed: int,
-    data: str | os.PathLike[str] | None,
-    label: str | None,
-    teacher: tuple[int, int, int] | None,
-    hidden: Sequence[int],
-    batch: int,
-    epochs: int,
-    optimizer: str,
-    lr: float,
-    patience: int,
-    target_accuracy: float | None,
-    execution: Execution | None,
-    output: str | os.PathLike[str] | None,
-    retries: int,
-) -> Job:
-    request = dense_request(
-        seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
-        target_accuracy,
-    )  # fmt: skip
-    return admit(
-        JobRequest(
-            computation=request,
-            execution=execution if execution is not None else LocalExecution(chunk=DENSE_CHUNK),
-            output=None if output is None else os.fspath(output),
-            retries=retries,
-        )
-    )
+        return getattr(result, name)
+    raise AttributeError(name)

@@ -18,16 +18,16 @@ alone holds the chunk size.
     [execution]
     kind = "local"                   # or "cluster", with config = "PATH"
     workers = 0                      # 0: the automatic policy (see `inventory`)
-    chunk = 4_000_000
+    chunk = 4_000_000                # optional: the computation's default
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
-
-from aner_coord.limits import DEFAULT_CHUNK
+from msgspec import Meta
 
 
 class _Data(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -35,26 +35,34 @@ class _Data(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 
 
 class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
-    """`workers` threads of this process (0: the automatic policy), `chunk` items a task."""
+    """`workers` threads of this process (0: the automatic policy), `chunk` items a task
+    (None: the computation's own default, see `Computation.default_chunk`)."""
 
     workers: int = 0
-    chunk: int = DEFAULT_CHUNK
+    chunk: int | None = None
 
 
 class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):
-    """The workers of the cluster file at `config` (SPEC section 5), `chunk` items a task."""
+    """The workers of the cluster file at `config` (SPEC section 5), `chunk` items a task
+    (None: the computation's own default)."""
 
     config: str
-    chunk: int = DEFAULT_CHUNK
+    chunk: int | None = None
 
 
 Execution = LocalExecution | ClusterExecution
 
 
 class ComputationRequest(_Data, frozen=True, tag_field="kind"):
-    """Base of each computation's parameters; subclasses are tagged with their kind."""
+    """Base of each computation's parameters; subclasses are tagged with their kind.
 
-    seed: int
+    A computation's options are declared once, as the fields of its request type: the API,
+    the command line (`aner_coord.cli.arguments.add_request_arguments`) and spec files take
+    them from there. A field's `Meta(description=...)` is its help; `extra` may give the
+    command line a `metavar`, `choices`, or `path=True` (made absolute: a background
+    coordinator starts in `/`)."""
+
+    seed: Annotated[int, Meta(description="seed in [0, 2**64)")]
 
 
 class JobRequest(_Data, frozen=True):

@@ -37,28 +37,25 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import threading
 import weakref
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from aner_coord.admission import Job, admit
-from aner_coord.calls import dense_request, outcome
-from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
-from aner_coord.computations.regression import RegressionRequest, RegressionResult
+from aner_coord.admission import Job
+from aner_coord.calls import Calls, Placement, outcome
 from aner_coord.errors import RequestError
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import execute
 from aner_coord.job.pool import WorkerPool
 from aner_coord.jobdir.status import WorkerLoss
-from aner_coord.requests import ComputationRequest, Execution, JobRequest, LocalExecution
+from aner_coord.requests import ComputationRequest, Execution, LocalExecution
 from aner_coord.runner import loop_factory
 
 if TYPE_CHECKING:
-    from aner_coord.computations.dense.result import DenseFit
+    pass
 
 log = logging.getLogger("aner.coordinator")
 
@@ -135,12 +132,14 @@ class _Runner:
             asyncio.get_running_loop().call_soon(self.loop.stop)
 
 
-class Session:
+class Session(Calls):
     """Workers started once for several calls; see the module docstring. Make one with
-    `parallel.session(execution)` and use it in a `with` block (or call `close()`)."""
+    `parallel.session(execution)` and use it in a `with` block (or call `close()`). Every
+    call of `parallel` is a method here (`aner_coord.calls`), run on the kept workers;
+    `chunk=` overrides the session execution's chunk for one call."""
 
     def __init__(self, execution: Execution | None = None, *, restart: bool = True) -> None:
-        self.execution: Execution = execution if execution is not None else LocalExecution()
+        self.execution = execution if execution is not None else LocalExecution()
         self._runner = _Runner(restart)
         self._finalizer = weakref.finalize(self, self._runner.close)
         self._reported = 0  # losses of `losses` already reported to a call
@@ -165,195 +164,18 @@ class Session:
         """Workers lost while the session was idle, in the order they were noticed."""
         return list(self._runner.pool.losses)
 
-    # -- any computation --------------------------------------------------------------------
-    def run(
-        self,
-        computation: ComputationRequest,
-        *,
-        output: str | os.PathLike[str] | None = None,
-        audit: float = 0.0,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> Any:
-        """`parallel.run` on this session's workers; `chunk` overrides the execution's."""
-        job = self._admit(computation, output, audit, retries, chunk)
-        report, interrupt = self._wait(job)
-        return self._outcome(report, interrupt)
-
-    async def run_async(
-        self,
-        computation: ComputationRequest,
-        *,
-        output: str | os.PathLike[str] | None = None,
-        audit: float = 0.0,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> Any:
-        """`run` for async callers: awaits the job on the session's loop without blocking the
-        caller's; cancelling the awaiting task cancels the job, then re-raises."""
-        job = self._admit(computation, output, audit, retries, chunk)
-        report = await self._await(job)
-        return self._outcome(report, None)
-
-    # -- the computations ---------------------------------------------------------------------
-    def monte_carlo(
-        self,
-        *,
-        samples: int,
-        seed: int,
-        output: str | os.PathLike[str] | None = None,
-        audit: float = 0.0,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> MonteCarloResult:
-        """`parallel.monte_carlo` on this session's workers."""
-        request = MonteCarloRequest(samples=samples, seed=seed)
-        result: MonteCarloResult = self.run(
-            request, output=output, audit=audit, retries=retries, chunk=chunk
-        )
-        return result
-
-    async def monte_carlo_async(
-        self,
-        *,
-        samples: int,
-        seed: int,
-        output: str | os.PathLike[str] | None = None,
-        audit: float = 0.0,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> MonteCarloResult:
-        """`monte_carlo` for async callers (see `run_async`)."""
-        request = MonteCarloRequest(samples=samples, seed=seed)
-        result: MonteCarloResult = await self.run_async(
-            request, output=output, audit=audit, retries=retries, chunk=chunk
-        )
-        return result
-
-    def regression(
-        self,
-        *,
-        samples: int,
-        steps: int,
-        rate: float,
-        seed: int,
-        output: str | os.PathLike[str] | None = None,
-        audit: float = 0.0,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> RegressionResult:
-        """`parallel.regression` on this session's workers."""
-        request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
-        result: RegressionResult = self.run(
-            request, output=output, audit=audit, retries=retries, chunk=chunk
-        )
-        return result
-
-    async def regression_async(
-        self,
-        *,
-        samples: int,
-        steps: int,
-        rate: float,
-        seed: int,
-        output: str | os.PathLike[str] | None = None,
-        audit: float = 0.0,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> RegressionResult:
-        """`regression` for async callers (see `run_async`)."""
-        request = RegressionRequest(samples=samples, steps=steps, rate=rate, seed=seed)
-        result: RegressionResult = await self.run_async(
-            request, output=output, audit=audit, retries=retries, chunk=chunk
-        )
-        return result
-
-    def dense_fit(
-        self,
-        *,
-        seed: int,
-        data: str | os.PathLike[str] | None = None,
-        label: str | None = None,
-        teacher: tuple[int, int, int] | None = None,
-        hidden: Sequence[int] = (64, 64),
-        batch: int = 256,
-        epochs: int = 100,
-        optimizer: str = "adam",
-        lr: float = 1e-3,
-        patience: int = 5,
-        target_accuracy: float | None = None,
-        output: str | os.PathLike[str] | None = None,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> DenseFit:
-        """`parallel.dense_fit` on this session's workers (rows per task: `chunk`, else the
-        session execution's chunk)."""
-        from aner_coord.computations.dense.result import DenseFit
-
-        request = dense_request(
-            seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
-            target_accuracy,
-        )  # fmt: skip
-        job = self._admit(request, output, 0.0, retries, chunk)
-        report, interrupt = self._wait(job)
-        return DenseFit(self._outcome(report, interrupt), report.run.model)
-
-    async def dense_fit_async(
-        self,
-        *,
-        seed: int,
-        data: str | os.PathLike[str] | None = None,
-        label: str | None = None,
-        teacher: tuple[int, int, int] | None = None,
-        hidden: Sequence[int] = (64, 64),
-        batch: int = 256,
-        epochs: int = 100,
-        optimizer: str = "adam",
-        lr: float = 1e-3,
-        patience: int = 5,
-        target_accuracy: float | None = None,
-        output: str | os.PathLike[str] | None = None,
-        retries: int = 0,
-        chunk: int | None = None,
-    ) -> DenseFit:
-        """`dense_fit` for async callers (see `run_async`)."""
-        from aner_coord.computations.dense.result import DenseFit
-
-        request = dense_request(
-            seed, data, label, teacher, hidden, batch, epochs, optimizer, lr, patience,
-            target_accuracy,
-        )  # fmt: skip
-        job = self._admit(request, output, 0.0, retries, chunk)
-        report = await self._await(job)
-        return DenseFit(self._outcome(report, None), report.run.model)
-
-    # -- parts --------------------------------------------------------------------------------
-    def _admit(
-        self,
-        computation: ComputationRequest,
-        output: str | os.PathLike[str] | None,
-        audit: float,
-        retries: int,
-        chunk: int | None,
-    ) -> Job:
+    # -- how a call's job runs here ----------------------------------------------------------
+    def job(self, computation: ComputationRequest, placement: Placement) -> Job:
         if self.closed:
             raise RequestError("this session is closed: make a new one with parallel.session()")
-        execution = self.execution
-        if chunk is not None:
-            execution = msgspec.structs.replace(execution, chunk=chunk)
-        return admit(
-            JobRequest(
-                computation=computation,
-                execution=execution,
-                output=None if output is None else os.fspath(output),
-                audit=audit,
-                retries=retries,
+        if placement.get("execution") is not None:
+            raise RequestError(
+                "a session's calls run on the session's own workers: give the execution to "
+                "parallel.session(), or chunk= to change the chunk of one call"
             )
-        )
+        return super().job(computation, placement)
 
-    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
-        """Run `job` on the session's loop and wait for it here; an interrupt meanwhile
-        cancels the job gracefully and is handed back to be chained."""
+    def wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
         cancel = asyncio.Event()
         future = self._runner.submit(self._runner.job(job, cancel))
         done = threading.Event()
@@ -367,7 +189,7 @@ class Session:
                 self._runner.cancel(cancel)
         return future.result(), (interrupted[0] if interrupted else None)
 
-    async def _await(self, job: Job) -> JobReport:
+    async def wait_async(self, job: Job) -> JobReport:
         cancel = asyncio.Event()
         future = asyncio.wrap_future(self._runner.submit(self._runner.job(job, cancel)))
         try:
@@ -377,7 +199,8 @@ class Session:
             await asyncio.wait([future])
             raise
 
-    def _outcome(self, report: JobReport, interrupt: KeyboardInterrupt | None) -> Any:
+    def finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
+        """The call's result, with the workers lost since the last call in its `losses`."""
         losses = self._runner.pool.losses
         fresh, self._reported = losses[self._reported :], len(losses)
         result = outcome(report, interrupt)

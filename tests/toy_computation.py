@@ -82,6 +82,7 @@ class Toy:
     request_type: ClassVar[type[ToyRequest]] = ToyRequest
     kernel: ClassVar[ToyKernel] = ToyKernel()
     seconds_per_item: ClassVar[float] = 1e-7
+    default_chunk: ClassVar[int] = 100
 
     def admit(self, request: ToyRequest) -> Admitted:
         items = check_positive("items", request.items)

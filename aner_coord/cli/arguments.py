@@ -1,13 +1,20 @@
-"""Argument types and the execution flags every job command shares (run, regression,
-train): how numbers are written on the command line, and how `--workers`, `--chunk` and
-`--cluster` become the request's execution. Light on purpose: `aner parallel status`
-builds the same parser.
+"""How the command line reads what a job asks for: numbers as people write them, the flags
+every job command shares (`--workers`, `--chunk`, `--cluster`, `--output`, ...), and a
+computation's own options, one flag per field of its request type (declared once there, with
+its help). Light on purpose: every command builds its parser from here.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import typing
+from collections.abc import Callable, Collection
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
 
 from aner_coord.errors import RequestError
 from aner_coord.requests import ClusterExecution, Execution, LocalExecution
@@ -46,15 +53,26 @@ def fraction(text: str) -> float:
 def add_execution_arguments(
     p: argparse.ArgumentParser, what: str, default_chunk: int, chunk_note: str = ""
 ) -> None:
-    """Where a job runs and what becomes of it: shared by run, regression and train."""
+    """Where a job runs and what becomes of it: shared by every job command."""
     p.add_argument(
-        "--workers", type=count, default=0, help="local workers (0: automatic, see inventory)"
+        "--workers",
+        type=count,
+        default=0,
+        help="local workers (default 0: automatic, see `aner parallel inventory`)",
     )
     p.add_argument(
         "--chunk",
         type=count,
-        default=default_chunk,
-        help=f"{what} per task (default {default_chunk}){chunk_note}",
+        default=None,
+        help=f"{what} per task (default {default_chunk:,}){chunk_note}",
+    )
+    p.add_argument(
+        "--audit",
+        type=fraction,
+        default=0.0,
+        metavar="FRACTION",
+        help="recompute this fraction of chunks on the coordinator and fail naming a worker "
+        "whose result differs (default 0)",
     )
     p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
     p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
@@ -66,7 +84,7 @@ def add_execution_arguments(
         help="lost workers to survive: their chunks go to the others (default 0)",
     )
     p.add_argument("--background", action="store_true", help="detach; watch with `status`")
-    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
 
 
 def execution_from_args(args: argparse.Namespace) -> Execution:
@@ -75,3 +93,105 @@ def execution_from_args(args: argparse.Namespace) -> Execution:
             raise RequestError("--workers applies to local runs; a cluster file sets slots")
         return ClusterExecution(config=args.cluster, chunk=args.chunk)
     return LocalExecution(workers=args.workers, chunk=args.chunk)
+
+
+# -- a computation's options, from its request type --------------------------------------
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parts(annotation: Any) -> tuple[Any, list[Meta], bool]:
+    """The type inside `Annotated[... | None, Meta(...)]`, its Metas, and whether None is
+    allowed."""
+    metas: list[Meta] = []
+    if typing.get_origin(annotation) is Annotated:
+        annotation, *extras = typing.get_args(annotation)
+        metas = [m for m in extras if isinstance(m, Meta)]
+    args = typing.get_args(annotation)
+    optional = type(None) in args
+    if optional:
+        annotation = next(a for a in args if a is not type(None))
+    return annotation, metas, optional
+
+
+def _sizes(parts: int | None) -> Callable[[str], tuple[int, ...]]:
+    """A comma-separated list of whole numbers (`64,64`), of exactly `parts` if given."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        pieces = [p.strip() for p in text.split(",")] if text.strip() else []
+        if any(not p.isdigit() for p in pieces) or (parts is not None and len(pieces) != parts):
+            shape = ",".join(["N"] * parts) if parts else "N,N,..."
+            raise argparse.ArgumentTypeError(f"expected {shape} (whole numbers), got {text!r}")
+        return tuple(int(p) for p in pieces)
+
+    return parse
+
+
+def _parser_of(kind: Any) -> Callable[[str], Any]:
+    if kind is int:
+        return count
+    if kind is float:
+        return number
+    if typing.get_origin(kind) is tuple:
+        args = typing.get_args(kind)
+        return _sizes(None if args[-1] is Ellipsis else len(args))
+    return str
+
+
+def _shown(default: Any) -> str:
+    if isinstance(default, tuple):
+        return ",".join(str(v) for v in default)
+    return str(default)
+
+
+def add_request_arguments(
+    p: argparse.ArgumentParser, kind: type[Any], *, skip: Collection[str] = ()
+) -> None:
+    """One flag per field of the request type `kind` (`target_accuracy` is
+    `--target-accuracy`), with its description and default as help. Every flag defaults to
+    None: what is not given takes the request type's own default."""
+    hints = typing.get_type_hints(kind, include_extras=True)
+    for field in msgspec.structs.fields(kind):
+        if field.name in skip:
+            continue
+        inner, metas, _optional = _parts(hints[field.name])
+        extra: dict[str, Any] = {}
+        words = ""
+        for meta in metas:
+            extra.update(meta.extra or {})
+            words = meta.description or words
+        if not field.required and field.default is not None:
+            words += f" (default {_shown(field.default)})"
+        options: dict[str, Any] = {"type": _parser_of(inner), "help": words, "default": None}
+        if "choices" in extra:
+            options["choices"] = extra["choices"]
+        if "metavar" in extra:
+            options["metavar"] = extra["metavar"]
+        p.add_argument(_flag(field.name), dest=field.name, **options)
+
+
+def request_from_arguments(
+    args: argparse.Namespace, kind: type[Any], command: str, *, skip: Collection[str] = ()
+) -> Any:
+    """The request of type `kind` that the flags of `add_request_arguments` describe. A
+    required field not given is one line naming its flag."""
+    hints = typing.get_type_hints(kind, include_extras=True)
+    values: dict[str, Any] = {}
+    missing: list[str] = []
+    for field in msgspec.structs.fields(kind):
+        if field.name in skip:
+            continue
+        value = getattr(args, field.name, None)
+        if value is None:
+            if field.required:
+                missing.append(_flag(field.name))
+            continue
+        _inner, metas, _optional = _parts(hints[field.name])
+        if any((m.extra or {}).get("path") for m in metas) and value != "digits":
+            value = os.path.abspath(value)
+        values[field.name] = value
+    if missing:
+        raise RequestError(f"missing {', '.join(missing)} (see `aner parallel {command} -h`)")
+    return msgspec.convert(values, kind)

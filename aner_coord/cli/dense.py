@@ -11,16 +11,17 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aner_coord.cli.arguments import add_execution_arguments, count, execution_from_args, number
+from aner_coord.cli.arguments import (
+    add_execution_arguments,
+    add_request_arguments,
+    request_from_arguments,
+)
 from aner_coord.errors import EXIT_OK, RequestError
 from aner_coord.requests import JobRequest
-
-DEFAULT_CHUNK = 256
 
 if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
     import numpy as np
@@ -30,69 +31,24 @@ if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", metavar="FILE", help="CSV or NPZ file, or `digits`")
-    p.add_argument("--label", metavar="COL", help="label column of a CSV (default: the last)")
-    p.add_argument(
-        "--teacher", metavar="ROWS,FEATURES,CLASSES", help="the procedural teacher set instead"
-    )
-    p.add_argument("--seed", type=count, help="seed in [0, 2**64)")
-    p.add_argument("--hidden", default="64,64", help="hidden layer sizes (default 64,64)")
-    p.add_argument("--batch", type=count, default=256, help="global batch rows (default 256)")
-    p.add_argument("--epochs", type=count, default=100, help="at most this many (default 100)")
-    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
-    p.add_argument("--lr", type=number, default=1e-3, help="learning rate (default 1e-3)")
-    p.add_argument(
-        "--patience", type=count, default=5, help="epochs without a better validation loss"
-    )
-    p.add_argument(
-        "--target-accuracy",
-        type=number,
-        metavar="A",
-        help="record the time to this validation accuracy",
-    )
-    add_execution_arguments(p, "rows", DEFAULT_CHUNK, "; the parameters depend on it")
+    from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
+    from aner_coord.computations.dense.request import DenseRequest
+
+    add_request_arguments(p, DenseRequest)
+    add_execution_arguments(p, "rows", DEFAULT_CHUNK_ROWS, "; the parameters depend on it")
 
 
-def _sizes(text: str, flag: str, parts: int | None = None) -> tuple[int, ...]:
-    pieces = [p.strip() for p in text.split(",")] if text.strip() else []
-    if any(not p.isdigit() for p in pieces) or (parts is not None and len(pieces) != parts):
-        shape = ",".join(["N"] * parts) if parts else "N,N,..."
-        raise RequestError(f"{flag} must be {shape} (whole numbers), got {text!r}")
-    return tuple(int(p) for p in pieces)
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="JOBDIR", help="a train job's directory")
+    p.add_argument("--data", required=True, metavar="FILE", help="CSV or NPZ feature rows")
+    p.add_argument("--output", metavar="FILE", help="CSV to write (default: standard output)")
 
 
 def train_request(args: argparse.Namespace) -> JobRequest:
+    from aner_coord.cli.jobs import job_request
     from aner_coord.computations.dense.request import DenseRequest
 
-    missing = [f"--{name}" for name in ("seed", "output") if getattr(args, name) is None]
-    if missing:
-        raise RequestError(f"missing {', '.join(missing)} (see `aner parallel train -h`)")
-    data = args.data
-    if data is not None and data != "digits":
-        data = os.path.abspath(data)  # a background coordinator starts in /
-    teacher = None
-    if args.teacher is not None:
-        rows, features, classes = _sizes(args.teacher, "--teacher", 3)
-        teacher = (rows, features, classes)
-    computation = DenseRequest(
-        seed=args.seed,
-        data=data,
-        label=args.label,
-        teacher=teacher,
-        hidden=_sizes(args.hidden, "--hidden"),
-        batch=args.batch,
-        epochs=args.epochs,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        patience=args.patience,
-        target_accuracy=args.target_accuracy,
-    )
-    return JobRequest(
-        computation=computation,
-        execution=execution_from_args(args),
-        output=args.output,
-        retries=args.retries,
-    )
+    return job_request(args, request_from_arguments(args, DenseRequest, "train"))
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -172,7 +128,11 @@ def read_features(path: str, d: int, label: str | None) -> Floats:
     return np.array(rows, dtype=np.float64)
 
 
-def predict_command(model_dir: str, data: str, output: str | None) -> int:
+def predict_command(args: argparse.Namespace) -> int:
+    return predict(args.model, args.data, args.output)
+
+
+def predict(model_dir: str, data: str, output: str | None) -> int:
     import numpy as np
 
     from aner_coord.computations.dense.model import ModelFileError, load_model

@@ -11,8 +11,15 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
+
 from aner_coord.admission import Job, admit
-from aner_coord.cli.arguments import execution_from_args
+from aner_coord.cli.arguments import (
+    add_execution_arguments,
+    add_request_arguments,
+    execution_from_args,
+    request_from_arguments,
+)
 from aner_coord.cli.progress import LiveProgress, describe
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.computations.regression import RegressionRequest
@@ -24,25 +31,55 @@ from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.specfile import decode_request
 
+# The request type of each job command: its flags are that type's fields.
+REQUEST_TYPES: dict[str, type[ComputationRequest]] = {
+    "run": MonteCarloRequest,
+    "regression": RegressionRequest,
+}
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    _add_job_arguments(p, "run")
+    p.add_argument("--spec", metavar="FILE", help="run the job described by a TOML spec file")
+
+
+def add_regression_arguments(p: argparse.ArgumentParser) -> None:
+    _add_job_arguments(p, "regression")
+
+
+def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    add_request_arguments(p, REQUEST_TYPES[command])
+    add_execution_arguments(p, "samples" if command == "run" else "rows", 65_536)
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="if --output already holds this same job, resume it instead of refusing "
+        "(for units that restart on failure)",
+    )
+
+
+def add_resume_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", required=True, metavar="DIR", help="the job directory to continue")
+    p.add_argument("--background", action="store_true", help="detach; watch with `status`")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+
 
 def request_from_args(args: argparse.Namespace) -> JobRequest:
     """The command line's job, as the one request type the API and spec files use."""
+    kind = REQUEST_TYPES[args.command]
     if getattr(args, "spec", None):
-        given = ("samples", "seed", "output", "cluster")
-        if any(getattr(args, k) is not None for k in given):
+        given = [f.name for f in msgspec.structs.fields(kind)] + ["output", "cluster"]
+        if any(getattr(args, k, None) is not None for k in given):
             raise RequestError("--spec describes the whole job: give no other job options")
         return load_spec_file(args.spec)
-    required = ["samples", "seed", "output"] + (["steps", "rate"] if args.command != "run" else [])
-    missing = [f"--{name}" for name in required if getattr(args, name) is None]
-    if missing:
-        raise RequestError(f"missing {', '.join(missing)} (see `aner parallel {args.command} -h`)")
-    computation: ComputationRequest
-    if args.command == "run":
-        computation = MonteCarloRequest(samples=args.samples, seed=args.seed)
-    else:
-        computation = RegressionRequest(
-            samples=args.samples, steps=args.steps, rate=args.rate, seed=args.seed
-        )
+    computation = request_from_arguments(args, kind, args.command)
+    return job_request(args, computation)
+
+
+def job_request(args: argparse.Namespace, computation: ComputationRequest) -> JobRequest:
+    """The request of a job command, given its computation's."""
+    if args.output is None:
+        raise RequestError(f"missing --output (see `aner parallel {args.command} -h`)")
     return JobRequest(
         computation=computation,
         execution=execution_from_args(args),
@@ -53,15 +90,25 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
 
 
 def load_spec_file(path: str) -> JobRequest:
-    """A TOML job spec (systemd units use these); unknown keys are refused."""
+    """A job spec: TOML (systemd units use these), or JSON for a name ending in `.json` (as a
+    job's `request.json`, and the specs of scaling trials); unknown keys are refused."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise RequestError(f"cannot read spec file {path}: {exc.strerror}") from None
-    return decode_request(data, fmt="toml", source=f"spec file {path}")
+    fmt = "json" if path.endswith(".json") else "toml"
+    return decode_request(data, fmt=fmt, source=f"spec file {path}")
 
 
-def job_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    return _job_command(args)
+
+
+def regression_command(args: argparse.Namespace) -> int:
+    return _job_command(args)
+
+
+def _job_command(args: argparse.Namespace) -> int:
     request = request_from_args(args)
     if args.resume and request.output is not None and os.path.lexists(request.output):
         return _resume_same(request, args)

@@ -19,6 +19,7 @@ a process.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import errno
@@ -300,7 +301,27 @@ def render_line(obs: Observation) -> str:
 # --------------------------------------------------------------------------- status
 
 
-def status_command(job: str, *, as_json: bool, watch: bool) -> int:
+def add_status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", required=True, metavar="DIR", help="the job directory to report")
+    p.add_argument(
+        "--json", action="store_true", help="the snapshot as JSON, as status.json holds it"
+    )
+    p.add_argument("--watch", action="store_true", help="follow the job until it ends")
+
+
+def add_cancel_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", required=True, metavar="DIR", help="the job directory to cancel")
+
+
+def status_command(args: argparse.Namespace) -> int:
+    return status(args.job, as_json=args.json, watch=args.watch)
+
+
+def cancel_command(args: argparse.Namespace) -> int:
+    return cancel(args.job)
+
+
+def status(job: str, *, as_json: bool, watch: bool) -> int:
     """`aner parallel status`. Output cut short by its reader (`| head -1`) ends quietly."""
     try:
         return _status(Path(job), as_json=as_json, watch=watch)
@@ -425,7 +446,7 @@ class _LiveView:
 # --------------------------------------------------------------------------- cancel
 
 
-def cancel_command(job: str) -> int:
+def cancel(job: str) -> int:
     path = Path(job)
     with open_job_dir(path) as directory:
         owner = os.fstat(directory.fileno()).st_uid

@@ -138,6 +138,9 @@ class Computation(Protocol):
 
     # Rough seconds per item on one core, used only to size in-flight windows.
     seconds_per_item: ClassVar[float]
+    # Items a task when the execution names no chunk: a property of the computation (a
+    # Dense step must be cut finer than a Monte Carlo pass to keep several workers busy).
+    default_chunk: ClassVar[int]
 
     def admit(self, request: Any) -> Admitted: ...
 

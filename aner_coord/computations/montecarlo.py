@@ -4,11 +4,13 @@ neither the chunking nor the completion order can change them."""
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
 from aner_coord.jobdir.results import ResultBase
-from aner_coord.limits import check_items, check_seed
+from aner_coord.limits import DEFAULT_CHUNK, check_items, check_seed
 from aner_coord.requests import ComputationRequest
 from aner_worker.kernels.montecarlo import McParams, McStats, MonteCarloKernel
 
@@ -20,7 +22,9 @@ _SIGMAS = 12
 
 
 class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
-    samples: int
+    """Estimate pi from `samples` samples of the Philox stream of `seed` (SPEC section 1)."""
+
+    samples: Annotated[int, Meta(description="number of samples (1e9, 1,000,000...)")]
 
 
 class MonteCarloResult(ResultBase, frozen=True, tag="monte-carlo"):
@@ -49,6 +53,7 @@ class MonteCarlo:
     unit: ClassVar[str] = "samples"
     request_type: ClassVar[type[MonteCarloRequest]] = MonteCarloRequest
     kernel: ClassVar[MonteCarloKernel] = MonteCarloKernel()
+    default_chunk: ClassVar[int] = DEFAULT_CHUNK
     seconds_per_item: ClassVar[float] = 1 / 150e6
 
     def admit(self, request: MonteCarloRequest) -> Admitted:

@@ -6,12 +6,15 @@ one update per step is applied at the barrier, never a partial one."""
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec
 from aner_coord.errors import RequestError
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.limits import (
+    DEFAULT_CHUNK,
     MAX_STEPS,
     check_int,
     check_items,
@@ -28,9 +31,12 @@ _AUDIT_RTOL = 1e-9
 
 
 class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
-    samples: int  # rows
-    steps: int
-    rate: float
+    """Fit the logistic fixture of SPEC section 2 to `samples` rows in `steps` full-batch
+    gradient steps at `rate`."""
+
+    samples: Annotated[int, Meta(description="number of rows (1e6, 1,000,000...)")]
+    steps: Annotated[int, Meta(description="full-batch gradient steps")]
+    rate: Annotated[float, Meta(description="learning rate")]
 
 
 class RegressionResult(ResultBase, frozen=True, tag="regression"):
@@ -62,6 +68,7 @@ class Regression:
     unit: ClassVar[str] = "rows"
     request_type: ClassVar[type[RegressionRequest]] = RegressionRequest
     kernel: ClassVar[RegressionKernel] = RegressionKernel()
+    default_chunk: ClassVar[int] = DEFAULT_CHUNK
     seconds_per_item: ClassVar[float] = 1 / 20e6
 
     def admit(self, request: RegressionRequest) -> Admitted:

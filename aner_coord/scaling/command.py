@@ -7,12 +7,14 @@ records; `plan` prints the candidates and its recommendation and saves `probe.js
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from aner_coord.cli.arguments import count
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.errors import EXIT_OK, RequestError
@@ -81,7 +83,61 @@ def _probe(
     return run_probe(computation, records, groups)
 
 
-def scaling_command(
+def add_scaling_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--experiment", metavar="FILE.toml", help="the experiment to run")
+    p.add_argument("--auto", action="store_true", help="the standard matrix (see README)")
+    p.add_argument("--cluster", metavar="FILE", help="with --auto: its records alone and all")
+    p.add_argument(
+        "--samples", type=count, help="with --auto: Monte Carlo samples (default 200,000,000)"
+    )
+    p.add_argument("--seed", type=count, default=1, help="with --auto: seed (default 1)")
+    p.add_argument(
+        "--repetitions", type=count, default=3, help="with --auto: at least 3 (default 3)"
+    )
+    p.add_argument("--output", required=True, metavar="DIR", help="directory to create")
+    p.add_argument(
+        "--registry",
+        metavar="FILE",
+        help="configuration registry (default $XDG_DATA_HOME/aner/registry.json)",
+    )
+    p.add_argument("--no-predict", action="store_true", help="skip the probe and predictions")
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", metavar="FILE", help="probe the workers of this cluster file")
+    p.add_argument("--samples", type=count, help="a Monte Carlo job of this many samples")
+    p.add_argument("--experiment", metavar="FILE.toml", help="the computation of an experiment")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--save", metavar="FILE", help="also write the probe to this new file (default: none)"
+    )
+
+
+def scaling_command(args: argparse.Namespace) -> int:
+    return scaling(
+        experiment_file=args.experiment,
+        auto=args.auto,
+        cluster=args.cluster,
+        samples=args.samples,
+        seed=args.seed,
+        repetitions=args.repetitions,
+        output=args.output,
+        registry_file=args.registry,
+        predict=not args.no_predict,
+    )
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    return plan(
+        cluster=args.cluster,
+        samples=args.samples,
+        experiment_file=args.experiment,
+        as_json=args.json,
+        save=args.save,
+    )
+
+
+def scaling(
     *,
     experiment_file: str | None,
     auto: bool,
@@ -129,16 +185,20 @@ def scaling_command(
     return run_experiment(experiment, out, registry, predicted, on_created=save_probe)
 
 
-def plan_command(
+def plan(
     *,
     cluster: str | None,
     samples: int | None,
     experiment_file: str | None,
     as_json: bool,
-    save: str,
+    save: str | None,
 ) -> int:
     if (samples is None) == (experiment_file is None):
         raise RequestError("give --samples N or --experiment FILE.toml")
+    if save is not None:
+        from aner_coord import jobdir
+
+        jobdir.check_new_output(save)  # before probing: the probe takes seconds
     experiment = None
     computation: ComputationRequest
     if experiment_file is not None:
@@ -156,7 +216,8 @@ def plan_command(
         computation_for(computation).admit(computation)
     records = _records(experiment, cluster)
     probe = _probe(computation, records)
-    _write_private(Path(save), json.dumps(probe.to_dict(), indent=2).encode() + b"\n")
+    if save is not None:
+        _write_private(Path(save), json.dumps(probe.to_dict(), indent=2).encode() + b"\n")
     items, passes = _admitted(computation)
     advice = recommend(probe, items, passes, items if passes > 1 else None)
     cases: dict[str, float | None] = {}
@@ -169,7 +230,8 @@ def plan_command(
         print(json.dumps(data, indent=2))
     else:
         print(format_plan(probe, advice, cases))
-    print(f"aner: probe saved to {save}", file=sys.stderr)
+    if save is not None:
+        print(f"aner: probe saved to {save}", file=sys.stderr)
     return EXIT_OK
 
 

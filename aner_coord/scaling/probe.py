@@ -227,7 +227,7 @@ def _command_seconds(
                 execution=execution,
                 output=str(Path(scratch) / f"job-{i}"),
             )
-            outcome = run_trial(request, Path(scratch) / f"spec-{i}.toml")
+            outcome = run_trial(request, Path(scratch) / f"spec-{i}.json")
             if outcome.exit_code != 0:
                 raise RuntimeError(f"the probe's tiny command failed: {outcome.stderr}")
             times.append(outcome.wall_s)

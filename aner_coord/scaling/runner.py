@@ -100,7 +100,7 @@ def run_experiment(
                 output=str(job),
             )
             try:
-                outcome = run_trial(request, Path(private) / f"trial-{index}.toml")
+                outcome = run_trial(request, Path(private) / f"trial-{index}.json")
             except KeyboardInterrupt:
                 interrupted = True
                 break

@@ -11,7 +11,6 @@ integers and strings exactly, numbers within `TOLERANCE`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -53,26 +52,9 @@ def command(spec: Path) -> list[str]:
 
 
 def write_spec(request: JobRequest, path: Path) -> None:
-    """The request as a TOML spec file: flat tables of scalars and arrays."""
-    data = msgspec.to_builtins(request)
-    lines = []
-    for key in ("output", "audit"):
-        if data.get(key) is not None:
-            lines.append(f"{key} = {_toml(data[key])}")
-    for table in ("computation", "execution"):
-        lines.append(f"[{table}]")
-        lines += [f"{k} = {_toml(v)}" for k, v in data[table].items()]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{value} cannot be written to a spec file")
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return json.dumps(value)  # strings, integers and floats read the same in TOML
+    """The request as a spec file that `aner parallel run --spec` reads: JSON (a name ending
+    in `.json`), the same encoding as a job's own `request.json`."""
+    path.write_bytes(msgspec.json.encode(request) + b"\n")
 
 
 def run_trial(request: JobRequest, spec: Path) -> Outcome:

@@ -429,7 +429,7 @@ def test_a_diverging_fit_fails_naming_the_epoch_and_step() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--teacher", "100,x,3"], "--teacher must be N,N,N"),
+        (["--teacher", "100,x,3"], "--teacher: expected N,N,N"),
         (["--teacher", "600,5,3", "--data", "digits"], "give either --data FILE or --teacher"),
     ],
 )
@@ -469,7 +469,7 @@ def test_the_dense_sample_trains_on_digits_and_on_a_csv(tmp_path: Path, small_cs
 
 def test_predict_drops_the_label_column_the_model_was_trained_with(tmp_path: Path) -> None:
     from aner_coord import parallel
-    from aner_coord.cli.dense import predict_command
+    from aner_coord.cli.dense import predict
 
     x, y = TeacherDataset(600, 4, 3, 2).rows(np.arange(600))
     data = tmp_path / "d.csv"
@@ -483,7 +483,7 @@ def test_predict_drops_the_label_column_the_model_was_trained_with(tmp_path: Pat
         execution=parallel.local(workers=1, chunk=64),
     )  # fmt: skip
     out = tmp_path / "p.csv"
-    assert predict_command(str(tmp_path / "job"), str(data), str(out)) == 0
+    assert predict(str(tmp_path / "job"), str(data), str(out)) == 0
     with out.open() as f:
         table = list(csv.reader(f))
     assert table[0] == ["predicted", "p_s0", "p_s1", "p_s2"]

@@ -1,8 +1,13 @@
 """What a Dense training job asks for (SPEC section 9): its options, declared once here. The
-API, the command line and spec files take them from this type.
+API (`parallel.dense_fit`), the command line (`aner parallel train`) and spec files take them
+from this type; each field's description is its help.
 """
 
 from __future__ import annotations
+
+from typing import Annotated
+
+from msgspec import Meta
 
 from aner_coord.requests import ComputationRequest
 
@@ -11,13 +16,32 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
     """A Dense classifier trained on `data` (a CSV or NPZ path, or "digits") or on the
     procedural `teacher` set (rows, features, classes), SPEC section 9."""
 
-    data: str | None = None
-    label: str | None = None
-    teacher: tuple[int, int, int] | None = None
-    hidden: tuple[int, ...] = (64, 64)
-    batch: int = 256
-    epochs: int = 100
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    patience: int = 5
-    target_accuracy: float | None = None
+    data: Annotated[
+        str | None,
+        Meta(description="CSV or NPZ file, or `digits`", extra={"metavar": "FILE", "path": True}),
+    ] = None
+    label: Annotated[
+        str | None,
+        Meta(description="label column of a CSV (default: the last)", extra={"metavar": "COL"}),
+    ] = None
+    teacher: Annotated[
+        tuple[int, int, int] | None,
+        Meta(
+            description="the procedural teacher set instead of a file",
+            extra={"metavar": "ROWS,FEATURES,CLASSES"},
+        ),
+    ] = None
+    hidden: Annotated[tuple[int, ...], Meta(description="hidden layer sizes")] = (64, 64)
+    batch: Annotated[int, Meta(description="rows of a global batch (one optimizer step)")] = 256
+    epochs: Annotated[int, Meta(description="at most this many epochs")] = 100
+    optimizer: Annotated[
+        str, Meta(description="the optimizer", extra={"choices": ("adam", "sgd")})
+    ] = "adam"
+    lr: Annotated[float, Meta(description="learning rate")] = 1e-3
+    patience: Annotated[
+        int, Meta(description="stop after this many epochs without a lower validation loss")
+    ] = 5
+    target_accuracy: Annotated[
+        float | None,
+        Meta(description="record the time to this validation accuracy", extra={"metavar": "A"}),
+    ] = None

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -156,16 +157,34 @@ def _positions(params: DenseParams, dataset: Dataset, start: int, count: int) ->
 def compute(params: DenseParams, start: int, count: int) -> DenseStats:
     """The statistics of items [start, start + count) of a pass: one chunk, one thread."""
     dataset = dataset_for(params)
-    x, y = dataset.rows(_positions(params, dataset, start, count))
-    if params.step == MOMENTS:
+    positions = _positions(params, dataset, start, count)
+    flat = floats(params.params)
+    return chunk_statistics(
+        params.step, dataset, positions, flat, params.sizes, floats(params.mean), floats(params.std)
+    )
+
+
+def chunk_statistics(
+    step: str,
+    dataset: Dataset,
+    positions: Ints,
+    flat: Floats,
+    sizes: Sequence[int],
+    mean: Floats,
+    std: Floats,
+) -> DenseStats:
+    """One chunk's statistics over the rows at `positions`: what a task computes, and what
+    an in-process training (`fit`) computes for the same chunk, with the same bits."""
+    x, y = dataset.rows(positions)
+    count = int(positions.size)
+    if step == MOMENTS:
         total, m2 = moment_sums(x)
         return DenseStats(to_bytes(total), to_bytes(m2), 0.0, 0, count)
-    model = unflatten(floats(params.params), params.sizes)
-    mean, std = floats(params.mean), floats(params.std)
-    if params.step == TRAIN:
+    model = unflatten(flat, sizes)
+    if step == TRAIN:
         stats = chunk_stats(model, mean, std, x, y)
         return DenseStats(to_bytes(stats.grad), b"", stats.loss_sum, stats.correct, stats.valid)
-    if params.step == EVALUATE:
+    if step == EVALUATE:
         loss_sum, correct = evaluate(model, mean, std, x, y)
         return DenseStats(b"", b"", loss_sum, correct, count)
-    raise ValueError(f"unknown dense step {params.step!r}")
+    raise ValueError(f"unknown dense step {step!r}")

@@ -1,0 +1,23 @@
+"""`aner parallel inventory`: the CPUs and memory this process may really use (SPEC section 4)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_inventory_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output (SPEC section 4)")
+
+
+def inventory_command(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from aner_worker.inventory import current, format_table
+
+    inv = current()
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(inv.to_dict())) + b"\n")
+    else:
+        print(format_table(inv))
+    return 0

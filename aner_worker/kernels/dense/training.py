@@ -1,0 +1,324 @@
+"""One ``aner-dense/v1`` training (SPEC section 9) as a pure state machine: which pass comes
+next, what a chunk's statistics may be, and what committing a pass does.
+
+A training is a sequence of passes, each cut into chunks of ``chunk`` rows computed under
+frozen parameters and committed only when every chunk is in its slot:
+
+- normalisation: the moment sums of the training rows, combined in chunk order;
+- per epoch, one pass per global batch (a training step): gradient sums of the batch's rows,
+  summed in chunk order, one optimizer update in binary64;
+- per epoch, a validation pass, which drives early stopping and the time to target;
+- a final test pass with the best validation epoch's model.
+
+Whoever computes the chunks drives it the same way: the coordinator's job machine (chunks on
+any workers, `aner_coord.computations.dense`), or `fit.fit_whole` in one thread (the
+reference the tests compare every plan with, and a whole fit on one worker slot). The
+parameters are therefore bitwise the same for the same chunk, whoever computed the chunks.
+
+The rows of each role are given (`TrainingRows`): section 9's roles for a training job,
+a fold's training and validation rows for cross-validation (section 12), or the whole pool
+with no validation for a refit, which then trains for its epochs without early stopping and
+keeps its final model. The state machine reads a clock only to stamp each epoch's seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from aner_worker.kernels.dense.network import ChunkStats, flatten, unflatten
+from aner_worker.kernels.dense.optimizers import OptimizerName, initial_state, step
+from aner_worker.kernels.dense.params import EVALUATE, MOMENTS, TRAIN, DenseStats
+from aner_worker.kernels.dense.plan import (
+    EarlyStopping,
+    Normalisation,
+    bounds,
+    combine_moments,
+    epoch_order,
+    init_params,
+    layer_sizes,
+    reduce_chunks,
+)
+from aner_worker.kernels.dense.streams import TEST, VALIDATION
+from aner_worker.kernels.dense.streams import TRAIN as TRAIN_ROLE
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+_I8 = np.dtype("<i8")
+
+
+class Divergence(ArithmeticError):
+    """The training's numbers left the finite range; the message says where and what to do."""
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """What a training is asked to do; the defaults are SPEC section 9's."""
+
+    seed: int
+    hidden: tuple[int, ...] = (64, 64)
+    batch: int = 256
+    epochs: int = 100
+    optimizer: OptimizerName = "adam"
+    lr: float = 1e-3
+    patience: int | None = 5  # None: no early stopping (a refit)
+    target_accuracy: float | None = None
+    chunk: int = 256
+
+
+@dataclass(frozen=True)
+class TrainingRows:
+    """The ascending row positions of each role. `validation` may be empty (a refit: no
+    validation, the final model is kept) and so may `test` (a cross-validation fit)."""
+
+    train: Ints
+    validation: Ints
+    test: Ints
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    train_loss: float  # mean over the epoch's rows, each under its step's parameters
+    validation_loss: float | None  # None without validation rows
+    validation_accuracy: float | None
+    seconds: float  # from the start of the training to the end of this epoch
+
+
+@dataclass(frozen=True)
+class TrainingPass:
+    """One pass: its rows (the items, in order), what is computed over them, under which
+    frozen parameters (None for the normalisation) and, for a pass over a whole role, that
+    role's code (a worker that knows the roles derives the rows from it)."""
+
+    step: str  # MOMENTS, TRAIN or EVALUATE
+    rows: Ints = field(repr=False)
+    flat: Floats | None = field(repr=False)
+    role: int  # TRAIN_ROLE, VALIDATION, TEST, or -1 for a batch
+    label: str
+
+    @property
+    def items(self) -> int:
+        return int(self.rows.size)
+
+
+class _Phase(enum.Enum):
+    NORMALISE = "normalisation"
+    TRAIN = "training step"
+    VALIDATE = "validation"
+    TEST = "test"
+    DONE = "done"
+
+
+class Training:
+    """The state of one training; see the module docstring."""
+
+    def __init__(
+        self,
+        options: TrainingOptions,
+        rows: TrainingRows,
+        n_features: int,
+        n_classes: int,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.options = options
+        self.rows = rows
+        self._clock = clock
+        self._started = clock()
+        self.sizes = layer_sizes(n_features, options.hidden, n_classes)
+        self.flat: Floats = flatten(init_params(options.seed, self.sizes))
+        self._opt = initial_state(options.optimizer, self.flat.size)
+        self.best_flat: Floats = self.flat.copy()
+        self._stopping = EarlyStopping(options.patience or 0)
+        self.normalisation: Normalisation | None = None
+        self.history: list[EpochRecord] = []
+        self.time_to_target: float | None = None
+        self.committed = 0
+        self.rows_processed = 0
+        self.epoch = 0
+        self.step = 0
+        self._epoch_loss = 0.0
+        self._order = rows.train
+        self._bounds = bounds(int(rows.train.size), options.batch)
+        self._phase = _Phase.NORMALISE  # of the pass in progress (or next, before it)
+        self._slots: list[DenseStats | None] = []
+        self.test: tuple[float, float] | None = None
+
+    # -- what the driver asks ----------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._phase is _Phase.DONE
+
+    @property
+    def best_epoch(self) -> int:
+        """The epoch of the model kept: the best validation epoch's, or the last one's
+        without validation rows (-1 before any epoch)."""
+        if self.rows.validation.size:
+            return self._stopping.best_epoch
+        return len(self.history) - 1
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self._bounds)
+
+    def where(self) -> str:
+        return f"epoch {self.epoch}, step {self.step}"
+
+    def next_pass(self) -> TrainingPass | None:
+        phase = self._phase
+        if phase is _Phase.DONE:
+            return None
+        spec = self._pass(phase)
+        self._slots = [None] * len(bounds(spec.items, self.options.chunk))
+        return spec
+
+    def _pass(self, phase: _Phase) -> TrainingPass:
+        rows = self.rows
+        if phase is _Phase.NORMALISE:
+            label = "normalisation (training rows)"
+            return TrainingPass(MOMENTS, rows.train, None, TRAIN_ROLE, label)
+        if phase is _Phase.TRAIN:
+            b0, b1 = self._bounds[self.step]
+            label = f"epoch {self.epoch} step {self.step + 1}/{len(self._bounds)}"
+            last = self.history[-1].validation_accuracy if self.history else None
+            if last is not None:
+                label += f", validation accuracy {last:.4f}"
+            return TrainingPass(TRAIN, self._order[b0:b1], self.flat, -1, label)
+        if phase is _Phase.VALIDATE:
+            label = f"validation after epoch {self.epoch}"
+            return TrainingPass(EVALUATE, rows.validation, self.flat, VALIDATION, label)
+        label = f"test of the best model (epoch {self.best_epoch})"
+        return TrainingPass(EVALUATE, rows.test, self.best_flat, TEST, label)
+
+    def check(self, start: int, count: int, stats: DenseStats) -> str | None:
+        """None if `stats` can be a chunk of `count` rows of the current pass, else why
+        not. Non-finite statistics are a property of the request: `Divergence`."""
+        if stats.valid != count:
+            return f"{stats.valid} valid rows reported for a range of {count}"
+        phase = self._phase
+        if phase is _Phase.NORMALISE:
+            width = 8 * self.sizes[0]
+            if len(stats.sums) != width or len(stats.m2) != width:
+                return "moment sums of the wrong length"
+            return None
+        if not math.isfinite(stats.loss_sum):
+            where = self.where() if phase is _Phase.TRAIN else f"the {phase.value} pass"
+            raise Divergence(f"loss {stats.loss_sum} at {where}: lower --lr")
+        if not 0 <= stats.correct <= count:
+            return f"{stats.correct} correct predictions is impossible for {count} rows"
+        if stats.loss_sum < 0:
+            return f"negative loss sum {stats.loss_sum}"
+        if phase is _Phase.TRAIN:
+            if len(stats.sums) != 8 * self.flat.size:
+                return f"{len(stats.sums) // 8} gradient sums, expected {self.flat.size}"
+            if not np.isfinite(np.frombuffer(stats.sums, dtype="<f8")).all():
+                raise Divergence(f"non-finite gradient at {self.where()}: lower --lr")
+        return None
+
+    def accept(self, chunk: int, stats: DenseStats) -> None:
+        self._slots[chunk] = stats
+
+    def commit(self) -> None:
+        """Every chunk of the current pass is in its slot: apply the pass."""
+        slots = [s for s in self._slots if s is not None]
+        assert len(slots) == len(self._slots), "commit before every chunk was accepted"
+        phase = self._phase
+        if phase is _Phase.NORMALISE:
+            parts = [(s.valid, _floats(s.sums), _floats(s.m2)) for s in slots]
+            self.normalisation = combine_moments(parts)
+            self._begin_epoch(0)
+        elif phase is _Phase.TRAIN:
+            self._commit_step(slots)
+        elif phase is _Phase.VALIDATE:
+            loss_sum, correct = evaluation_sums(slots)
+            n = int(self.rows.validation.size)
+            self._end_epoch(loss_sum / n, correct / n)
+        elif phase is _Phase.TEST:
+            loss_sum, correct = evaluation_sums(slots)
+            n = int(self.rows.test.size)
+            self.test = (loss_sum / n, correct / n)
+            self._phase = _Phase.DONE
+
+    # -- transitions ---------------------------------------------------------------------------
+    def _begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.step = 0
+        self._epoch_loss = 0.0
+        self._order = epoch_order(self.options.seed, epoch, self.rows.train)
+        self._phase = _Phase.TRAIN
+
+    def _commit_step(self, slots: Sequence[DenseStats]) -> None:
+        b0, b1 = self._bounds[self.step]
+        results = [ChunkStats(_floats(s.sums), s.loss_sum, s.correct, s.valid) for s in slots]
+        totals = reduce_chunks(results, b1 - b0)
+        if not (math.isfinite(totals.loss_sum) and np.isfinite(totals.grad_sum).all()):
+            raise Divergence(f"loss {totals.loss_sum} at {self.where()}: lower --lr")
+        self.flat, self._opt = step(self.flat, totals.mean_grad(), self._opt, self.options.lr)
+        self.committed += 1
+        self.rows_processed += totals.valid
+        self._epoch_loss += totals.loss_sum
+        self.step += 1
+        if self.step == len(self._bounds):
+            if self.rows.validation.size:
+                self._phase = _Phase.VALIDATE
+            else:
+                self._end_epoch(None, None)
+
+    def _end_epoch(self, loss: float | None, accuracy: float | None) -> None:
+        if loss is not None and not math.isfinite(loss):
+            raise Divergence(f"validation loss {loss} after epoch {self.epoch}: lower --lr")
+        record = EpochRecord(
+            self.epoch,
+            self._epoch_loss / int(self.rows.train.size),
+            loss,
+            accuracy,
+            round(self._clock() - self._started, 6),
+        )
+        self.history.append(record)
+        target = self.options.target_accuracy
+        if (
+            self.time_to_target is None
+            and target is not None
+            and accuracy is not None
+            and accuracy >= target
+        ):
+            self.time_to_target = record.seconds
+        stop = False
+        if loss is None:  # no validation: the final model is the one kept
+            self.best_flat = self.flat
+        else:
+            self._stopping = self._stopping.observe(self.epoch, loss)
+            if self._stopping.improved:
+                self.best_flat = self.flat.copy()
+            stop = self.options.patience is not None and self._stopping.stop
+        if stop or self.epoch + 1 == self.options.epochs:
+            self._phase = _Phase.TEST if self.rows.test.size else _Phase.DONE
+        else:
+            self._begin_epoch(self.epoch + 1)
+
+    # -- what it leaves ----------------------------------------------------------------------
+    def parameters(self, flat: Floats) -> list[Floats]:
+        """`[W1, b1, ...]` of a flat parameter vector of this training, as copies."""
+        return [p.copy() for p in unflatten(flat, self.sizes)]
+
+
+def _floats(data: bytes) -> Floats:
+    out: Floats = np.frombuffer(data, dtype="<f8")
+    return out
+
+
+def evaluation_sums(slots: Sequence[DenseStats]) -> tuple[float, int]:
+    """Loss and correct sums of an evaluation pass, in chunk order."""
+    loss_sum = 0.0
+    correct = 0
+    for s in slots:
+        loss_sum += s.loss_sum
+        correct += s.correct
+    return loss_sum, correct
