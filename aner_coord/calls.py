@@ -241,19 +241,29 @@ def request_of(kind: type[Any], options: dict[str, Any], call: str) -> Any:
     if unknown:
         known = ", ".join(f"{name}=" for name in sorted(fields | set(PLACEMENT)))
         raise RequestError(f"{call}() has no argument {unknown[0]}=: it takes {known}")
+    values = {k: plain(v) for k, v in options.items()}
     try:
-        return msgspec.convert({k: plain(v) for k, v in options.items()}, kind)
+        return msgspec.convert(values, kind)
     except msgspec.ValidationError as exc:
-        raise RequestError(f"{call}(): {_argument_error(exc)}") from None
+        raise RequestError(_argument_error(exc, values)) from None
 
 
-def _argument_error(exc: msgspec.ValidationError) -> str:
-    """msgspec says "Expected `int`, got `str` - at `$.epochs`"; name the argument instead."""
+# How a type that msgspec names is said to a person.
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "array": "a list"}
+
+
+def _argument_error(exc: msgspec.ValidationError, values: dict[str, Any]) -> str:
+    """msgspec says "Expected `int`, got `bool` - at `$.samples`"; say "samples= must be an
+    integer, got True" instead."""
     text = str(exc)
     message, at, where = text.partition(" - at `$.")
     if not at:
         return text
     name = where.rstrip("`").split("[")[0].split(".")[0]
+    expected = message.removeprefix("Expected `").split("`")[0]
+    words = " or ".join(_TYPE_WORDS.get(w.strip(), w.strip()) for w in expected.split("|"))
+    if message.startswith("Expected `") and name in values and "[" not in where:
+        return f"{name}= must be {words}, got {values[name]!r}"
     return f"{name}=: {message[0].lower()}{message[1:]}"
 
 

@@ -142,8 +142,9 @@ def test_local_is_immutable() -> None:
         execution.workers = 2  # type: ignore[misc]
     automatic = parallel.local()
     assert automatic.workers == 0  # the automatic policy, resolved at admission
-    assert automatic.chunk == 65_536
+    assert automatic.chunk is None  # each computation's own default, resolved at admission
     job = admit(JobRequest(computation=MonteCarloRequest(samples=10, seed=1)))
+    assert job.chunk == 65_536  # Monte Carlo's default (SPEC section 3)
     assert job.workers.automatic is True
     assert len(job.workers.slots) == current().auto_workers
 
