@@ -29,26 +29,28 @@ from typing import Any
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
 from aner_coord.job.backend import Backend
-from aner_coord.job.machine import (
+from aner_coord.job.events import (
     AuditFailed,
-    BeginPass,
     CancelRequested,
-    DropWorker,
     Event,
+    ResultReceived,
+    ShellFailed,
+    WorkersStopped,
+)
+from aner_coord.job.instructions import (
+    BeginPass,
+    DropWorker,
     Instruction,
     JobEnded,
-    JobMachine,
     Progress,
     RecordAccepted,
     RecordCommitted,
     RecordLoss,
-    ResultReceived,
     SendTask,
-    ShellFailed,
     StopWorkers,
-    WorkersStopped,
     WriteStatus,
 )
+from aner_coord.job.machine import JobMachine
 from aner_coord.job.pool import WorkerPool
 from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.staging import plan_of

@@ -25,7 +25,7 @@ from aner_coord import jobdir
 from aner_coord.admission import Job
 from aner_coord.computations.base import WritesFiles
 from aner_coord.job.coordinator import Coordinator, JobReport, Observer
-from aner_coord.job.machine import ShellFailed
+from aner_coord.job.events import ShellFailed
 from aner_coord.job.pool import WorkerPool
 from aner_coord.jobdir import ledger
 from aner_coord.jobdir.manifest import encode_manifest, manifest_of

@@ -133,12 +133,12 @@ def test_a_bug_in_the_process_backend_fails_the_job(
 def test_a_transport_that_raises_fails_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import aner_coord.job.processes as backends
+    import aner_coord.job.link as link
 
-    real = backends.open_transport
+    real = link.open_transport
 
-    async def flaky(record: object, argv: object) -> object:
-        transport = await real(record, argv)  # type: ignore[arg-type]
+    async def flaky(record: object, argv: object, **options: object) -> object:
+        transport = await real(record, argv, **options)  # type: ignore[arg-type]
 
         async def read(n: int = 65536) -> bytes:
             raise RuntimeError("injected transport fault")
@@ -146,7 +146,7 @@ def test_a_transport_that_raises_fails_the_job(
         transport.read = read  # type: ignore[method-assign]
         return transport
 
-    monkeypatch.setattr(backends, "open_transport", flaky)
+    monkeypatch.setattr(link, "open_transport", flaky)
     with pytest.raises(JobFailed) as failure:
         parallel.run(ToyRequest(items=3000, seed=0), execution=toy_group(tmp_path, workers=1))
     assert 'worker "toy-1" failed during handshake: internal error' in str(failure.value)

@@ -16,29 +16,31 @@ import pytest
 from aner_coord.computations import Accounting, Diverged, PassSpec, Run
 from aner_coord.computations.montecarlo import MonteCarlo, MonteCarloRequest
 from aner_coord.computations.regression import N_PARAMS, Regression, RegressionRequest
-from aner_coord.job.machine import (
+from aner_coord.job.events import (
     AuditFailed,
-    BeginPass,
     CancelRequested,
-    DropWorker,
-    Instruction,
-    JobEnded,
-    JobMachine,
-    Progress,
-    RecordAccepted,
-    RecordCommitted,
-    RecordLoss,
     ResultReceived,
-    SendTask,
     ShellFailed,
-    StopWorkers,
     TaskError,
     WindowChanged,
     WorkerLost,
     WorkerReady,
     WorkersStopped,
+)
+from aner_coord.job.instructions import (
+    BeginPass,
+    DropWorker,
+    Instruction,
+    JobEnded,
+    Progress,
+    RecordAccepted,
+    RecordCommitted,
+    RecordLoss,
+    SendTask,
+    StopWorkers,
     WriteStatus,
 )
+from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir.status import JobState, WorkerAccount, WorkerLoss
 from aner_worker.kernels.montecarlo import McParams, McStats
 from aner_worker.kernels.regression import RegressionParams, RegressionStats
