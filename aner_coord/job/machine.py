@@ -64,7 +64,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from aner_coord.computations import Diverged, PassSpec, Run
 from aner_coord.job.chunks import ChunkQueue
@@ -78,6 +78,7 @@ from aner_coord.job.events import (
     WindowChanged,
     WorkerLost,
     WorkerReady,
+    WorkersStopped,
 )
 from aner_coord.job.instructions import (
     BeginPass,
@@ -178,31 +179,45 @@ class JobMachine:
         return [*out, self._status(urgent=True)]
 
     def handle(self, event: Event) -> list[Instruction]:
-        worker = getattr(event, "worker", None)
-        if worker is not None and worker not in self._workers:
-            return self._fail(f"the shell reported an event for unknown worker {worker!r}")
-        if isinstance(event, ResultReceived):
-            return self._on_result(event)
-        if isinstance(event, WorkerReady):
-            return self._on_ready(event)
-        if isinstance(event, WindowChanged):
-            return self._on_window(event)
-        if isinstance(event, TaskError):
-            if self._workers[event.worker].lost:
-                return []
-            return self._fail(f'worker "{event.worker}" failed during task: {event.reason}')
-        if isinstance(event, AuditFailed):
-            return self._fail(
-                f'worker "{event.worker}" failed during audit: its result for task '
-                f"{event.task_id} differs from the coordinator's own: {event.detail}"
-            )
-        if isinstance(event, WorkerLost):
-            return self._on_lost(event)
-        if isinstance(event, ShellFailed):
-            return self._on_shell_failed(event)
-        if isinstance(event, CancelRequested):
-            return self._on_cancel(event)
-        return self._on_stopped()
+        """The instructions that `event` calls for. Anything that is not an `Event` is the
+        shell's bug and raises (AssertionError), whatever the state."""
+        match event:
+            case (
+                ResultReceived()
+                | WorkerReady()
+                | WindowChanged()
+                | TaskError()
+                | AuditFailed()
+                | WorkerLost()
+            ) if event.worker not in self._workers:
+                return self._fail(
+                    f"the shell reported an event for unknown worker {event.worker!r}"
+                )
+            case ResultReceived():
+                return self._on_result(event)
+            case WorkerReady():
+                return self._on_ready(event)
+            case WindowChanged():
+                return self._on_window(event)
+            case TaskError():
+                if self._workers[event.worker].lost:
+                    return []
+                return self._fail(f'worker "{event.worker}" failed during task: {event.reason}')
+            case AuditFailed():
+                return self._fail(
+                    f'worker "{event.worker}" failed during audit: its result for task '
+                    f"{event.task_id} differs from the coordinator's own: {event.detail}"
+                )
+            case WorkerLost():
+                return self._on_lost(event)
+            case ShellFailed():
+                return self._on_shell_failed(event)
+            case CancelRequested():
+                return self._on_cancel(event)
+            case WorkersStopped():
+                return self._on_stopped()
+            case _:
+                assert_never(event)
 
     # -- transitions ---------------------------------------------------------------------
     def _on_ready(self, event: WorkerReady) -> list[Instruction]:

@@ -177,3 +177,32 @@ def test_an_observer_that_fails_fails_the_job_naming_it() -> None:
     report = run_sync(execute(job, observers=[Disk()], cancel=asyncio.Event()))
     assert report.state is JobState.FAILED
     assert report.error == "the job directory failed: No space left on device"
+
+
+def test_an_instruction_the_coordinator_does_not_know_fails_the_job_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The coordinator's dispatch is exhaustive (mypy checks it); anything else that reaches
+    # it at run time fails the job loudly instead of being dropped.
+    from aner_coord.admission import admit
+    from aner_coord.job.execute import execute
+    from aner_coord.job.machine import JobMachine
+    from aner_coord.requests import JobRequest, LocalExecution
+    from aner_coord.runner import run_sync
+
+    class Unheard:
+        pass
+
+    real_start = JobMachine.start
+
+    def start(self: JobMachine) -> list[object]:
+        return [*real_start(self), Unheard()]
+
+    monkeypatch.setattr(JobMachine, "start", start)
+    job = admit(
+        JobRequest(computation=ToyRequest(items=5000, seed=0), execution=LocalExecution(1, 10))
+    )
+    report = run_sync(execute(job))
+    assert report.state is JobState.FAILED
+    assert report.error is not None
+    assert report.error.startswith("the coordinator failed: Unheard: AssertionError(")
