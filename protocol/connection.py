@@ -183,9 +183,6 @@ class CoordinatorConnection(_Side):
         staging.moved.add(digest)
         return self._encode(Block(digest, bytes(data)))
 
-    def has_params(self, pass_id: int) -> bool:
-        return pass_id in self._params_sent
-
     def hello(self) -> bytes:
         if self._said_hello:
             raise LocalProtocolError(self.peer, "Hello sent twice")
@@ -222,12 +219,6 @@ class CoordinatorConnection(_Side):
     def shutdown(self, reason: str = "") -> bytes:
         self.phase = Phase.CLOSED
         return self._encode(Shutdown(reason[:200]))
-
-    def forget(self) -> list[Task]:
-        """Drop every outstanding task (the job abandoned them) and return them."""
-        tasks = list(self._outstanding.values())
-        self._outstanding.clear()
-        return tasks
 
     def receive(self, data: bytes) -> list[CoordinatorEvent]:
         events: list[CoordinatorEvent] = []
