@@ -1,6 +1,17 @@
 """The aner coordinator: execution contexts, the job machine, transports, job files, CLI.
 
 The documented entry point for Python is `from aner_coord import parallel`.
+
+- `parallel`, `session`, `calls`: the Python API, one-off calls and sessions; `cli/`: the
+  command line, one module per command group;
+- `requests`, `specfile`: the one request type and its file forms; `admission`, `limits`:
+  the one place that admits a request, and every limit; `clusterfile`: the cluster file;
+- `computations/`: the coordinator halves of the computations; `job/`: the job engine (the
+  machine, the coordinator, local threads and worker processes); `transports/`: byte pipes
+  to worker processes; `jobdir/`: the job directory's files; `scaling/`: `aner parallel
+  scaling` and `plan`;
+- `runner`: a coroutine run from synchronous code, interruptibly; `errors`: whose fault a
+  failure is, and the exit codes.
 """
 
 from typing import Any

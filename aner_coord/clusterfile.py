@@ -266,74 +266,89 @@ def _parse_record(tokens: list[_Token], line: int) -> WorkerRecord:
         hint = " (comments must be on their own line)" if tokens[6].text.startswith("#") else ""
         raise _LineError(f"unexpected field after the slots{hint}; expected {RECORD_SHAPE}")
     identity_tok, transport_tok, endpoint_tok, executable_tok, slots_tok = tokens[1:]
+    # Field by field, in the order of the line, so the first wrong field is the one named.
+    identity = _identity(identity_tok)
+    transport = _transport(transport_tok)
+    endpoint, slurm = _endpoint(transport, endpoint_tok)
+    return WorkerRecord(
+        identity=identity,
+        transport=transport,
+        endpoint=endpoint,
+        executable=_executable(executable_tok),
+        slots=_slots(slots_tok),
+        line=line,
+        slurm=slurm,
+    )
 
-    if not identity_tok.quoted:
+
+def _identity(token: _Token) -> str:
+    if not token.quoted:
         raise _LineError('the identity must be in double quotes, like "Atlas-01"')
-    identity = identity_tok.text
+    identity = token.text
     if not _IDENTITY.fullmatch(identity):
         raise _LineError(
             "the identity must be 1 to 64 characters of A-Z a-z 0-9 . _ - (got "
             f"{len(identity)} characters{', some not allowed' if identity else ''})"
         )
+    return identity
 
-    transport = transport_tok.text
-    if transport_tok.quoted or transport not in ("local", "ssh", "slurm"):
-        shown = f'"{transport}"' if transport_tok.quoted else _show(transport)
+
+def _transport(token: _Token) -> Transport:
+    transport = token.text
+    if token.quoted or transport not in _TRANSPORTS:
+        shown = f'"{transport}"' if token.quoted else _show(transport)
         raise _LineError(f"unknown transport {shown} (use local, ssh or slurm, without quotes)")
+    return _TRANSPORTS[transport]
 
-    if not endpoint_tok.quoted:
+
+def _endpoint(transport: Transport, token: _Token) -> tuple[str, SlurmEndpoint | None]:
+    """The endpoint as written, and its parsed form for a slurm record."""
+    if not token.quoted:
         raise _LineError('the endpoint must be in double quotes ("-" for local)')
-    endpoint = endpoint_tok.text
-    slurm: SlurmEndpoint | None = None
+    endpoint = token.text
     if transport == "local":
         if endpoint != "-":
             raise _LineError('a local worker takes the endpoint "-"')
-    elif transport == "slurm":
+        return endpoint, None
+    if transport == "slurm":
         try:
-            slurm = parse_slurm_endpoint(endpoint)
+            return endpoint, parse_slurm_endpoint(endpoint)
         except ValueError as exc:
             raise _LineError(str(exc)) from None
-    else:
-        if not endpoint:
-            raise _LineError("the ssh endpoint is empty (use an ssh config alias or user@host)")
-        if endpoint.startswith("-"):
-            raise _LineError(
-                "the ssh endpoint must not start with '-' (it would read as an option)"
-            )
-        if any(c.isspace() for c in endpoint):
-            raise _LineError("the ssh endpoint must not contain whitespace")
-        try:
-            parse_ssh_endpoint(endpoint)
-        except ValueError as exc:
-            raise _LineError(f"bad ssh endpoint: {exc}") from None
+    if not endpoint:
+        raise _LineError("the ssh endpoint is empty (use an ssh config alias or user@host)")
+    if endpoint.startswith("-"):
+        raise _LineError("the ssh endpoint must not start with '-' (it would read as an option)")
+    if any(c.isspace() for c in endpoint):
+        raise _LineError("the ssh endpoint must not contain whitespace")
+    try:
+        parse_ssh_endpoint(endpoint)
+    except ValueError as exc:
+        raise _LineError(f"bad ssh endpoint: {exc}") from None
+    return endpoint, None
 
-    if not executable_tok.quoted:
+
+def _executable(token: _Token) -> str:
+    if not token.quoted:
         raise _LineError("the executable must be an absolute path in double quotes")
-    executable = executable_tok.text
+    executable = token.text
     if not executable.startswith("/") or len(executable) < 2:
         raise _LineError("the executable must be an absolute path (starting with /)")
+    return executable
 
-    slots_text = slots_tok.text
-    if slots_tok.quoted or not _DECIMAL.fullmatch(slots_text):
+
+def _slots(token: _Token) -> int:
+    text = token.text
+    if token.quoted or not _DECIMAL.fullmatch(text):
         raise _LineError(
-            f"slots must be a whole number from 1 to {MAX_SLOTS} without quotes, "
-            f"got {_show(slots_text)}"
+            f"slots must be a whole number from 1 to {MAX_SLOTS} without quotes, got {_show(text)}"
         )
-    slots = int(slots_text) if len(slots_text) <= 6 else MAX_SLOTS + 1
+    slots = int(text) if len(text) <= 6 else MAX_SLOTS + 1
     if slots < 1:
         raise _LineError("slots must be at least 1")
     if slots > MAX_SLOTS:
-        raise _LineError(f"slots must be at most {MAX_SLOTS}, got {_show(slots_text)}")
-
-    return WorkerRecord(
-        identity=identity,
-        transport=_TRANSPORTS[transport],
-        endpoint=endpoint,
-        executable=executable,
-        slots=slots,
-        line=line,
-        slurm=slurm,
-    )
+        raise _LineError(f"slots must be at most {MAX_SLOTS}, got {_show(text)}")
+    return slots
 
 
 _TRANSPORTS: dict[str, Transport] = {"local": "local", "ssh": "ssh", "slurm": "slurm"}

@@ -62,34 +62,48 @@ def run_interruptible(
 ) -> tuple[T, KeyboardInterrupt | None]:
     """Run `make(cancel)` to its end; an interrupt meanwhile sets `cancel` instead of
     unwinding. Returns the value and the interrupt, if there was one."""
-    interrupted: list[KeyboardInterrupt] = []
     try:
         asyncio.get_running_loop()
         in_loop = True
     except RuntimeError:
         in_loop = False
     if not in_loop and threading.current_thread() is threading.main_thread():
-
-        async def main() -> T:
-            cancel = asyncio.Event()
-            loop = asyncio.get_running_loop()
-
-            def on_sigint() -> None:
-                interrupted.append(KeyboardInterrupt())
-                cancel.set()
-
-            loop.add_signal_handler(signal.SIGINT, on_sigint)
-            try:
-                return await make(cancel)
-            finally:
-                loop.remove_signal_handler(signal.SIGINT)
-
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            value = runner.run(main())
-        return value, (interrupted[0] if interrupted else None)
-
+        return _run_on_main_thread(make)
     # A loop already runs here (a notebook), or this is not the main thread: the job runs on
     # a loop of its own in a helper thread, and this thread waits for it interruptibly.
+    return _run_in_helper_thread(make)
+
+
+def _run_on_main_thread(
+    make: Callable[[asyncio.Event], Coroutine[Any, Any, T]],
+) -> tuple[T, KeyboardInterrupt | None]:
+    """A loop of our own in this (main) thread, with SIGINT setting `cancel`."""
+    interrupted: list[KeyboardInterrupt] = []
+
+    async def main() -> T:
+        cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            interrupted.append(KeyboardInterrupt())
+            cancel.set()
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            return await make(cancel)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        value = runner.run(main())
+    return value, (interrupted[0] if interrupted else None)
+
+
+def _run_in_helper_thread(
+    make: Callable[[asyncio.Event], Coroutine[Any, Any, T]],
+) -> tuple[T, KeyboardInterrupt | None]:
+    """A loop of its own in a helper thread; an interrupt of this thread sets `cancel`."""
+    interrupted: list[KeyboardInterrupt] = []
     box: dict[str, Any] = {}
     ready = threading.Event()
     finished = threading.Event()

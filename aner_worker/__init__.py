@@ -7,8 +7,9 @@ fingerprint that both sides compare at the handshake.
 
 - `kernels/`: the worker halves of the computations, by name;
 - `worker`: the worker process; `contract`: this installation's fingerprint;
-- `inventory`: what this process may use (affinity, cgroup quotas, memory); `machine`: the
-  hardware and software identity reported at the handshake;
+- `inventory`: what this process may use (affinity, cgroup quotas, memory), with `cgroups`
+  reading the quota and memory limit of its cgroup hierarchy; `machine`: the hardware and
+  software identity reported at the handshake;
 - `blocks`: the staging block cache; `files`: atomic file replacement;
 - `registry`: the lazy registry behind kernels and computations; `startup`: what an aner
   process does at its start; `oracle`: numpy references of the kernels, for tests.

@@ -105,11 +105,6 @@ def teacher_labels(features: F64, noise: F64) -> npt.NDArray[np.int8]:
     return labels
 
 
-def oracle_labels(seed: int, start: int, count: int) -> npt.NDArray[np.int8]:
-    """Fixture labels (0 or 1) of rows ``[start, start + count)``."""
-    return teacher_labels(oracle_features(seed, start, count), oracle_noise(seed, start, count))
-
-
 def numpy_fixture_pass(
     seed: int, start: int, count: int, theta: Sequence[float] | F64
 ) -> tuple[F64, float, int, int]:

@@ -29,7 +29,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import assert_never
 
 from aner_worker.blocks import BlockCache
 from aner_worker.kernels import KERNELS
@@ -45,6 +46,7 @@ from protocol import (
     Task,
     TaskReceived,
     WorkerConnection,
+    WorkerEvent,
 )
 
 log = logging.getLogger("aner.worker")
@@ -63,6 +65,11 @@ def platform_identity() -> str:
         f"{platform.system()}-{platform.machine()}/"
         f"{platform.python_implementation()}-{platform.python_version()}/{sys.byteorder}"
     )
+
+
+class _Refused(Exception):
+    """This worker will not serve the coordinator (the Hello, or the staged data); the
+    reason is logged and the process exits with status 1."""
 
 
 class _Output:
@@ -206,27 +213,63 @@ class _Stager:
         out.send(frame)
 
 
-def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-    """Run the worker loop until EOF or Shutdown; return the process exit status."""
-    from aner_worker.contract import source_fingerprint
-    from aner_worker.inventory import current
-    from aner_worker.machine import machine_identity
+class _Serving:
+    """One coordinator's conversation: the connection and its output, the queue of tasks
+    with the moment each was read (so its result says how long it queued), the slot
+    threads that run them, and staging."""
 
-    connection = WorkerConnection(
-        source_fingerprint(),
-        current().effective_cpus,
-        platform_identity(),
-        KERNELS,
-        machine=machine_identity(),
-    )
-    out = _Output(stdout_fd, connection)
-    # Each task with the moment it was read, so its result says how long it queued.
-    tasks: queue.SimpleQueue[tuple[Task, float] | None] = queue.SimpleQueue()
-    stopping = threading.Event()
-    threads: list[threading.Thread] = []
-    stager = _Stager()
+    def __init__(self, connection: WorkerConnection, out: _Output) -> None:
+        self.connection = connection
+        self.out = out
+        self.tasks: queue.SimpleQueue[tuple[Task, float] | None] = queue.SimpleQueue()
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.stager = _Stager()
 
-    def slot() -> None:
+    def handle(self, events: Sequence[WorkerEvent]) -> bool:
+        """Carry out what the connection saw; True once the worker should stop."""
+        connection, out = self.connection, self.out
+        for event in events:
+            match event:
+                case TaskReceived():
+                    self.tasks.put((event.task, time.monotonic()))
+                case StageReceived():
+                    self.stager.begin(event, connection, out)
+                case BlockReceived():
+                    self.stager.block(event, connection, out)
+                case PingReceived():
+                    with out.lock:
+                        frame = connection.pong(event.nonce)
+                    out.send(frame)
+                case ParamsReceived():
+                    pass  # kept by the connection for the tasks of its pass
+                case HelloReceived():
+                    self._answer(event)
+                case ShutdownReceived():
+                    return True
+                case _:
+                    assert_never(event)
+        return False
+
+    def _answer(self, event: HelloReceived) -> None:
+        """Welcome the coordinator and start the slots, or refuse it and stop."""
+        with self.out.lock:
+            frame = self.connection.reply()
+        if event.refusal is not None:
+            self.out.send(frame)
+            log.error("refused: %s", event.refusal)
+            raise _Refused
+        _warm_up(event.hello.kernels)
+        self.stager.expect(event.hello.kernels)
+        self.out.send(frame)
+        log.info("worker %s ready with %d slots", event.hello.identity, event.hello.slots)
+        for i in range(event.hello.slots):
+            thread = threading.Thread(target=self._slot, name=f"aner-slot-{i}", daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _slot(self) -> None:
+        tasks, out, connection, stopping = self.tasks, self.out, self.connection, self.stopping
         while True:
             item = tasks.get()
             if item is None or stopping.is_set():
@@ -255,6 +298,31 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
                 busy = time.monotonic() - began
             out.send(frame, hold=busy < HOLD_TASK_S and not tasks.empty())
 
+    def stop(self) -> None:
+        """Drop queued tasks, stop running ones at their next sub-range, write what is left."""
+        self.stopping.set()
+        for _ in self.threads:
+            self.tasks.put(None)
+        for thread in self.threads:
+            thread.join()
+        self.out.flush()
+
+
+def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
+    """Run the worker loop until EOF or Shutdown; return the process exit status."""
+    from aner_worker.contract import source_fingerprint
+    from aner_worker.inventory import current
+    from aner_worker.machine import machine_identity
+
+    connection = WorkerConnection(
+        source_fingerprint(),
+        current().effective_cpus,
+        platform_identity(),
+        KERNELS,
+        machine=machine_identity(),
+    )
+    out = _Output(stdout_fd, connection)
+    serving = _Serving(connection, out)
     status = 0
     try:
         while True:
@@ -265,7 +333,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
                 break
             with out.lock:
                 events = connection.receive(data)
-            if _handle(events, connection, out, tasks, threads, slot, stager):
+            if serving.handle(events):
                 break
     except ProtocolError as exc:
         log.error("%s", exc)
@@ -273,60 +341,8 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     except _Refused:
         status = 1
     finally:
-        stopping.set()
-        for _ in threads:
-            tasks.put(None)
-        for thread in threads:
-            thread.join()
-        out.flush()
+        serving.stop()
     return status
-
-
-class _Refused(Exception):
-    pass
-
-
-def _handle(
-    events: Sequence[object],
-    connection: WorkerConnection,
-    out: _Output,
-    tasks: queue.SimpleQueue[tuple[Task, float] | None],
-    threads: list[threading.Thread],
-    slot: Callable[[], None],
-    stager: _Stager,
-) -> bool:
-    """Carry out what the connection saw; True once the worker should stop."""
-    for event in events:
-        if isinstance(event, TaskReceived):
-            tasks.put((event.task, time.monotonic()))
-        elif isinstance(event, StageReceived):
-            stager.begin(event, connection, out)
-        elif isinstance(event, BlockReceived):
-            stager.block(event, connection, out)
-        elif isinstance(event, PingReceived):
-            with out.lock:
-                frame = connection.pong(event.nonce)
-            out.send(frame)
-        elif isinstance(event, ParamsReceived):
-            pass  # kept by the connection for the tasks of its pass
-        elif isinstance(event, HelloReceived):
-            with out.lock:
-                frame = connection.reply()
-            if event.refusal is not None:
-                out.send(frame)
-                log.error("refused: %s", event.refusal)
-                raise _Refused
-            _warm_up(event.hello.kernels)
-            stager.expect(event.hello.kernels)
-            out.send(frame)
-            log.info("worker %s ready with %d slots", event.hello.identity, event.hello.slots)
-            for i in range(event.hello.slots):
-                thread = threading.Thread(target=slot, name=f"aner-slot-{i}", daemon=True)
-                threads.append(thread)
-                thread.start()
-        elif isinstance(event, ShutdownReceived):
-            return True
-    return False
 
 
 def _warm_up(kernels: tuple[str, ...]) -> None:

@@ -8,9 +8,9 @@ Starts its own Slurm as the tests do (tests/slurm_support.py: munged, slurmctld,
 temporary directory; needs root and .ci/ensure-slurm), then measures, interleaved (A, B, A,
 B, ...) and summarised by median and min:max:
 
-- `handshake_s`: start-up of a worker group alone: `open_transport()` for two workers at
-  once until both have answered the handshake (a 2-step Slurm group, 2 srun job steps of one
-  slot, against 2 local pipe workers);
+- `handshake_s`: start-up of a worker group alone: `aner_coord.job.link.connect()` for two
+  workers at once until both have answered the handshake (a 2-step Slurm group, 2 srun job
+  steps of one slot, against 2 local pipe workers);
 - `job_wall_s`: `aner parallel run` of the whole computation (seed 42, chunks of 4 M), timed
   from outside; `startup_job_s`: the same command for 2 samples (process start, job
   directory, workers, handshake, one tiny task each); `steady_s = job_wall_s - startup_job_s`
@@ -41,11 +41,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from slurm_support import SlurmCluster, start_slurm  # noqa: E402
 
 from aner_coord.clusterfile import SlurmEndpoint, WorkerRecord, load_cluster_file  # noqa: E402
+from aner_coord.job.link import connect  # noqa: E402
 from aner_coord.transports.base import Transport  # noqa: E402
 from aner_coord.transports.pipe import open_pipe  # noqa: E402
-from aner_coord.transports.registry import open_slurm, open_transport  # noqa: E402
+from aner_coord.transports.registry import open_slurm  # noqa: E402
 from aner_worker.contract import source_fingerprint  # noqa: E402
-from protocol import PROTOCOL_VERSION, FrameDecoder, FrameEncoder, Hello, Welcome  # noqa: E402
+from protocol import CoordinatorConnection  # noqa: E402
 
 ANER = str(Path(sys.executable).parent / "aner")
 # SPEC section 1, seed 42; other sizes must agree between every run of the same size.
@@ -97,17 +98,8 @@ async def handshake(cluster: Path, env: dict[str, str]) -> float:
     fingerprint = source_fingerprint()
 
     async def one(record: WorkerRecord) -> Transport:
-        argv = [record.executable, "parallel", "worker", "--stdio"]
-        transport = await open_transport(record, argv, env=env)
-        encoder, decoder = FrameEncoder(), FrameDecoder("bench")
-        await transport.write(
-            encoder.encode(Hello(PROTOCOL_VERSION, record.identity, record.slots, fingerprint))
-        )
-        while not (messages := decoder.feed(await transport.read())):
-            pass
-        if not isinstance(messages[0], Welcome):
-            raise SystemExit(f"handshake refused: {messages[0]}")
-        return transport
+        connection = CoordinatorConnection(record.identity, record.slots, fingerprint)
+        return (await connect(record, connection, env=env)).transport
 
     started = time.monotonic()
     transports = await asyncio.gather(*(one(r) for r in config.workers))

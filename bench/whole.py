@@ -134,37 +134,49 @@ def run(sizes: Sizes) -> dict[str, Any]:
     }
     goals: dict[str, bool] = {}
 
-    def compare(key: str, slow: str, fast: str, limit: float, text: str) -> None:
-        a, b = ok[slow], ok[fast]
-        hits = {o.hits for o in (*a.values, *b.values)}
-        same = len(hits) == 1 and None not in hits
-        if not a.walls or not b.walls:
-            goals[key] = False
-            goal(f"{text}: no successful run to compare", False)
-            return
-        r = a.median / b.median
-        # The best runs too, and the goal must hold for both: on a shared machine the other
-        # sessions stretch the short C runs more than aner's (whose fixed start-up they leave
-        # alone), which can make a ratio of medians look met that a quiet machine misses.
-        best = a.min / b.min
-        goals[key] = same and r <= limit and best <= limit
-        out[key] = {"ratio": r, "ratio_of_minima": best, "limit": limit, "same_hits": same}
-        goal(
-            f"{text}: {secs(a.median)} / {secs(b.median)} = {ratio(r)} (best runs "
-            f"{ratio(best)}), both within {limit:g}x" + ("" if same else " (hits DIFFER)"),
-            goals[key],
-        )
-
     if c_name in cases:
-        compare("vs_c", all_name, c_name, C_GOAL, f"all cores vs C at {n_c:,}")
+        _compare(ok, out, goals, "vs_c", all_name, c_name, C_GOAL, f"all cores vs C at {n_c:,}")
     if threads_name in cases:
-        compare("group_vs_threads", pipes_name, threads_name, GROUP_GOAL,
-                f"2-worker pipe group vs 2 threads at {n_g:,}")  # fmt: skip
+        _compare(ok, out, goals, "group_vs_threads", pipes_name, threads_name, GROUP_GOAL,
+                 f"2-worker pipe group vs 2 threads at {n_g:,}")  # fmt: skip
     for failure in failures:
         note(f"FAILED: {failure}")
     out["goals"] = goals
     out["goal_met"] = (all(goals.values()) and not failures) if goals else None
     return out
+
+
+def _compare(
+    ok: dict[str, Any],
+    out: dict[str, Any],
+    goals: dict[str, bool],
+    key: str,
+    slow: str,
+    fast: str,
+    limit: float,
+    text: str,
+) -> None:
+    """Judge `slow` against `fast` by the ratio of their medians and of their best runs;
+    the verdict goes to `goals` and the figures to `out`, under `key`."""
+    a, b = ok[slow], ok[fast]
+    hits = {o.hits for o in (*a.values, *b.values)}
+    same = len(hits) == 1 and None not in hits
+    if not a.walls or not b.walls:
+        goals[key] = False
+        goal(f"{text}: no successful run to compare", False)
+        return
+    r = a.median / b.median
+    # The best runs too, and the goal must hold for both: on a shared machine the other
+    # sessions stretch the short C runs more than aner's (whose fixed start-up they leave
+    # alone), which can make a ratio of medians look met that a quiet machine misses.
+    best = a.min / b.min
+    goals[key] = same and r <= limit and best <= limit
+    out[key] = {"ratio": r, "ratio_of_minima": best, "limit": limit, "same_hits": same}
+    goal(
+        f"{text}: {secs(a.median)} / {secs(b.median)} = {ratio(r)} (best runs "
+        f"{ratio(best)}), both within {limit:g}x" + ("" if same else " (hits DIFFER)"),
+        goals[key],
+    )
 
 
 BENCHMARK = Benchmark(

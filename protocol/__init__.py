@@ -3,33 +3,40 @@ source fingerprint.
 
 Sans-IO by design: nothing here touches sockets, processes, files or event loops, so every
 byte of the protocol can be tested without starting anything.
+
+- `messages`: the wire messages, one tagged union; `framing`: 4-byte length-prefixed frames
+  with a hard maximum;
+- `connection`: the rules of each side (`CoordinatorConnection`, `WorkerConnection`);
+  `events`: what they make of the bytes received; `staging`: the staging rules both share;
+- `errors`: whose fault a protocol error is; `version`: the protocol version;
+  `fingerprint`: the source-contract rule.
 """
 
 from protocol.connection import (
     MAX_ITEMS,
     MAX_QUEUED_PER_SLOT,
-    MAX_STAGE_BLOCKS,
+    CoordinatorConnection,
+    Phase,
+    WorkerConnection,
+)
+from protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from protocol.events import (
     Accepted,
     Answered,
     BlockReceived,
     BlocksWanted,
-    CoordinatorConnection,
     CoordinatorEvent,
     DataStaged,
     HelloReceived,
     ParamsReceived,
-    Phase,
     PingReceived,
     Ponged,
     Rejected,
     ShutdownReceived,
     StageReceived,
     TaskReceived,
-    WorkerConnection,
     WorkerEvent,
-    sha256_hex,
 )
-from protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from protocol.fingerprint import CONTRACT_PACKAGES, contract_files, fingerprint_sources
 from protocol.framing import MAX_FRAME_BYTES, FrameDecoder, FrameEncoder
 from protocol.messages import (
@@ -49,6 +56,7 @@ from protocol.messages import (
     TaskFailed,
     Welcome,
 )
+from protocol.staging import MAX_STAGE_BLOCKS, sha256_hex
 from protocol.version import PROTOCOL_VERSION
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The connection rules, one sans-IO object per side (in the manner of h11).
 
-`CoordinatorConnection` and `WorkerConnection` turn bytes received into events and calls
-into bytes to send, and enforce what may happen when:
+`CoordinatorConnection` and `WorkerConnection` turn bytes received into events
+(`protocol.events`) and calls into bytes to send, and enforce what may happen when:
 
     coordinator                              worker
     hello()            -- Hello -->          receive(): HelloReceived (checked here)
@@ -37,14 +37,28 @@ them from several threads holds one lock around them.
 from __future__ import annotations
 
 import enum
-import hashlib
-import re
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import msgspec
 
 from protocol.errors import LocalProtocolError, RemoteProtocolError
+from protocol.events import (
+    Accepted,
+    Answered,
+    BlockReceived,
+    BlocksWanted,
+    CoordinatorEvent,
+    DataStaged,
+    HelloReceived,
+    ParamsReceived,
+    PingReceived,
+    Ponged,
+    Rejected,
+    ShutdownReceived,
+    StageReceived,
+    TaskReceived,
+    WorkerEvent,
+)
 from protocol.framing import MAX_FRAME_BYTES, FrameDecoder, FrameEncoder
 from protocol.messages import (
     Block,
@@ -63,147 +77,19 @@ from protocol.messages import (
     TaskFailed,
     Welcome,
 )
+from protocol.staging import StagingProgress, check_stage, check_wanted, sha256_hex
 from protocol.version import PROTOCOL_VERSION
 
 # A coordinator keeps at most this many tasks per slot in flight; more is a broken peer.
 MAX_QUEUED_PER_SLOT = 64
 # No task may reach beyond the largest job the coordinator admits (SPEC section 3).
 MAX_ITEMS = 10_000_000_000
-# A staged data set has at most this many blocks (of a few MiB each).
-MAX_STAGE_BLOCKS = 16_384
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-def sha256_hex(data: bytes | memoryview) -> str:
-    """The name of a staged block or data set: SHA256 of its bytes, lowercase hex."""
-    return hashlib.sha256(data).hexdigest()
 
 
 class Phase(enum.Enum):
     HANDSHAKE = "HANDSHAKE"
     READY = "READY"
     CLOSED = "CLOSED"
-
-
-# -- events seen by the coordinator ------------------------------------------------------
-@dataclass(frozen=True)
-class Accepted:
-    welcome: Welcome
-
-
-@dataclass(frozen=True)
-class Rejected:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Answered:
-    message: Result | TaskFailed
-    task: Task
-
-
-@dataclass(frozen=True)
-class Ponged:
-    nonce: int
-
-
-@dataclass(frozen=True)
-class BlocksWanted:
-    dataset: str
-    blocks: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class DataStaged:
-    dataset: str
-
-
-CoordinatorEvent = Accepted | Rejected | Answered | Ponged | BlocksWanted | DataStaged
-
-
-# -- events seen by the worker -----------------------------------------------------------
-@dataclass(frozen=True)
-class HelloReceived:
-    hello: Hello
-    refusal: str | None  # None: accepted; else why the worker refuses
-
-
-@dataclass(frozen=True)
-class ParamsReceived:
-    params: Params
-
-
-@dataclass(frozen=True)
-class TaskReceived:
-    task: Task
-
-
-@dataclass(frozen=True)
-class PingReceived:
-    nonce: int
-
-
-@dataclass(frozen=True)
-class ShutdownReceived:
-    reason: str
-
-
-@dataclass(frozen=True)
-class StageReceived:
-    dataset: str
-    blocks: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class BlockReceived:
-    digest: str
-    data: bytes
-    complete: bool  # every block named missing has now arrived
-
-
-WorkerEvent = (
-    HelloReceived
-    | ParamsReceived
-    | TaskReceived
-    | PingReceived
-    | ShutdownReceived
-    | StageReceived
-    | BlockReceived
-)
-
-
-class _Staging:
-    """One data set being staged: its blocks, those named missing, and those moved."""
-
-    def __init__(self, dataset: str, blocks: tuple[str, ...]) -> None:
-        self.dataset = dataset
-        self.blocks = blocks
-        self.wanted: set[str] | None = None  # None until Missing
-        self.moved: set[str] = set()
-
-    @property
-    def complete(self) -> bool:
-        return self.wanted is not None and self.moved == self.wanted
-
-
-def _check_stage(dataset: str, blocks: tuple[str, ...]) -> str | None:
-    if not _DIGEST.fullmatch(dataset):
-        return f"data set name {dataset[:80]!r} is not a SHA256 hex digest"
-    if not 0 < len(blocks) <= MAX_STAGE_BLOCKS:
-        return f"{len(blocks)} blocks; a data set has 1 to {MAX_STAGE_BLOCKS}"
-    for digest in blocks:
-        if not _DIGEST.fullmatch(digest):
-            return f"block name {digest[:80]!r} is not a SHA256 hex digest"
-    return None
-
-
-def _check_wanted(staging: _Staging, blocks: tuple[str, ...]) -> str | None:
-    if len(set(blocks)) != len(blocks):
-        return "names a block twice"
-    unknown = set(blocks) - set(staging.blocks)
-    if unknown:
-        return f"names block {sorted(unknown)[0]}, which is not part of data set {staging.dataset}"
-    return None
 
 
 class _Side:
@@ -249,7 +135,7 @@ class CoordinatorConnection(_Side):
         self._params_sent: set[int] = set()
         self._outstanding: dict[int, Task] = {}
         self._nonce = 0
-        self._staging: _Staging | None = None
+        self._staging: StagingProgress | None = None
 
     @property
     def in_flight(self) -> int:
@@ -282,10 +168,10 @@ class CoordinatorConnection(_Side):
         self._require_ready("Stage")
         if self._staging is not None:
             raise LocalProtocolError(self.peer, "Stage while another data set is being staged")
-        problem = _check_stage(dataset, blocks)
+        problem = check_stage(dataset, blocks)
         if problem is not None:
             raise LocalProtocolError(self.peer, f"Stage: {problem}")
-        self._staging = _Staging(dataset, blocks)
+        self._staging = StagingProgress(dataset, blocks)
         return self._encode(Stage(dataset, blocks))
 
     def block(self, digest: str, data: bytes | memoryview) -> bytes:
@@ -296,9 +182,6 @@ class CoordinatorConnection(_Side):
             raise LocalProtocolError(self.peer, f"block {digest} was not asked for, or was sent")
         staging.moved.add(digest)
         return self._encode(Block(digest, bytes(data)))
-
-    def has_params(self, pass_id: int) -> bool:
-        return pass_id in self._params_sent
 
     def hello(self) -> bytes:
         if self._said_hello:
@@ -336,12 +219,6 @@ class CoordinatorConnection(_Side):
     def shutdown(self, reason: str = "") -> bytes:
         self.phase = Phase.CLOSED
         return self._encode(Shutdown(reason[:200]))
-
-    def forget(self) -> list[Task]:
-        """Drop every outstanding task (the job abandoned them) and return them."""
-        tasks = list(self._outstanding.values())
-        self._outstanding.clear()
-        return tasks
 
     def receive(self, data: bytes) -> list[CoordinatorEvent]:
         events: list[CoordinatorEvent] = []
@@ -393,7 +270,7 @@ class CoordinatorConnection(_Side):
         if isinstance(message, Missing):
             if staging.wanted is not None:
                 raise self._remote("sent Missing twice for one data set")
-            problem = _check_wanted(staging, message.blocks)
+            problem = check_wanted(staging, message.blocks)
             if problem is not None:
                 raise self._remote(f"Missing {problem}")
             staging.wanted = set(message.blocks)
@@ -453,7 +330,7 @@ class WorkerConnection(_Side):
         self._params: dict[int, Params] = {}
         self._accepted = 0
         self._answered = 0
-        self._staging: _Staging | None = None
+        self._staging: StagingProgress | None = None
 
     @property
     def in_flight(self) -> int:
@@ -513,7 +390,7 @@ class WorkerConnection(_Side):
         staging = self._staging
         if staging is None or staging.wanted is not None:
             raise LocalProtocolError(self.peer, "Missing without a Stage to answer")
-        problem = _check_wanted(staging, blocks)
+        problem = check_wanted(staging, blocks)
         if problem is not None:
             raise LocalProtocolError(self.peer, f"Missing {problem}")
         staging.wanted = set(blocks)
@@ -580,10 +457,10 @@ class WorkerConnection(_Side):
         if isinstance(message, Stage):
             if staging is not None:
                 raise self._remote("sent Stage while another data set is being staged")
-            problem = _check_stage(message.dataset, message.blocks)
+            problem = check_stage(message.dataset, message.blocks)
             if problem is not None:
                 raise self._remote(f"Stage: {problem}")
-            self._staging = _Staging(message.dataset, message.blocks)
+            self._staging = StagingProgress(message.dataset, message.blocks)
             return StageReceived(message.dataset, message.blocks)
         digest = message.digest
         if staging is None or staging.wanted is None or digest not in staging.wanted:

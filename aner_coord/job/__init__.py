@@ -2,10 +2,13 @@
 
 - `machine`: the job logic, a pure state machine (`handle(event) -> [instruction]`) with its
   theory of operation at the top: dispatch, the pass barrier, retries, cancels, audits;
+  `events` and `instructions`: what it hears and what it says; `chunks`: the order in which
+  a pass's chunks go out;
 - `coordinator`: the asyncio shell that carries the machine's instructions out and feeds
   what happened back as events; publishes status snapshots;
 - `backend`, `threads`, `processes`: where tasks run: local threads, or worker processes
-  over a transport; `pool`: a session's worker processes kept between jobs;
+  over a transport; `link`: a worker process's command line, start, handshake and events,
+  for everything that talks to one; `pool`: a session's worker processes kept between jobs;
 - `staging`: file data sent to worker processes once per job; `pacing`: how many tasks a
   worker holds, from its measured round trip; `timing`: compute, transfer and wait seconds;
 - `execute`: one job run inside its job directory; `resume`: continuing one from its ledger.

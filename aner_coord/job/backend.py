@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aner_coord.job.machine import (
-    Event,
-)
+from aner_coord.job.events import Event
 from aner_coord.job.timing import TaskTimes
 from protocol import (
     Task,

@@ -24,38 +24,40 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
 from aner_coord.job.backend import Backend
-from aner_coord.job.machine import (
+from aner_coord.job.events import (
     AuditFailed,
-    BeginPass,
     CancelRequested,
-    DropWorker,
     Event,
+    ResultReceived,
+    ShellFailed,
+    WorkersStopped,
+)
+from aner_coord.job.instructions import (
+    BeginPass,
+    DropWorker,
     Instruction,
     JobEnded,
-    JobMachine,
     Progress,
     RecordAccepted,
     RecordCommitted,
     RecordLoss,
-    ResultReceived,
     SendTask,
-    ShellFailed,
     StopWorkers,
-    WorkersStopped,
     WriteStatus,
 )
+from aner_coord.job.machine import JobMachine
 from aner_coord.job.pool import WorkerPool
 from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.staging import plan_of
 from aner_coord.job.threads import ThreadBackend
 from aner_coord.jobdir import ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
-from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot
+from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
 from aner_worker.kernels.base import encode
 
 Observer = Callable[[StatusSnapshot], None]
@@ -255,46 +257,7 @@ class Coordinator:
         assert backend is not None
         for instruction in instructions:
             try:
-                if isinstance(instruction, SendTask):
-                    if instruction.audit:
-                        self._audits[instruction.task.task_id] = instruction
-                    backend.send(instruction.worker, instruction.task)
-                elif isinstance(instruction, RecordAccepted):  # every chunk: tested early
-                    if self._ledger is not None:
-                        stats = encode(instruction.stats)
-                        self._ledger.append(
-                            ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
-                        )
-                elif isinstance(instruction, BeginPass):
-                    self._params = {instruction.pass_id: instruction.params}
-                    backend.begin_pass(instruction.pass_id, instruction.params)
-                elif isinstance(instruction, WriteStatus):
-                    self._progress = instruction.progress
-                    self._state = instruction.progress.state
-                    self._error = instruction.progress.error
-                    if instruction.urgent:
-                        self._publish_now()
-                        self._changed.set()
-                    elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
-                        self._publish_now()
-                elif isinstance(instruction, RecordCommitted):
-                    if self._ledger is not None:
-                        self._ledger.append(ledger.Committed(instruction.pass_id))
-                elif isinstance(instruction, RecordLoss):
-                    loss = instruction.loss
-                    log.warning(
-                        'worker "%s" lost, going on without it: %s', loss.identity, loss.detail
-                    )
-                    if self._ledger is not None:
-                        record = ledger.Lost(loss.identity, loss.phase, loss.detail, loss.at)
-                        self._ledger.append(record)
-                elif isinstance(instruction, DropWorker):
-                    backend.drop(instruction.worker)
-                elif isinstance(instruction, StopWorkers):
-                    backend.request_stop(instruction.reason)
-                elif isinstance(instruction, JobEnded):
-                    self._ended.set()
-                    self._changed.set()
+                self._carry_out(instruction, backend)
             except _ObserverError as exc:
                 self._handle(ShellFailed(exc.where, exc.detail))
             except Exception as exc:
@@ -302,6 +265,55 @@ class Coordinator:
                 self._handle(
                     ShellFailed("the coordinator", f"{type(instruction).__name__}: {exc!r}")
                 )
+
+    def _carry_out(self, instruction: Instruction, backend: Backend) -> None:
+        """One instruction; anything that is not an `Instruction` raises (AssertionError),
+        which fails the job naming it."""
+        match instruction:
+            case SendTask():
+                if instruction.audit:
+                    self._audits[instruction.task.task_id] = instruction
+                backend.send(instruction.worker, instruction.task)
+            case RecordAccepted():  # every chunk: matched early
+                if self._ledger is not None:
+                    stats = encode(instruction.stats)
+                    self._ledger.append(
+                        ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
+                    )
+            case BeginPass():
+                self._params = {instruction.pass_id: instruction.params}
+                backend.begin_pass(instruction.pass_id, instruction.params)
+            case WriteStatus():
+                self._write_status(instruction)
+            case RecordCommitted():
+                if self._ledger is not None:
+                    self._ledger.append(ledger.Committed(instruction.pass_id))
+            case RecordLoss():
+                self._record_loss(instruction.loss)
+            case DropWorker():
+                backend.drop(instruction.worker)
+            case StopWorkers():
+                backend.request_stop(instruction.reason)
+            case JobEnded():
+                self._ended.set()
+                self._changed.set()
+            case _:
+                assert_never(instruction)
+
+    def _write_status(self, instruction: WriteStatus) -> None:
+        self._progress = instruction.progress
+        self._state = instruction.progress.state
+        self._error = instruction.progress.error
+        if instruction.urgent:
+            self._publish_now()
+            self._changed.set()
+        elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
+            self._publish_now()
+
+    def _record_loss(self, loss: WorkerLoss) -> None:
+        log.warning('worker "%s" lost, going on without it: %s', loss.identity, loss.detail)
+        if self._ledger is not None:
+            self._ledger.append(ledger.Lost(loss.identity, loss.phase, loss.detail, loss.at))
 
     # -- audits ------------------------------------------------------------------------------
     def _start_audit(self, event: ResultReceived) -> None:

@@ -7,7 +7,8 @@ set of workers. The machine receives events (what happened) and answers with ins
 (what the shell must do next); it never does I/O and never reads a clock, so every
 transition can be tested by feeding events and comparing instructions. Instructions are the
 only channel to the shell: progress leaves the machine inside `WriteStatus`, never by the
-shell reading the machine's fields.
+shell reading the machine's fields. The events are spelled out in `aner_coord.job.events`,
+the instructions in `aner_coord.job.instructions`.
 
 - A pass is what `run.next_pass()` returns: its items, cut into chunks of the plan's chunk
   size (the last keeps the remainder), and its frozen parameters, which `BeginPass` hands
@@ -63,178 +64,37 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from aner_coord.computations import Diverged, PassSpec, Run
+from aner_coord.job.chunks import ChunkQueue
+from aner_coord.job.events import (
+    AuditFailed,
+    CancelRequested,
+    Event,
+    ResultReceived,
+    ShellFailed,
+    TaskError,
+    WindowChanged,
+    WorkerLost,
+    WorkerReady,
+    WorkersStopped,
+)
+from aner_coord.job.instructions import (
+    BeginPass,
+    DropWorker,
+    Instruction,
+    JobEnded,
+    Progress,
+    RecordAccepted,
+    RecordCommitted,
+    RecordLoss,
+    SendTask,
+    StopWorkers,
+    WriteStatus,
+)
 from aner_coord.jobdir.status import JobState, WorkerAccount, WorkerLoss
 from protocol import Task
-
-
-# -- events: what happened ---------------------------------------------------------------
-@dataclass(frozen=True)
-class WorkerReady:
-    worker: str
-    window: int
-
-
-@dataclass(frozen=True)
-class WindowChanged:
-    worker: str
-    window: int
-
-
-@dataclass(frozen=True)
-class ResultReceived:
-    worker: str
-    task_id: int
-    stats: Any  # the kernel's statistics Struct
-
-
-@dataclass(frozen=True)
-class TaskError:
-    worker: str
-    task_id: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class AuditFailed:
-    worker: str
-    task_id: int
-    detail: str
-
-
-@dataclass(frozen=True)
-class WorkerLost:
-    worker: str
-    phase: str
-    detail: str
-    at: float = 0.0  # Unix time the shell noticed, for the record
-
-
-@dataclass(frozen=True)
-class ShellFailed:
-    """Something outside the workers failed (the job directory, an observer, a bug in
-    the shell): `where` names it."""
-
-    where: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class CancelRequested:
-    reason: str
-
-
-@dataclass(frozen=True)
-class WorkersStopped:
-    pass
-
-
-Event = (
-    WorkerReady
-    | WindowChanged
-    | ResultReceived
-    | TaskError
-    | AuditFailed
-    | WorkerLost
-    | ShellFailed
-    | CancelRequested
-    | WorkersStopped
-)
-
-
-# -- instructions: what to do ------------------------------------------------------------
-@dataclass(frozen=True)
-class BeginPass:
-    pass_id: int
-    params: Any  # the kernel's params Struct, frozen for every task of the pass
-
-
-@dataclass(frozen=True)
-class SendTask:
-    worker: str
-    task: Task
-    audit: bool = False
-
-
-@dataclass(frozen=True)
-class StopWorkers:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Everything a status snapshot says about the job's work (the shell adds the times)."""
-
-    state: JobState
-    passes: int
-    pass_index: int  # passes completed
-    phase: str
-    requested: int  # items of the current pass
-    accepted: int  # items accepted over all passes
-    accepted_in_pass: int
-    chunks_total: int
-    chunks_done: int
-    in_flight: int
-    workers: tuple[WorkerAccount, ...]
-    error: str | None
-    committed_steps: int | None
-    losses: tuple[WorkerLoss, ...] = ()
-    recovered: int = 0  # items taken from the ledger of an earlier coordinator
-
-
-@dataclass(frozen=True)
-class WriteStatus:
-    """Progress changed; `urgent` when the state did (write now, whatever the rate)."""
-
-    progress: Progress
-    urgent: bool
-
-
-@dataclass(frozen=True)
-class JobEnded:
-    state: JobState
-
-
-@dataclass(frozen=True)
-class DropWorker:
-    """The job goes on without this worker (retries): stop it, accept nothing more from it."""
-
-    worker: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class RecordAccepted:
-    """Append to the ledger: chunk `chunk` of pass `pass_id` was accepted with `stats`."""
-
-    pass_id: int
-    chunk: int
-    stats: Any
-
-
-@dataclass(frozen=True)
-class RecordCommitted:
-    pass_id: int
-
-
-@dataclass(frozen=True)
-class RecordLoss:
-    loss: WorkerLoss
-
-
-Instruction = (
-    BeginPass
-    | SendTask
-    | StopWorkers
-    | DropWorker
-    | RecordAccepted
-    | RecordCommitted
-    | RecordLoss
-    | WriteStatus
-    | JobEnded
-)
 
 
 @dataclass
@@ -252,35 +112,6 @@ class _Worker:
         return WorkerAccount(
             identity, self.slots, self.items, self.chunks, list(self.items_by_pass)
         )
-
-
-class _ChunkQueue:
-    """The chunks of a pass still to dispatch, in chunk order: requeued chunks (a lost
-    worker's) first, then fresh ones from a counter, so that a pass of a million chunks
-    costs no memory; chunks a resumed job recovered from its ledger are skipped."""
-
-    def __init__(self, n_chunks: int, recovered: set[int]) -> None:
-        self._n = n_chunks
-        self._next = 0
-        self._recovered = recovered
-        self._recovered_ahead = len(recovered)
-        self._requeued: deque[int] = deque()
-
-    def __len__(self) -> int:
-        return len(self._requeued) + self._n - self._next - self._recovered_ahead
-
-    def pop(self) -> int:
-        if self._requeued:
-            return self._requeued.popleft()
-        while self._next in self._recovered:
-            self._next += 1
-            self._recovered_ahead -= 1
-        chunk = self._next
-        self._next += 1
-        return chunk
-
-    def requeue(self, chunks: list[int]) -> None:
-        self._requeued.extendleft(reversed(chunks))
 
 
 # Progress reports per pass, at most (besides every state change).
@@ -331,7 +162,7 @@ class JobMachine:
         self._items_done = 0  # accepted in the current pass
         self._items_total = 0  # accepted over all passes
         self._chunks_done = 0  # accepted in the current pass
-        self._todo = _ChunkQueue(0, set())  # chunks of the current pass still to dispatch
+        self._todo = ChunkQueue(0, set())  # chunks of the current pass still to dispatch
         self._next_task_id = 1
         self._outstanding: dict[int, _Outstanding] = {}
         self._never_served: set[str] = set(workers)
@@ -348,31 +179,45 @@ class JobMachine:
         return [*out, self._status(urgent=True)]
 
     def handle(self, event: Event) -> list[Instruction]:
-        worker = getattr(event, "worker", None)
-        if worker is not None and worker not in self._workers:
-            return self._fail(f"the shell reported an event for unknown worker {worker!r}")
-        if isinstance(event, ResultReceived):
-            return self._on_result(event)
-        if isinstance(event, WorkerReady):
-            return self._on_ready(event)
-        if isinstance(event, WindowChanged):
-            return self._on_window(event)
-        if isinstance(event, TaskError):
-            if self._workers[event.worker].lost:
-                return []
-            return self._fail(f'worker "{event.worker}" failed during task: {event.reason}')
-        if isinstance(event, AuditFailed):
-            return self._fail(
-                f'worker "{event.worker}" failed during audit: its result for task '
-                f"{event.task_id} differs from the coordinator's own: {event.detail}"
-            )
-        if isinstance(event, WorkerLost):
-            return self._on_lost(event)
-        if isinstance(event, ShellFailed):
-            return self._on_shell_failed(event)
-        if isinstance(event, CancelRequested):
-            return self._on_cancel(event)
-        return self._on_stopped()
+        """The instructions that `event` calls for. Anything that is not an `Event` is the
+        shell's bug and raises (AssertionError), whatever the state."""
+        match event:
+            case (
+                ResultReceived()
+                | WorkerReady()
+                | WindowChanged()
+                | TaskError()
+                | AuditFailed()
+                | WorkerLost()
+            ) if event.worker not in self._workers:
+                return self._fail(
+                    f"the shell reported an event for unknown worker {event.worker!r}"
+                )
+            case ResultReceived():
+                return self._on_result(event)
+            case WorkerReady():
+                return self._on_ready(event)
+            case WindowChanged():
+                return self._on_window(event)
+            case TaskError():
+                if self._workers[event.worker].lost:
+                    return []
+                return self._fail(f'worker "{event.worker}" failed during task: {event.reason}')
+            case AuditFailed():
+                return self._fail(
+                    f'worker "{event.worker}" failed during audit: its result for task '
+                    f"{event.task_id} differs from the coordinator's own: {event.detail}"
+                )
+            case WorkerLost():
+                return self._on_lost(event)
+            case ShellFailed():
+                return self._on_shell_failed(event)
+            case CancelRequested():
+                return self._on_cancel(event)
+            case WorkersStopped():
+                return self._on_stopped()
+            case _:
+                assert_never(event)
 
     # -- transitions ---------------------------------------------------------------------
     def _on_ready(self, event: WorkerReady) -> list[Instruction]:
@@ -522,7 +367,7 @@ class JobMachine:
             return []  # the last pass's counts stay: the final status reports them
         self._items_done = 0
         self._chunks_done = 0
-        self._todo = _ChunkQueue(0, set())
+        self._todo = ChunkQueue(0, set())
         self._pass_id += 1
         self._requested = spec.items
         self._n_chunks = -(-spec.items // self._chunk)
@@ -540,7 +385,7 @@ class JobMachine:
             self._items_total += count
             self._recovered_items += count
             self._chunks_done += 1
-        self._todo = _ChunkQueue(self._n_chunks, set(recovered))
+        self._todo = ChunkQueue(self._n_chunks, set(recovered))
         return [BeginPass(self._pass_id, spec.params)]
 
     def _on_shell_failed(self, event: ShellFailed) -> list[Instruction]:

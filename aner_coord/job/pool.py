@@ -32,9 +32,10 @@ import time
 from dataclasses import dataclass, field
 
 from aner_coord.clusterfile import WorkerRecord
+from aner_coord.job.link import LinkClosed, WorkerLink
 from aner_coord.jobdir.status import WorkerLoss
-from aner_coord.transports.base import Transport, TransportError
-from protocol import CoordinatorConnection, Ponged, ProtocolError, RemoteProtocolError
+from aner_coord.transports.base import TransportError
+from protocol import Ponged, ProtocolError, RemoteProtocolError
 
 log = logging.getLogger("aner.coordinator")
 
@@ -48,17 +49,6 @@ BETWEEN_JOBS = "between calls"
 
 class LostBetweenJobs(Exception):
     """A kept worker went away while the session was idle, and the pool may not restart it."""
-
-
-@dataclass
-class WorkerLink:
-    """One worker past its handshake: the record it was started from, its transport and
-    connection, and the machine identity its Welcome reported."""
-
-    record: WorkerRecord
-    transport: Transport
-    connection: CoordinatorConnection
-    machine: dict[str, str]
 
 
 @dataclass
@@ -154,17 +144,14 @@ class WorkerPool:
         link = idle.link
         try:
             while True:
-                data = await link.transport.read()
-                if not data:
-                    link.connection.end_of_input()
-                    idle.lost = "the worker exited or was killed"
-                    break
-                for event in link.connection.receive(data):
+                for event in await link.receive():
                     if not isinstance(event, Ponged):  # a Pong is all a kept worker sends
                         raise RemoteProtocolError(
                             link.connection.peer, f"sent {type(event).__name__} between jobs"
                         )
                     idle.ponged.set()
+        except LinkClosed:
+            idle.lost = "the worker exited or was killed"
         except TransportError as exc:
             idle.lost = exc.detail
         except ProtocolError as exc:

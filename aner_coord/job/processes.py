@@ -16,44 +16,38 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import StagePlan
+from aner_coord.errors import WorkerFailure
 from aner_coord.job.backend import Deliver
-from aner_coord.job.machine import (
-    ResultReceived,
-    TaskError,
-    WindowChanged,
-    WorkerLost,
-    WorkerReady,
-)
+from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
+from aner_coord.job.link import HANDSHAKE_TIMEOUT_S, LinkClosed, WorkerLink, handshake, start
 from aner_coord.job.pacing import Pacer, Window
-from aner_coord.job.pool import LostBetweenJobs, WorkerLink, WorkerPool
+from aner_coord.job.pool import LostBetweenJobs, WorkerPool
 from aner_coord.job.staging import StagingLost, stage_worker
 from aner_coord.job.timing import TaskTimes
 from aner_coord.jobdir.status import StagingRecord
 from aner_coord.transports.base import Transport, TransportError
-from aner_coord.transports.registry import open_transport
 from aner_worker.kernels.base import Kernel, decode, encode
 from protocol import (
     Accepted,
     Answered,
+    BlocksWanted,
     CoordinatorConnection,
+    DataStaged,
     Phase,
     Ponged,
     ProtocolError,
     Rejected,
-    Result,
     Task,
+    TaskFailed,
 )
 
 log = logging.getLogger("aner.coordinator")
-
-
-HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
 
 
 # A worker answers pings from its reading thread whatever its slots are doing, so a worker
@@ -100,7 +94,8 @@ class ProcessBackend:
     ) -> None:
         self._records = list(records)
         self._pool = pool  # a session's kept workers: taken at the start, given back at the end
-        self._machines: dict[str, dict[str, str]] = {}
+        self._links: dict[str, WorkerLink] = {}  # past their handshake
+        self._phases: dict[str, str] = {}  # what each worker is doing, for a loss's message
         self._params_sent: dict[str, int] = {}  # the pass whose Params each worker holds
         self._stage = stage  # file data each worker must hold before its first task
         self.staging: list[StagingRecord] = []
@@ -142,77 +137,33 @@ class ProcessBackend:
 
     async def _serve(self, record: WorkerRecord, deliver: Deliver) -> None:
         identity = record.identity
-        phase = "connect"
+        self._phases[identity] = "connect"
         try:
-            events: list[Any] = []
             link = await self._take(record)
-            if link is not None:  # a session's worker, kept from its previous job
-                transport, connection = link.transport, link.connection
-                self._transports[identity] = transport
-                self._connections[identity] = connection
-                machine = link.machine
-            else:
-                argv = [record.executable, "parallel", "worker", "--stdio"]
-                transport = await open_transport(record, argv)
-                self._transports[identity] = transport
-                if self._stopping:
-                    return
-                phase = "handshake"
-                connection = CoordinatorConnection(
-                    identity, record.slots, self._fingerprint, (self._kernel.name,)
-                )
-                self._connections[identity] = connection
-                await transport.write(connection.hello())
-                first, *events = await asyncio.wait_for(
-                    _next_events(transport, connection), HANDSHAKE_TIMEOUT_S
-                )
-                if isinstance(first, Rejected):
-                    raise _Lost(first.reason)
-                assert isinstance(first, Accepted)
-                machine = first.welcome.machine
-            # Each job paces afresh: its chunks, and so its task time, are its own.
-            pacer = Pacer(record.slots, self._seconds_per_task, connection.limit)
-            connection.resize(pacer.window.size)
-            self._pacers[identity] = pacer
-            self._machines[identity] = machine
-            self.timing.machine(identity, machine)
-            if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
-                phase = "staging"
-                self.staging.append(
-                    await stage_worker(
-                        identity, transport, connection, self._stage, HANDSHAKE_TIMEOUT_S
-                    )
-                )
-                events = []
-            # Write more once the worker holds no more than the low-water mark.
-            self._low_water[identity] = pacer.window.low_water
-            phase = "run"
-            self._rejoining.discard(identity)
-            self._publish_window(identity)
-            # The first ping measures the round trip; the first tasks go with it.
-            self._send_ping(identity)
-            deliver(WorkerReady(identity, pacer.window.size))
-            await self._flush(identity, force=True)
-            pinger = asyncio.create_task(self._ping(identity))
-            try:
-                await self._receive(identity, transport, connection, events, deliver)
-            finally:
-                pinger.cancel()
+            if link is None:  # not a session's worker kept from its previous job
+                link = await self._connect(record)
+                if link is None:
+                    return  # the job stopped while the worker was starting
+            await self._run(link, deliver)
         except asyncio.CancelledError:
             raise
         except (_Lost, StagingLost) as exc:
-            self._lost(identity, phase, str(exc))
+            self._lost(identity, self._phases[identity], str(exc))
         except LostBetweenJobs as exc:
             self._lost(identity, "idle", str(exc))
-        except TransportError as exc:
+        except WorkerFailure as exc:  # the transport's, or a refused handshake
             self._lost(identity, exc.phase, exc.detail)
         except ProtocolError as exc:
-            self._lost(identity, phase, f"protocol error: {exc.detail}")
+            self._lost(identity, self._phases[identity], f"protocol error: {exc.detail}")
         except TimeoutError:
-            self._lost(identity, phase, "no answer in time")
+            self._lost(identity, self._phases[identity], "no answer in time")
         except Exception as exc:  # a bug here must fail the job, not leave it waiting
             log.exception("worker %s", identity)
-            self._lost(identity, phase, f"internal error in the coordinator: {exc!r}")
+            self._lost(
+                identity,
+                self._phases[identity],
+                f"internal error in the coordinator: {exc!r}",
+            )
 
     async def _take(self, record: WorkerRecord) -> WorkerLink | None:
         # Only the first connection of a job may reuse a kept worker; a rejoin starts anew.
@@ -220,54 +171,93 @@ class ProcessBackend:
             return None
         return await self._pool.take(record)
 
-    async def _receive(
-        self,
-        identity: str,
-        transport: Transport,
-        connection: CoordinatorConnection,
-        events: list[Any],
-        deliver: Deliver,
-    ) -> None:
+    async def _connect(self, record: WorkerRecord) -> WorkerLink | None:
+        """Start the worker and shake hands; None when the job stopped meanwhile. Its
+        transport and connection are known from the start, so a stop can shut it down."""
+        identity = record.identity
+        transport = await start(record)
+        self._transports[identity] = transport
+        if self._stopping:
+            return None
+        self._phases[identity] = "handshake"
+        connection = CoordinatorConnection(
+            identity, record.slots, self._fingerprint, (self._kernel.name,)
+        )
+        self._connections[identity] = connection
+        return await handshake(record, transport, connection, HANDSHAKE_TIMEOUT_S)
+
+    async def _run(self, link: WorkerLink, deliver: Deliver) -> None:
+        """Pace, stage and serve a worker past its handshake until its job stops."""
+        identity = link.identity
+        self._transports[identity] = link.transport
+        self._connections[identity] = link.connection
+        self._links[identity] = link
+        # Each job paces afresh: its chunks, and so its task time, are its own.
+        pacer = Pacer(link.record.slots, self._seconds_per_task, link.connection.limit)
+        link.connection.resize(pacer.window.size)
+        self._pacers[identity] = pacer
+        self.timing.machine(identity, link.machine)
+        if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
+            self._phases[identity] = "staging"
+            self.staging.append(await stage_worker(link, self._stage, HANDSHAKE_TIMEOUT_S))
+        # Write more once the worker holds no more than the low-water mark.
+        self._low_water[identity] = pacer.window.low_water
+        self._phases[identity] = "run"
+        self._rejoining.discard(identity)
+        self._publish_window(identity)
+        # The first ping measures the round trip; the first tasks go with it.
+        self._send_ping(identity)
+        deliver(WorkerReady(identity, pacer.window.size))
+        await self._flush(identity, force=True)
+        pinger = asyncio.create_task(self._ping(identity))
+        try:
+            await self._receive(link, deliver)
+        finally:
+            pinger.cancel()
+
+    async def _receive(self, link: WorkerLink, deliver: Deliver) -> None:
+        identity = link.identity
         stats_type = self._kernel.stats_type
         on_wire = self._on_wire
         pacer = self._pacers[identity]
+        events = link.take_pending()
         while True:
             for event in events:
-                if isinstance(event, Ponged):
-                    sent = self._pings[identity].pop(event.nonce, None)
-                    if sent is not None and not math.isnan(sent):
-                        self._resize(identity, pacer.round_trip(time.monotonic() - sent))
-                    continue
-                if not isinstance(event, Answered):
-                    continue
-                on_wire[identity] -= 1
-                message = event.message
-                if isinstance(message, Result):
-                    try:
-                        stats = decode(stats_type, message.body)
-                    except msgspec.DecodeError as exc:
-                        raise _Lost(f"protocol error: malformed statistics: {exc}") from None
-                    link_s = self.timing.received(
-                        identity, message.task_id, message.busy_s, message.queued_s
-                    )
-                    deliver(ResultReceived(identity, message.task_id, stats))
-                    self._resize(identity, pacer.answered(message.busy_s, link_s))
-                else:
-                    deliver(TaskError(identity, message.task_id, message.reason))
+                match event:
+                    case Answered(message=message):
+                        on_wire[identity] -= 1
+                        if isinstance(message, TaskFailed):
+                            deliver(TaskError(identity, message.task_id, message.reason))
+                            continue
+                        try:
+                            stats = decode(stats_type, message.body)
+                        except msgspec.DecodeError as exc:
+                            raise _Lost(f"protocol error: malformed statistics: {exc}") from None
+                        link_s = self.timing.received(
+                            identity, message.task_id, message.busy_s, message.queued_s
+                        )
+                        deliver(ResultReceived(identity, message.task_id, stats))
+                        self._resize(identity, pacer.answered(message.busy_s, link_s))
+                    case Ponged(nonce=nonce):
+                        sent = self._pings[identity].pop(nonce, None)
+                        if sent is not None and not math.isnan(sent):
+                            self._resize(identity, pacer.round_trip(time.monotonic() - sent))
+                    case Accepted() | Rejected() | BlocksWanted() | DataStaged():
+                        pass  # the handshake's and staging's, over before the first task
+                    case _:
+                        assert_never(event)
             await self._flush_all()
             try:
-                data = await asyncio.wait_for(transport.read(), self._silence_s)
+                events = await link.receive(self._silence_s)
             except TimeoutError:
                 raise _Lost(
                     f"sent nothing for {self._silence_s:g} s, not even an answer to a ping "
                     "(stalled, or its link is cut)"
                 ) from None
-            if not data:
-                connection.end_of_input()
+            except LinkClosed:
                 if self._stopping:
                     return
-                raise _Lost("the worker closed its connection (it exited or was killed)")
-            events = connection.receive(data)
+                raise _Lost("the worker closed its connection (it exited or was killed)") from None
 
     async def _ping(self, identity: str) -> None:
         """Keep the worker talking: a ping a third of the silence timeout after each."""
@@ -324,6 +314,7 @@ class ProcessBackend:
         self._outgoing[worker].clear()
         transport = self._transports.pop(worker, None)
         self._connections.pop(worker, None)
+        self._links.pop(worker, None)
         loop = asyncio.get_running_loop()
         if transport is not None:
             self._tasks.append(loop.create_task(transport.close(timeout=LOST_CLOSE_S)))
@@ -429,23 +420,22 @@ class ProcessBackend:
         (a task still outstanding may still be computing, so that worker is shut down)."""
         if self._pool is None:
             return []
-        records = {r.identity: r for r in self._records}
         kept: list[WorkerLink] = []
         for identity, transport in self._transports.items():
             connection = self._connections.get(identity)
+            link = self._links.get(identity)
             if (
                 connection is None
+                or link is None
+                or link.transport is not transport
                 or identity in self._lost_workers
                 or identity in self._rejoining
                 or connection.phase is not Phase.READY
                 or connection.in_flight
                 or connection.staging
-                or identity not in self._machines
             ):
                 continue
-            kept.append(
-                WorkerLink(records[identity], transport, connection, self._machines[identity])
-            )
+            kept.append(link)
         return kept
 
     async def wait_stopped(self) -> None:
@@ -456,14 +446,3 @@ class ProcessBackend:
             self.request_stop("closing")
         if self._closer is not None:
             await self._closer
-
-
-async def _next_events(transport: Transport, connection: CoordinatorConnection) -> list[Any]:
-    """The events of the first read that completes any."""
-    while True:
-        data = await transport.read()
-        if not data:
-            connection.end_of_input()
-            raise _Lost("the worker closed its connection before the handshake completed")
-        if events := connection.receive(data):
-            return events

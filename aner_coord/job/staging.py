@@ -8,14 +8,13 @@ records what it cost, per worker, for `status.json` and `result.json`.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any, TypeVar
 
 from aner_coord.computations.base import StagePlan, StagesData
+from aner_coord.job.link import LinkClosed, WorkerLink
 from aner_coord.jobdir.status import StagingRecord
-from aner_coord.transports.base import Transport
-from protocol import BlocksWanted, CoordinatorConnection, DataStaged
+from protocol import BlocksWanted, DataStaged
 
 _T = TypeVar("_T")
 
@@ -28,26 +27,21 @@ def plan_of(run: Any) -> StagePlan | None:
     return run.staging() if isinstance(run, StagesData) else None
 
 
-async def stage_worker(
-    identity: str,
-    transport: Transport,
-    connection: CoordinatorConnection,
-    plan: StagePlan,
-    timeout_s: float,
-) -> StagingRecord:
+async def stage_worker(link: WorkerLink, plan: StagePlan, timeout_s: float) -> StagingRecord:
+    """Stage `plan` on the worker of `link`, waiting at most `timeout_s` for each answer."""
     began = time.monotonic()
-    pending: list[Any] = []  # events read but not yet wanted: Missing and Staged may share a read
+    transport, connection = link.transport, link.connection
     await transport.write(connection.stage(plan.dataset, plan.names))
-    wanted = await _expect(transport, connection, BlocksWanted, timeout_s, pending)
+    wanted = await _expect(link, BlocksWanted, timeout_s)
     data = dict(plan.blocks)
     sent = 0
     for digest in wanted.blocks:
         block = data[digest]
         await transport.write(connection.block(digest, block))
         sent += len(block)
-    await _expect(transport, connection, DataStaged, timeout_s, pending)
+    await _expect(link, DataStaged, timeout_s)
     return StagingRecord(
-        identity=identity,
+        identity=link.identity,
         state="cold" if wanted.blocks else "cached",
         bytes=sent,
         blocks=len(wanted.blocks),
@@ -55,21 +49,15 @@ async def stage_worker(
     )
 
 
-async def _expect(
-    transport: Transport,
-    connection: CoordinatorConnection,
-    kind: type[_T],
-    timeout_s: float,
-    pending: list[Any],
-) -> _T:
-    """The next event of `kind`, from `pending` first; later events stay in `pending`."""
+async def _expect(link: WorkerLink, kind: type[_T], timeout_s: float) -> _T:
+    """The next event of `kind`; the events before it are dropped, those after it (Missing
+    and Staged may share a read) stay pending on the link."""
     while True:
-        while pending:
-            event = pending.pop(0)
+        while link.pending:
+            event = link.pending.pop(0)
             if isinstance(event, kind):
                 return event
-        data = await asyncio.wait_for(transport.read(), timeout_s)
-        if not data:
-            connection.end_of_input()
-            raise StagingLost("the worker closed its connection while staging data")
-        pending.extend(connection.receive(data))
+        try:
+            link.pending.extend(await link.receive(timeout_s))
+        except LinkClosed:
+            raise StagingLost("the worker closed its connection while staging data") from None

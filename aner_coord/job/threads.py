@@ -14,13 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aner_coord.job.backend import Deliver
-from aner_coord.job.machine import (
-    Event,
-    ResultReceived,
-    TaskError,
-    WorkerLost,
-    WorkerReady,
-)
+from aner_coord.job.events import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
 from aner_coord.job.timing import TaskTimes
 from aner_worker.kernels.base import Kernel, Stopped
 from protocol import (

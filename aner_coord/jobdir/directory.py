@@ -111,11 +111,6 @@ def _make_dir(parent_fd: int, name: str) -> os.stat_result:
     return os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
 
 
-def create_job_dir(path: PathLike) -> JobDir:
-    """`JobDir.create(path)`: the new job directory, open."""
-    return JobDir.create(path)
-
-
 class JobDir:
     """An open job directory. Every file of the job is written and read through its
     descriptor; `path` is only for messages and for tools that need a name.
@@ -348,10 +343,6 @@ def write_atomic(path: Path, data: bytes) -> None:
         directory.write_bytes(path.name, data)
 
 
-def write_json(path: Path, obj: Any) -> None:
-    write_atomic(path, msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
-
-
 def read_json(job: JobDir | PathLike, name: str) -> Any:
     with opened(job) as directory:
         return msgspec.json.decode(directory.read_bytes(name))
@@ -360,10 +351,6 @@ def read_json(job: JobDir | PathLike, name: str) -> Any:
 def read_status(job: JobDir | PathLike) -> StatusSnapshot:
     with opened(job) as directory:
         return decode_status(directory.read_bytes(STATUS))
-
-
-def owner_matches(job: Path) -> bool:
-    return os.stat(job).st_uid == os.getuid()
 
 
 def is_job_dir(job: JobDir | PathLike) -> bool:

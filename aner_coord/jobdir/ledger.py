@@ -107,10 +107,6 @@ class Recovered:
     losses: list[Lost] = field(default_factory=list)
     resumes: int = 0
 
-    @property
-    def chunk_count(self) -> int:
-        return sum(len(c) for c in self.chunks.values())
-
     def statistics(self, stats_type: type[Any]) -> dict[int, dict[int, Any]]:
         """The accepted chunks' statistics, decoded, by pass and chunk."""
         return {

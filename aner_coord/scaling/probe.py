@@ -19,15 +19,17 @@ Nothing here chooses a plan; `plan` predicts from a `Probe`, which is saved as
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -38,6 +40,9 @@ from aner_coord.requests import (
     JobRequest,
     LocalExecution,
 )
+
+if TYPE_CHECKING:
+    from aner_coord.job.link import WorkerLink
 
 SCHEMA = "aner-probe/1"
 RATE_TARGET_S = 0.15  # a rate measurement computes for about this long
@@ -302,95 +307,38 @@ async def probe_worker(
 ) -> WorkerProbe:
     """Start-up, rate per slot, round trip, bandwidth and shut-down over one connection;
     `task_s` is measured apart, by whole jobs (`_worker_task_seconds`)."""
-    from aner_coord.transports.registry import open_transport
+    from aner_coord.job.link import connect
     from aner_worker.contract import source_fingerprint
     from aner_worker.kernels.base import encode
-    from protocol import (
-        Accepted,
-        Answered,
-        CoordinatorConnection,
-        Ponged,
-        Result,
-        Task,
-    )
+    from protocol import CoordinatorConnection
 
     kernel, params = _params(computation)
-    window = record.slots * 4
     connection = CoordinatorConnection(
-        record.identity, record.slots, source_fingerprint(), (kernel.name,), window=window
+        record.identity,
+        record.slots,
+        source_fingerprint(),
+        (kernel.name,),
+        window=record.slots * 4,
     )
-    argv = [record.executable, "parallel", "worker", "--stdio"]
     began = time.monotonic()
-    transport = await open_transport(record, argv)
-    pending: list[Any] = []
-
-    async def next_event() -> Any:
-        while not pending:
-            data = await transport.read()
-            if not data:
-                raise RuntimeError(f'worker "{record.identity}" closed its connection')
-            pending.extend(connection.receive(data))
-        return pending.pop(0)
-
+    link = await connect(record, connection)
     try:
-        await transport.write(connection.hello())
-        first = await asyncio.wait_for(next_event(), 120)
-        if not isinstance(first, Accepted):
-            raise RuntimeError(f'worker "{record.identity}" refused the probe: {first}')
         startup = time.monotonic() - began
-        await transport.write(connection.params(1, kernel.name, encode(params)))
-        task_id = 0
-
-        async def tasks(count: int, items: int) -> list[tuple[float, float]]:
-            """Run `count` tasks of `items` items, keeping the window full: (latency, busy)."""
-            nonlocal task_id
-            sent: dict[int, float] = {}
-            out: list[tuple[float, float]] = []
-            queue = list(range(count))
-            while queue or sent:
-                frames = []
-                while queue and len(sent) < window:
-                    queue.pop()
-                    task_id += 1
-                    sent[task_id] = time.monotonic()
-                    frames.append(connection.task(Task(task_id, 1, task_id * items, items)))
-                if frames:
-                    await transport.write(b"".join(frames))
-                event = await next_event()
-                if isinstance(event, Answered) and isinstance(event.message, Result):
-                    t0 = sent.pop(event.message.task_id)
-                    out.append((time.monotonic() - t0, event.message.busy_s))
-            return out
-
+        await link.transport.write(connection.params(1, kernel.name, encode(params)))
         # Rate per slot: one task per slot of about RATE_TARGET_S at the local rate.
         items = max(1024, int(rate_hint * RATE_TARGET_S))
-        big = await tasks(record.slots, items)
+        big = await _run_tasks(link, record.slots, items)
         rate = statistics.median(items / max(busy, 1e-9) for _, busy in big)
-        # Round trip: pings answered by the worker's reading thread.
-        trips = []
-        for _ in range(PING_REPEATS):
-            t0 = time.monotonic()
-            await transport.write(connection.ping())
-            while not isinstance(await next_event(), Ponged):
-                pass
-            trips.append(time.monotonic() - t0)
-        rtt = statistics.median(trips)
+        rtt = statistics.median([await _round_trip(link) for _ in range(PING_REPEATS)])
         # Bandwidth: a Params frame of each size, then a ping; time beyond the round trip.
         per_size = []
         for size in FRAME_SIZES:
             body = msgspec.msgpack.encode(b"\0" * size)
-            t0 = time.monotonic()
-            await transport.write(connection.params(2, kernel.name, body) + connection.ping())
-            while not isinstance(await next_event(), Ponged):
-                pass
-            per_size.append((size, time.monotonic() - t0))
-        bandwidth = _bandwidth(per_size)
-        t0 = time.monotonic()
-        await transport.write(connection.shutdown("probe done"))
-        await transport.close()
-        shutdown = time.monotonic() - t0
+            frame = functools.partial(connection.params, 2, kernel.name, body)
+            per_size.append((size, await _round_trip(link, frame)))
+        shutdown = await _shut_down(link)
     except BaseException:
-        await transport.close(timeout=1.0)
+        await link.transport.close(timeout=1.0)
         raise
     return WorkerProbe(
         identity=record.identity,
@@ -401,39 +349,73 @@ async def probe_worker(
         rate_per_slot=rate,
         task_s=task_s,
         round_trip_s=rtt,
-        bandwidth_bps=bandwidth,
-        machine=dict(first.welcome.machine),
+        bandwidth_bps=_bandwidth(per_size),
+        machine=dict(link.machine),
     )
+
+
+async def _run_tasks(link: WorkerLink, count: int, items: int) -> list[tuple[float, float]]:
+    """Run `count` tasks of `items` items, keeping the window full: (latency, busy) each."""
+    from protocol import Answered, Result, Task
+
+    connection = link.connection
+    sent: dict[int, float] = {}
+    out: list[tuple[float, float]] = []
+    queue = list(range(count))
+    task_id = 0
+    while queue or sent:
+        frames = []
+        while queue and len(sent) < connection.window:
+            queue.pop()
+            task_id += 1
+            sent[task_id] = time.monotonic()
+            frames.append(connection.task(Task(task_id, 1, task_id * items, items)))
+        if frames:
+            await link.transport.write(b"".join(frames))
+        event = await link.next_event()
+        if isinstance(event, Answered) and isinstance(event.message, Result):
+            t0 = sent.pop(event.message.task_id)
+            out.append((time.monotonic() - t0, event.message.busy_s))
+    return out
+
+
+async def _round_trip(link: WorkerLink, before: Callable[[], bytes] | None = None) -> float:
+    """Seconds from making and writing the frame `before` makes (if any) and a Ping to
+    reading the Pong."""
+    from protocol import Ponged
+
+    t0 = time.monotonic()
+    head = before() if before is not None else b""
+    await link.transport.write(head + link.connection.ping())
+    while not isinstance(await link.next_event(), Ponged):
+        pass
+    return time.monotonic() - t0
+
+
+async def _shut_down(link: WorkerLink) -> float:
+    """Seconds from Shutdown to the worker's exit."""
+    t0 = time.monotonic()
+    await link.transport.write(link.connection.shutdown("probe done"))
+    await link.transport.close()
+    return time.monotonic() - t0
 
 
 async def _start_and_stop(record: WorkerRecord, kernel: str) -> tuple[float, float]:
     """Spawn to handshake, and Shutdown to exit, of one worker."""
-    from aner_coord.transports.registry import open_transport
+    from aner_coord.job.link import connect
     from aner_worker.contract import source_fingerprint
-    from protocol import Accepted, CoordinatorConnection
+    from protocol import CoordinatorConnection
 
     connection = CoordinatorConnection(
         record.identity, record.slots, source_fingerprint(), (kernel,)
     )
     began = time.monotonic()
-    transport = await open_transport(record, [record.executable, "parallel", "worker", "--stdio"])
+    link = await connect(record, connection)
+    startup = time.monotonic() - began
     try:
-        await transport.write(connection.hello())
-        events: list[Any] = []
-        while not events:
-            data = await asyncio.wait_for(transport.read(), 120)
-            if not data:
-                raise RuntimeError(f'worker "{record.identity}" closed its connection')
-            events = list(connection.receive(data))
-        if not isinstance(events[0], Accepted):
-            raise RuntimeError(f'worker "{record.identity}" refused the probe: {events[0]}')
-        startup = time.monotonic() - began
-        t0 = time.monotonic()
-        await transport.write(connection.shutdown("probe done"))
-        await transport.close()
-        return startup, time.monotonic() - t0
+        return startup, await _shut_down(link)
     except BaseException:
-        await transport.close(timeout=1.0)
+        await link.transport.close(timeout=1.0)
         raise
 
 

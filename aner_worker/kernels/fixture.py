@@ -58,6 +58,86 @@ def _feature(w):  # type: ignore[no-untyped-def]
     return np.float64(np.int64(w >> _SHIFT)) * _TWO_M52 - 1.0
 
 
+@njit(inline="always", nogil=True, cache=True)
+def _label(f, u):  # type: ignore[no-untyped-def]
+    """The teacher's label (1.0 or 0.0) of a row with features ``f`` and noise ``u``."""
+    # Left to right, exactly as SPEC writes it, so every implementation agrees.
+    z = _T0 * f[0] + _T1 * f[1]
+    z = z + _T2 * f[2]
+    z = z + _T3 * f[3]
+    z = z + _T4 * f[4]
+    z = z + _T5 * f[5]
+    z = z + _T6 * f[6]
+    z = z + _T7 * f[7]
+    z = z + _T_INTERCEPT
+    return 1.0 if z + 3.0 * (u - 0.5) > 0.0 else 0.0
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _score(th, f):  # type: ignore[no-untyped-def]
+    """The model's score ``s`` of a row: weights ``th[0..7]``, bias ``th[8]``."""
+    s = th[0] * f[0] + th[1] * f[1]
+    s = s + th[2] * f[2]
+    s = s + th[3] * f[3]
+    s = s + th[4] * f[4]
+    s = s + th[5] * f[5]
+    s = s + th[6] * f[6]
+    s = s + th[7] * f[7]
+    return s + th[8]
+
+
+@njit(inline="always", nogil=True, cache=True)
+def _add_block(seed, first, stop, th, grad, noise):  # type: ignore[no-untyped-def]
+    """Adds the gradient of rows ``[first, stop)``, summed apart, to ``grad``; returns their
+    ``(loss, correct, valid)`` and the noise block the last row read from."""
+    feature_key = np.uint64(FEATURE_STREAM)
+    noise_key = np.uint64(NOISE_STREAM)
+    g0 = g1 = g2 = g3 = g4 = g5 = g6 = g7 = g8 = 0.0
+    part_loss = 0.0
+    correct = 0
+    for r in range(first, stop):
+        a = philox_block(np.uint64(2 * r), seed, feature_key)
+        b = philox_block(np.uint64(2 * r + 1), seed, feature_key)
+        f = (
+            _feature(a[0]),
+            _feature(a[1]),
+            _feature(a[2]),
+            _feature(a[3]),
+            _feature(b[0]),
+            _feature(b[1]),
+            _feature(b[2]),
+            _feature(b[3]),
+        )
+        lane = r & 3
+        if lane == 0:
+            noise = philox_block(np.uint64(r >> 2), seed, noise_key)
+        y = _label(f, np.float64(np.int64(noise[lane] >> _SHIFT)) * _TWO_M53)
+        s = _score(th, f)
+        d = 1.0 / (1.0 + np.exp(-s)) - y
+        g0 += d * f[0]
+        g1 += d * f[1]
+        g2 += d * f[2]
+        g3 += d * f[3]
+        g4 += d * f[4]
+        g5 += d * f[5]
+        g6 += d * f[6]
+        g7 += d * f[7]
+        g8 += d
+        part_loss += max(s, 0.0) - y * s + np.log1p(np.exp(-abs(s)))
+        if (s >= 0.0) == (y == 1.0):
+            correct += 1
+    grad[0] += g0
+    grad[1] += g1
+    grad[2] += g2
+    grad[3] += g3
+    grad[4] += g4
+    grad[5] += g5
+    grad[6] += g6
+    grad[7] += g7
+    grad[8] += g8
+    return part_loss, correct, stop - first, noise
+
+
 @njit(nogil=True, cache=True)
 def _fixture_kernel(seed, start, count, theta, grad, loss_sum):  # type: ignore[no-untyped-def]
     """Adds rows ``[start, start + count)`` to the running sums ``grad[9]`` (in place) and
@@ -70,70 +150,28 @@ def _fixture_kernel(seed, start, count, theta, grad, loss_sum):  # type: ignore[
     from word ``r % 4`` of block ``r // 4`` of stream 2. All arithmetic is binary64 without
     fastmath, so no multiply-add is fused and the labels are exact.
     """
-    feature_key = np.uint64(FEATURE_STREAM)
-    noise_key = np.uint64(NOISE_STREAM)
-    th0, th1, th2, th3 = theta[0], theta[1], theta[2], theta[3]
-    th4, th5, th6, th7, th8 = theta[4], theta[5], theta[6], theta[7], theta[8]
+    th = (
+        theta[0],
+        theta[1],
+        theta[2],
+        theta[3],
+        theta[4],
+        theta[5],
+        theta[6],
+        theta[7],
+        theta[8],
+    )
     correct = 0
     valid = 0
     end = start + count
-    noise = philox_block(np.uint64(start >> 2), seed, noise_key)
+    noise = philox_block(np.uint64(start >> 2), seed, np.uint64(NOISE_STREAM))
     first = start
     while first < end:
         stop = min(first + _BLOCK_ROWS, end)
-        g0 = g1 = g2 = g3 = g4 = g5 = g6 = g7 = g8 = 0.0
-        part_loss = 0.0
-        for r in range(first, stop):
-            a = philox_block(np.uint64(2 * r), seed, feature_key)
-            b = philox_block(np.uint64(2 * r + 1), seed, feature_key)
-            f0, f1, f2, f3 = _feature(a[0]), _feature(a[1]), _feature(a[2]), _feature(a[3])
-            f4, f5, f6, f7 = _feature(b[0]), _feature(b[1]), _feature(b[2]), _feature(b[3])
-            lane = r & 3
-            if lane == 0:
-                noise = philox_block(np.uint64(r >> 2), seed, noise_key)
-            u = np.float64(np.int64(noise[lane] >> _SHIFT)) * _TWO_M53
-            # Left to right, exactly as SPEC writes it, so every implementation agrees.
-            z = _T0 * f0 + _T1 * f1
-            z = z + _T2 * f2
-            z = z + _T3 * f3
-            z = z + _T4 * f4
-            z = z + _T5 * f5
-            z = z + _T6 * f6
-            z = z + _T7 * f7
-            z = z + _T_INTERCEPT
-            y = 1.0 if z + 3.0 * (u - 0.5) > 0.0 else 0.0
-            s = th0 * f0 + th1 * f1
-            s = s + th2 * f2
-            s = s + th3 * f3
-            s = s + th4 * f4
-            s = s + th5 * f5
-            s = s + th6 * f6
-            s = s + th7 * f7
-            s = s + th8
-            d = 1.0 / (1.0 + np.exp(-s)) - y
-            g0 += d * f0
-            g1 += d * f1
-            g2 += d * f2
-            g3 += d * f3
-            g4 += d * f4
-            g5 += d * f5
-            g6 += d * f6
-            g7 += d * f7
-            g8 += d
-            part_loss += max(s, 0.0) - y * s + np.log1p(np.exp(-abs(s)))
-            if (s >= 0.0) == (y == 1.0):
-                correct += 1
-            valid += 1
-        grad[0] += g0
-        grad[1] += g1
-        grad[2] += g2
-        grad[3] += g3
-        grad[4] += g4
-        grad[5] += g5
-        grad[6] += g6
-        grad[7] += g7
-        grad[8] += g8
+        part_loss, part_correct, part_valid, noise = _add_block(seed, first, stop, th, grad, noise)
         loss_sum += part_loss
+        correct += part_correct
+        valid += part_valid
         first = stop
     return loss_sum, correct, valid
 

@@ -377,7 +377,7 @@ def test_a_local_batch_holds_a_few_milliseconds_of_work() -> None:
 def test_local_threads_hand_over_every_event_in_order() -> None:
     """Events posted from several threads, in batches, all reach the loop, each thread's in
     the order it posted them."""
-    from aner_coord.job.machine import Event, ResultReceived
+    from aner_coord.job.events import Event, ResultReceived
     from aner_coord.job.threads import Handover
 
     received: list[Event] = []

@@ -87,6 +87,17 @@ def test_an_experiment_over_threads_and_a_pipe_group(tmp_path: Path) -> None:
     assert "pipes, repetition 3 of 3" in proc.stderr and "(ETA 0:00)" in progress[-1]
     assert os.stat(out).st_mode & 0o777 == 0o700
 
+    check_trials(out)
+    check_cases(out)
+    check_report(out)
+    # Endpoints and executables never reach the published files.
+    for name in ("trials.jsonl", "cases.csv", "report.md", "probe.json"):
+        assert ANER not in (out / name).read_text()
+    assert json.loads(registry.read_text())["identities"].keys() == {"local", "p1", "p2"}
+
+
+def check_trials(out: Path) -> None:
+    """trials.jsonl of the experiment above: warm-ups, interleaved rounds, one result."""
     trials = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     assert len(trials) == 8
     assert [t["case"] for t in trials[:2]] == ["threads", "pipes"]  # one warm-up each
@@ -114,6 +125,9 @@ def test_an_experiment_over_threads_and_a_pipe_group(tmp_path: Path) -> None:
     assert threads["compute_s"] > 0 and threads["transfer_s"] is None
     assert "unused" not in (out / "trials.jsonl").read_text()
 
+
+def check_cases(out: Path) -> None:
+    """cases.csv: three timed repetitions per case, and their summary."""
     with (out / "cases.csv").open() as f:
         rows = {row["case"]: row for row in csv.DictReader(f)}
     assert set(rows) == {"threads", "pipes"}
@@ -128,6 +142,9 @@ def test_an_experiment_over_threads_and_a_pipe_group(tmp_path: Path) -> None:
     assert rows["pipes"]["workers"] == "p1 p2" and rows["pipes"]["slots"] == "2"
     assert rows["threads"]["transfer_s"] == ""
 
+
+def check_report(out: Path) -> None:
+    """report.md with its charts, and probe.json."""
     report = (out / "report.md").read_text()
     assert report.startswith("# tiny pi\n")
     assert "| p1 / C01 |" in report and "| local / C01 |" in report
@@ -142,10 +159,6 @@ def test_an_experiment_over_threads_and_a_pipe_group(tmp_path: Path) -> None:
     assert [w["identity"] for w in probe["workers"]] == ["p1", "p2"]
     # The group's start-up is measured with its workers starting together, as in a job.
     assert [g["identities"] for g in probe["groups"]] == [["p1", "p2"]]
-    # Endpoints and executables never reach the published files.
-    for name in ("trials.jsonl", "cases.csv", "report.md", "probe.json"):
-        assert ANER not in (out / name).read_text()
-    assert json.loads(registry.read_text())["identities"].keys() == {"local", "p1", "p2"}
 
 
 def test_ctrl_c_keeps_every_finished_trial(tmp_path: Path) -> None:

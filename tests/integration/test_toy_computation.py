@@ -133,12 +133,12 @@ def test_a_bug_in_the_process_backend_fails_the_job(
 def test_a_transport_that_raises_fails_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import aner_coord.job.processes as backends
+    import aner_coord.job.link as link
 
-    real = backends.open_transport
+    real = link.open_transport
 
-    async def flaky(record: object, argv: object) -> object:
-        transport = await real(record, argv)  # type: ignore[arg-type]
+    async def flaky(record: object, argv: object, **options: object) -> object:
+        transport = await real(record, argv, **options)  # type: ignore[arg-type]
 
         async def read(n: int = 65536) -> bytes:
             raise RuntimeError("injected transport fault")
@@ -146,7 +146,7 @@ def test_a_transport_that_raises_fails_the_job(
         transport.read = read  # type: ignore[method-assign]
         return transport
 
-    monkeypatch.setattr(backends, "open_transport", flaky)
+    monkeypatch.setattr(link, "open_transport", flaky)
     with pytest.raises(JobFailed) as failure:
         parallel.run(ToyRequest(items=3000, seed=0), execution=toy_group(tmp_path, workers=1))
     assert 'worker "toy-1" failed during handshake: internal error' in str(failure.value)
@@ -177,3 +177,32 @@ def test_an_observer_that_fails_fails_the_job_naming_it() -> None:
     report = run_sync(execute(job, observers=[Disk()], cancel=asyncio.Event()))
     assert report.state is JobState.FAILED
     assert report.error == "the job directory failed: No space left on device"
+
+
+def test_an_instruction_the_coordinator_does_not_know_fails_the_job_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The coordinator's dispatch is exhaustive (mypy checks it); anything else that reaches
+    # it at run time fails the job loudly instead of being dropped.
+    from aner_coord.admission import admit
+    from aner_coord.job.execute import execute
+    from aner_coord.job.machine import JobMachine
+    from aner_coord.requests import JobRequest, LocalExecution
+    from aner_coord.runner import run_sync
+
+    class Unheard:
+        pass
+
+    real_start = JobMachine.start
+
+    def start(self: JobMachine) -> list[object]:
+        return [*real_start(self), Unheard()]
+
+    monkeypatch.setattr(JobMachine, "start", start)
+    job = admit(
+        JobRequest(computation=ToyRequest(items=5000, seed=0), execution=LocalExecution(1, 10))
+    )
+    report = run_sync(execute(job))
+    assert report.state is JobState.FAILED
+    assert report.error is not None
+    assert report.error.startswith("the coordinator failed: Unheard: AssertionError(")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -16,29 +17,31 @@ import pytest
 from aner_coord.computations import Accounting, Diverged, PassSpec, Run
 from aner_coord.computations.montecarlo import MonteCarlo, MonteCarloRequest
 from aner_coord.computations.regression import N_PARAMS, Regression, RegressionRequest
-from aner_coord.job.machine import (
+from aner_coord.job.events import (
     AuditFailed,
-    BeginPass,
     CancelRequested,
-    DropWorker,
-    Instruction,
-    JobEnded,
-    JobMachine,
-    Progress,
-    RecordAccepted,
-    RecordCommitted,
-    RecordLoss,
     ResultReceived,
-    SendTask,
     ShellFailed,
-    StopWorkers,
     TaskError,
     WindowChanged,
     WorkerLost,
     WorkerReady,
     WorkersStopped,
+)
+from aner_coord.job.instructions import (
+    BeginPass,
+    DropWorker,
+    Instruction,
+    JobEnded,
+    Progress,
+    RecordAccepted,
+    RecordCommitted,
+    RecordLoss,
+    SendTask,
+    StopWorkers,
     WriteStatus,
 )
+from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir.status import JobState, WorkerAccount, WorkerLoss
 from aner_worker.kernels.montecarlo import McParams, McStats
 from aner_worker.kernels.regression import RegressionParams, RegressionStats
@@ -1068,3 +1071,29 @@ def test_a_job_the_ledger_holds_whole_completes_without_a_worker() -> None:
     assert RecordCommitted(0) in out
     assert not [i for i in out if isinstance(i, SendTask)]
     assert run.result(NO_ACCOUNTING).hits == 5
+
+
+@dataclass(frozen=True)
+class LooksLikeAnEvent:
+    """Not an `Event`, though it names a known worker as events do."""
+
+    worker: str
+
+
+def test_an_object_that_is_not_an_event_is_refused_loudly() -> None:
+    machine, _ = started()
+    machine.handle(WorkerReady("a", 1))
+    machine.handle(CancelRequested("user"))
+    for stranger in (object(), LooksLikeAnEvent("a")):
+        with pytest.raises(AssertionError, match="unreachable"):
+            machine.handle(stranger)  # type: ignore[arg-type]
+    # Nothing moved: a stranger is not taken for the WorkersStopped that ends a cancel.
+    assert machine.state is CG
+    assert plain(machine.handle(WorkersStopped())) == [status(CD), JobEnded(CD)]
+
+
+def test_an_event_for_a_worker_the_job_does_not_have_fails_it() -> None:
+    machine, _ = started()
+    assert plain(machine.handle(WorkerReady("z", 1))) == failed(
+        "the shell reported an event for unknown worker 'z'"
+    )

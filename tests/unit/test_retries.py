@@ -5,20 +5,18 @@ from __future__ import annotations
 import math
 
 from aner_coord.computations.montecarlo import MonteCarlo, MonteCarloRequest
-from aner_coord.job.machine import (
+from aner_coord.job.events import ResultReceived, WorkerLost, WorkerReady
+from aner_coord.job.instructions import (
     BeginPass,
     DropWorker,
     JobEnded,
-    JobMachine,
     RecordAccepted,
     RecordCommitted,
     RecordLoss,
-    ResultReceived,
     SendTask,
-    WorkerLost,
-    WorkerReady,
     WriteStatus,
 )
+from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.montecarlo import McStats
 

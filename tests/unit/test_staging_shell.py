@@ -9,7 +9,9 @@ import random
 
 import pytest
 
+from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import StagePlan
+from aner_coord.job.link import handshake
 from aner_coord.job.staging import StagingLost, stage_worker
 from aner_worker.blocks import split
 from protocol import (
@@ -61,12 +63,11 @@ class Pipe:
 
 def staged(pipe: Pipe) -> object:
     async def go() -> object:
+        record = WorkerRecord("w1", "local", "-", "/opt/aner/bin/aner", 1, line=2)
         coordinator = CoordinatorConnection("w1", 1, FP, ("dense",))
-        await pipe.write(coordinator.hello())
-        coordinator.receive(pipe.outbox)  # the Welcome, whole
-        pipe.outbox = b""
+        link = await handshake(record, pipe, coordinator, timeout_s=5)  # type: ignore[arg-type]
         plan = StagePlan(sha256_hex(BLOB), tuple(split(BLOB, size=4096)))
-        return await stage_worker("w1", pipe, coordinator, plan, timeout_s=5)  # type: ignore[arg-type]
+        return await stage_worker(link, plan, timeout_s=5)
 
     return asyncio.run(go())
 

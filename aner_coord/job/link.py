@@ -1,0 +1,137 @@
+"""The coordinator's link to one worker process: its command line, its start and handshake,
+and the events its bytes make.
+
+Every part of the coordinator that talks to a worker (the process backend, a session's pool,
+staging, the scaling probe) goes through here: `worker_argv` is the one command line that
+starts a worker, `start` opens a record's transport, `handshake` says Hello and waits for
+the answer, and `connect` does both. A `WorkerLink` then turns what the transport reads
+into `protocol.CoordinatorConnection` events; events read but not yet wanted wait in its
+`pending` list, so that a caller that expects one kind of event loses none of the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from aner_coord.clusterfile import WorkerRecord
+from aner_coord.errors import WorkerFailure
+from aner_coord.transports.base import Transport
+from aner_coord.transports.registry import open_transport
+from protocol import Accepted, CoordinatorConnection, CoordinatorEvent, Rejected
+
+HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
+
+
+def worker_argv(record: WorkerRecord) -> list[str]:
+    """The command line of `record`'s worker (SPEC section 6: `<exec> parallel worker ...`)."""
+    return [record.executable, "parallel", "worker", "--stdio"]
+
+
+class LinkClosed(Exception):
+    """The worker closed its end of the link (it exited, was killed or was cut off)."""
+
+    def __init__(self, identity: str) -> None:
+        super().__init__(f'worker "{identity}" closed its connection')
+        self.identity = identity
+
+
+class WorkerRefused(WorkerFailure):
+    """The handshake ended in `Rejected`: the worker refused the Hello, or this side refused
+    its Welcome (version, source fingerprint or slots differ); the reason says which."""
+
+    def __init__(self, identity: str, reason: str) -> None:
+        super().__init__(identity, "handshake", reason)
+
+
+@dataclass
+class WorkerLink:
+    """One worker past its handshake: the record it was started from, its transport and
+    connection, the machine identity its Welcome reported, and events read but not yet
+    taken."""
+
+    record: WorkerRecord
+    transport: Transport
+    connection: CoordinatorConnection
+    machine: dict[str, str] = field(default_factory=dict)
+    pending: list[CoordinatorEvent] = field(default_factory=list)
+
+    @property
+    def identity(self) -> str:
+        return self.record.identity
+
+    async def receive(self, timeout_s: float | None = None) -> list[CoordinatorEvent]:
+        """The events of one read (none when it held only part of a frame), waiting at most
+        `timeout_s` for it (TimeoutError). At end of input the connection checks that no
+        frame was cut short (a `ProtocolError` if one was) and `LinkClosed` is raised."""
+        if timeout_s is None:
+            data = await self.transport.read()
+        else:
+            data = await asyncio.wait_for(self.transport.read(), timeout_s)
+        if not data:
+            self.connection.end_of_input()
+            raise LinkClosed(self.identity)
+        return self.connection.receive(data)
+
+    def take_pending(self) -> list[CoordinatorEvent]:
+        """The events read earlier and not yet taken, oldest first; none remain."""
+        events, self.pending = self.pending, []
+        return events
+
+    async def next_event(self) -> CoordinatorEvent:
+        """The oldest event not yet taken, reading until there is one."""
+        while not self.pending:
+            self.pending.extend(await self.receive())
+        return self.pending.pop(0)
+
+
+async def start(record: WorkerRecord, *, env: Mapping[str, str] | None = None) -> Transport:
+    """Start `record`'s worker over the transport it names."""
+    return await open_transport(record, worker_argv(record), env=env)
+
+
+async def handshake(
+    record: WorkerRecord,
+    transport: Transport,
+    connection: CoordinatorConnection,
+    timeout_s: float = HANDSHAKE_TIMEOUT_S,
+) -> WorkerLink:
+    """Say Hello on a started worker's transport and wait at most `timeout_s` for its answer
+    (TimeoutError). A refusal raises `WorkerRefused`; a worker that hangs up first raises
+    `WorkerFailure` in phase "handshake"."""
+    link = WorkerLink(record, transport, connection)
+    await transport.write(connection.hello())
+    try:
+        first = await asyncio.wait_for(link.next_event(), timeout_s)
+    except LinkClosed:
+        raise WorkerFailure(
+            record.identity,
+            "handshake",
+            "the worker closed its connection before the handshake completed",
+        ) from None
+    match first:
+        case Accepted(welcome=welcome):
+            link.machine = dict(welcome.machine)
+            return link
+        case Rejected(reason=reason):
+            raise WorkerRefused(record.identity, reason)
+        case _:  # a connection in its handshake yields nothing else
+            raise AssertionError(f"handshake answered with {first!r}")
+
+
+async def connect(
+    record: WorkerRecord,
+    connection: CoordinatorConnection,
+    *,
+    timeout_s: float = HANDSHAKE_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+) -> WorkerLink:
+    """Start `record`'s worker and shake hands; whatever fails, the worker is not left
+    running (its transport is closed before the error goes on)."""
+    transport = await start(record, env=env)
+    try:
+        return await handshake(record, transport, connection, timeout_s)
+    except BaseException:
+        await transport.close(timeout=1.0)
+        raise
