@@ -111,11 +111,23 @@ def test_the_unit_says_what_the_contract_needs() -> None:
     ]  # fmt: skip
 
 
+def test_the_example_spec_runs_as_shipped(tmp_path: Path) -> None:
+    # Copied into a working directory as a user would, run as it is: no directory to make.
+    done = subprocess.run(
+        [ANER, "parallel", "run", "--spec", str(EXAMPLE), "--quiet"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "aner-job-pi-2e9-seed1" / "result.json").read_text())
+    assert result["samples"] == 2_000_000_000 and result["seed"] == 1
+    assert 0 < result["hits"] < result["samples"]
+
+
 def test_the_example_spec_describes_both_computations(tmp_path: Path) -> None:
     request = load_spec_file(str(EXAMPLE))
     assert request.computation == MonteCarloRequest(samples=2_000_000_000, seed=1)
     assert request.execution == LocalExecution(workers=0, chunk=4_000_000)
-    assert request.output == "aner-jobs/pi-2e9-seed1"
+    assert request.output == "aner-job-pi-2e9-seed1"
     assert request.audit == 0.0
     text = EXAMPLE.read_text()
     # The commented-out alternatives, swapped in: the regression fixture on a cluster.
