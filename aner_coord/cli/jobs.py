@@ -26,6 +26,7 @@ from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import Resumption, execute
+from aner_coord.jobdir import JobDir
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
@@ -111,20 +112,35 @@ def regression_command(args: argparse.Namespace) -> int:
 def _job_command(args: argparse.Namespace) -> int:
     request = request_from_args(args)
     if args.resume and request.output is not None and os.path.lexists(request.output):
-        return _resume_same(request, args)
-    job = admit(request)
+        # A unit restarted on failure: the output must hold this very job, which goes on.
+        from aner_coord.job.resume import prepare_resume
+
+        return _start(*prepare_resume(request.output, expect=request), args=args)
+    return _start(admit(request), None, args=args)
+
+
+def _start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) -> int:
+    """Run a new or resumed job: detached with --background, else here, telling systemd
+    when it is ready if a Type=notify unit started us."""
     if args.background:
         from aner_coord.cli.background import submit
 
-        return submit(job, quiet=args.quiet)
+        if resumption is not None:
+            resumption.lock.release()  # the detached coordinator takes it again
+            resumption.directory.close()
+        return submit(job, quiet=args.quiet, resume=resumption is not None)
     from aner_coord.cli.sdnotify import Notifier
 
     notifier = Notifier.from_environment()  # run by a systemd Type=notify unit
     if notifier is None:
-        return run_foreground(job, quiet=args.quiet)
+        return run_foreground(job, quiet=args.quiet, resume=resumption)
     try:
         return run_foreground(
-            job, quiet=args.quiet, extra_observers=(notifier,), on_ready=notifier.ready
+            job,
+            quiet=args.quiet,
+            resume=resumption,
+            extra_observers=(notifier,),
+            on_ready=lambda _directory: notifier.ready(),
         )
     finally:
         notifier.close()
@@ -149,27 +165,10 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-def _resume_same(request: JobRequest, args: argparse.Namespace) -> int:
-    """`--resume` with an existing output: it must hold this very job."""
+def resume_command(args: argparse.Namespace) -> int:
     from aner_coord.job.resume import prepare_resume
 
-    assert request.output is not None
-    job, resumption = prepare_resume(request.output, expect=request)
-    args.job = request.output
-    return resume_command(args, prepared=(job, resumption))
-
-
-def resume_command(args: argparse.Namespace, prepared: tuple[Job, Resumption] | None = None) -> int:
-    from aner_coord.job.resume import prepare_resume
-
-    job, resumption = prepared if prepared is not None else prepare_resume(args.job)
-    if args.background:
-        from aner_coord.cli.background import submit
-
-        resumption.lock.release()  # the detached coordinator takes it again
-        resumption.directory.close()
-        return submit(job, quiet=args.quiet, resume=True)
-    return run_foreground(job, quiet=args.quiet, resume=resumption)
+    return _start(*prepare_resume(args.job), args=args)
 
 
 def run_foreground(
@@ -178,7 +177,7 @@ def run_foreground(
     quiet: bool,
     resume: Resumption | None = None,
     extra_observers: tuple[Callable[..., None], ...] = (),
-    on_ready: Callable[[], None] | None = None,
+    on_ready: Callable[[JobDir | None], None] | None = None,
 ) -> int:
     from aner_coord.runner import run_sync
 
