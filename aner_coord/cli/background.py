@@ -275,7 +275,7 @@ def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobRepor
 
     def on_ready(directory: jobdir.JobDir | None) -> None:
         assert directory is not None  # a background job always has its directory
-        _adopt_log(directory, append=resumption is not None)
+        adopt_log(directory, append=resumption is not None)
         log.info("ready: lock held, manifest and first status written")
         ready.ready()
 
@@ -305,7 +305,7 @@ def _cancel_on(sig: signal.Signals, cancel: asyncio.Event) -> None:
     cancel.set()
 
 
-def _adopt_log(directory: jobdir.JobDir, *, append: bool = False) -> None:
+def adopt_log(directory: jobdir.JobDir, *, append: bool = False) -> None:
     """Copy what we logged so far into the job's `coordinator.log` and send stdout and stderr
     there from now on. The log is opened through the descriptor of the job directory that
     this coordinator made (or checked) and holds, never by path: whatever now stands at the
@@ -327,6 +327,8 @@ def _adopt_log(directory: jobdir.JobDir, *, append: bool = False) -> None:
 
 class _ProgressLog:
     """Observer logging state changes at once and progress every PROGRESS_LOG_INTERVAL_S."""
+
+    where = "the coordinator's log"  # how its failure is named in the job's error
 
     def __init__(self) -> None:
         self._state: JobState | None = None

@@ -177,7 +177,9 @@ async def execute(
     try:
         async with job_files(job, resume, writer_failed) as files:
             directory = files.directory if files is not None else None
-            chain = [*observers, *([_once(on_ready, directory)] if on_ready is not None else [])]
+            chain: list[Observer] = [*observers]
+            if on_ready is not None:
+                chain.append(_Once(on_ready, directory))
             if files is not None:
                 chain.insert(0, files.writer)
             book = files.ledger if files is not None else None
@@ -213,15 +215,19 @@ async def execute(
         raise
 
 
-def _once(
-    callback: Callable[[jobdir.JobDir | None], None], directory: jobdir.JobDir | None
-) -> Observer:
-    fired = False
+class _Once:
+    """Observer calling `callback(directory)` at the first snapshot, once."""
 
-    def observer(_snapshot: object) -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
-            callback(directory)
+    where = "getting the job ready"  # how its failure is named in the job's error
 
-    return observer
+    def __init__(
+        self, callback: Callable[[jobdir.JobDir | None], None], directory: jobdir.JobDir | None
+    ) -> None:
+        self._callback = callback
+        self._directory = directory
+        self._fired = False
+
+    def __call__(self, _snapshot: object) -> None:
+        if not self._fired:
+            self._fired = True
+            self._callback(self._directory)
