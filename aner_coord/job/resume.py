@@ -37,7 +37,7 @@ import msgspec
 
 from aner_coord import jobdir
 from aner_coord.admission import Job, admit
-from aner_coord.errors import RequestError
+from aner_coord.errors import RequestError, cli_name
 from aner_coord.job.execute import Resumption
 from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir import ledger
@@ -101,7 +101,11 @@ def _check(
             f"{target} holds a different job than this request: give --output a new directory"
         )
     last_seq = _last_seq(target, directory)
-    job = dataclasses.replace(admit(msgspec.structs.replace(request, output=None)), output=target)
+    try:
+        admitted = admit(msgspec.structs.replace(request, output=None))
+    except RequestError as exc:
+        raise _refuse(target, f"its request no longer admits: {exc.render(cli_name)}") from None
+    job = dataclasses.replace(admitted, output=target)
     _same_job(target, manifest, job, raw)
     key = bytes.fromhex(manifest.job)
     try:
