@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -105,6 +106,8 @@ class Entry(msgspec.Struct, frozen=True, array_like=True):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Entry)
+_LENGTH_CRC = struct.Struct(">II")
+_CRC = struct.Struct(">I")
 
 
 def new_job_key() -> bytes:
@@ -115,8 +118,8 @@ def new_job_key() -> bytes:
 def frame(job: bytes, record: Record) -> bytes:
     """The bytes of one record of job `job`."""
     payload = _encoder.encode(Entry(job, record))
-    head = len(payload).to_bytes(4, "big") + zlib.crc32(payload).to_bytes(4, "big")
-    return head + zlib.crc32(head).to_bytes(4, "big") + payload
+    head = _LENGTH_CRC.pack(len(payload), zlib.crc32(payload))
+    return b"".join((head, _CRC.pack(zlib.crc32(head)), payload))
 
 
 class LedgerError(JobFileError):
@@ -131,78 +134,107 @@ class _Damaged(Exception):
 
 
 class _Reader:
-    """A file's bytes from `read` (a descriptor's), in pieces, with a cursor; never more than
-    `limit` bytes in all."""
+    """A file's bytes from `read` (a descriptor's), in pieces, with a cursor (`buf[pos:]`
+    is what is buffered there); never more than `limit` bytes in all."""
 
     def __init__(self, read: Callable[[int], bytes], limit: int) -> None:
         self._read_piece = read
         self._limit = limit
-        self._buf = bytearray()
-        self._pos = 0  # cursor inside _buf
-        self.offset = 0  # file offset of the cursor
+        self.buf = bytearray()
+        self.pos = 0  # the cursor, inside buf
+        self.offset = 0  # the cursor, in the file
         self._eof = False
         self._read = 0
 
     def available(self, n: int) -> int:
         """Make up to `n` bytes available at the cursor; how many are (fewer only at EOF)."""
-        while len(self._buf) - self._pos < n and not self._eof:
+        have = len(self.buf) - self.pos
+        while have < n and not self._eof:
             piece = self._read_piece(READ_PIECE)
             self._read += len(piece)
             if self._read > self._limit:
-                raise _Damaged(
-                    self.offset, f"lies past the ledger's limit of {self._limit:,} bytes"
-                )
+                why = f"lies past the ledger's limit of {self._limit:,} bytes"
+                raise _Damaged(self.offset, why)
             if not piece:
                 self._eof = True
-            else:
-                if self._pos > READ_PIECE:  # keep the buffer small: drop what was consumed
-                    del self._buf[: self._pos]
-                    self._pos = 0
-                self._buf += piece
-        return min(n, len(self._buf) - self._pos)
-
-    def peek(self, n: int) -> bytes:
-        return bytes(self._buf[self._pos : self._pos + n])
+                break
+            if self.pos > READ_PIECE:  # keep the buffer small: drop what was consumed
+                del self.buf[: self.pos]
+                self.pos = 0
+            self.buf += piece
+            have = len(self.buf) - self.pos
+        return min(n, have)
 
     def advance(self, n: int) -> None:
-        self._pos += n
+        self.pos += n
         self.offset += n
 
     def rest_is_zero(self) -> bool:
         """Whether every byte from the cursor to the end of the file is zero."""
-        while self.available(READ_PIECE) and not any(self.peek(READ_PIECE)):
-            self.advance(len(self.peek(READ_PIECE)))
-        return self.available(1) == 0
+        while got := self.available(READ_PIECE):
+            if any(self.buf[self.pos : self.pos + got]):
+                return False
+            self.advance(got)
+        return True
 
 
-def _records(reader: _Reader) -> Iterator[tuple[int, Entry]]:
-    """(offset, entry) of each intact record, up to a torn tail; _Damaged before that."""
+_HEAD = struct.Struct(">III")
+
+
+def _records(reader: _Reader) -> Iterator[tuple[int, int, Entry]]:
+    """(offset, end, entry) of each intact record, up to a torn tail; _Damaged before it.
+
+    Whole records in the buffer are taken in a tight loop; the careful path (`_next`) sees
+    only a record the buffer holds part of, and one that fails a check."""
     while True:
-        got = reader.available(_HEADER)
-        if got < _HEADER:
-            return  # empty, or a header cut short: the tail write never finished
-        head = reader.peek(_HEADER)
-        start = reader.offset
-        if zlib.crc32(head[:8]) != int.from_bytes(head[8:12], "big"):
-            if reader.rest_is_zero():
-                return  # zeros a crash left after the last record
-            raise _Damaged(start, "is damaged (its header's checksum is wrong)")
-        size = int.from_bytes(head[:4], "big")
-        if size > MAX_RECORD_BYTES:
-            raise _Damaged(start, f"claims {size:,} bytes, over the limit of {MAX_RECORD_BYTES:,}")
-        if reader.available(_HEADER + size) < _HEADER + size:
-            return  # cut short: the tail write never finished
-        payload = reader.peek(_HEADER + size)[_HEADER:]
-        if zlib.crc32(payload) != int.from_bytes(head[4:8], "big"):
-            if reader.available(_HEADER + size + 1) == _HEADER + size:
-                return  # the last record, damaged while it was written
-            raise _Damaged(start, "is damaged (its checksum is wrong) and records follow it")
-        try:
-            entry = _decoder.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise _Damaged(start, f"is not a record this aner reads ({exc})") from None
-        reader.advance(_HEADER + size)
-        yield start, entry
+        buf, pos = reader.buf, reader.pos
+        base, end = reader.offset - pos, len(buf)
+        while end - pos >= _HEADER:
+            size, checksum, own = _HEAD.unpack_from(buf, pos)
+            stop = pos + _HEADER + size
+            if stop > end or size > MAX_RECORD_BYTES or zlib.crc32(buf[pos : pos + 8]) != own:
+                break
+            payload = bytes(buf[pos + _HEADER : stop])
+            if zlib.crc32(payload) != checksum:
+                break
+            try:
+                entry = _decoder.decode(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise _Damaged(base + pos, f"is not a record this aner reads ({exc})") from None
+            yield base + pos, base + stop, entry
+            pos = stop
+        reader.advance(pos - reader.pos)
+        found = _next(reader)
+        if found is None:
+            return
+        yield found
+
+
+def _next(reader: _Reader) -> tuple[int, int, Entry] | None:
+    """The record at the cursor, checked byte by byte: None at the end (or a torn tail)."""
+    if reader.available(_HEADER) < _HEADER:
+        return None  # empty, or a header cut short: the tail write never finished
+    start = reader.offset
+    size, checksum, own = _HEAD.unpack_from(reader.buf, reader.pos)
+    if zlib.crc32(reader.buf[reader.pos : reader.pos + 8]) != own:
+        if reader.rest_is_zero():
+            return None  # zeros a crash left after the last record
+        raise _Damaged(start, "is damaged (its header's checksum is wrong)")
+    if size > MAX_RECORD_BYTES:
+        raise _Damaged(start, f"claims {size:,} bytes, over the limit of {MAX_RECORD_BYTES:,}")
+    if reader.available(_HEADER + size) < _HEADER + size:
+        return None  # cut short: the tail write never finished
+    payload = bytes(reader.buf[reader.pos + _HEADER : reader.pos + _HEADER + size])
+    if zlib.crc32(payload) != checksum:
+        if reader.available(_HEADER + size + 1) == _HEADER + size:
+            return None  # the last record, damaged while it was written
+        raise _Damaged(start, "is damaged (its checksum is wrong) and records follow it")
+    try:
+        entry = _decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _Damaged(start, f"is not a record this aner reads ({exc})") from None
+    reader.advance(_HEADER + size)
+    return start, reader.offset, entry
 
 
 @dataclass
@@ -234,19 +266,24 @@ class Recovered:
     def add(self, offset: int, record: Record) -> None:
         """Take in the record found at byte `offset` (_Damaged if it contradicts the
         records before it)."""
-        if isinstance(record, Opened) != (offset == 0):
+        kind = type(record)
+        if (kind is Opened) != (offset == 0):
             where = "does not begin with" if offset == 0 else "holds a second"
             raise _Damaged(offset, f"is wrong: the ledger {where} its job's opening record")
+        if kind is Accepted:
+            assert isinstance(record, Accepted)
+            chunks = self.chunks.get(record.pass_id)
+            if chunks is None:
+                chunks = self.chunks[record.pass_id] = {}
+            if record.chunk in chunks:
+                raise _Damaged(
+                    offset, f"records chunk {record.chunk} of pass {record.pass_id} twice"
+                )
+            chunks[record.chunk] = record.stats
+            return
         match record:
             case Opened():
                 self.opened = True
-            case Accepted():
-                chunks = self.chunks.setdefault(record.pass_id, {})
-                if record.chunk in chunks:
-                    raise _Damaged(
-                        offset, f"records chunk {record.chunk} of pass {record.pass_id} twice"
-                    )
-                chunks[record.chunk] = record.stats
             case Committed():
                 self.committed.add(record.pass_id)
             case Lost():
@@ -271,11 +308,11 @@ def read_ledger(directory: JobDir, job: bytes) -> Recovered:
         info = os.fstat(fd)
         recovered.file = (info.st_dev, info.st_ino)
         reader = _Reader(lambda n: os.read(fd, n), READ_LIMITS[LEDGER])
-        for offset, entry in _records(reader):
+        for offset, end, entry in _records(reader):
             if entry.job != job:
                 raise _Damaged(offset, "belongs to another job (not this manifest's)")
             recovered.add(offset, entry.record)
-            recovered.intact = reader.offset
+            recovered.intact = end
     except _Damaged as exc:
         raise LedgerError(
             f"{where} cannot be trusted: {exc}; resume needs the ledger this job wrote (start "
@@ -293,12 +330,14 @@ def scan(data: bytes) -> tuple[list[Entry], int]:
     whatever job they belong to; LedgerError if a record before the tail is damaged."""
     reader = _Reader(io.BytesIO(data).read, len(data))
     entries: list[Entry] = []
+    intact = 0
     try:
-        for _offset, entry in _records(reader):
+        for _offset, end, entry in _records(reader):
             entries.append(entry)
+            intact = end
     except _Damaged as exc:
         raise LedgerError(f"ledger bytes cannot be trusted: {exc}") from None
-    return entries, reader.offset
+    return entries, intact
 
 
 class LedgerWriter:
