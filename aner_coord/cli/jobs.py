@@ -9,7 +9,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import msgspec
 
@@ -31,6 +30,9 @@ from aner_coord.jobdir.status import JobState
 from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.specfile import decode_request
+from aner_worker.files import FileRefused, read_regular
+
+MAX_SPEC_BYTES = 1 << 20  # a job spec is a few hundred bytes
 
 # The request type of each job command: its flags are that type's fields.
 REQUEST_TYPES: dict[str, type[ComputationRequest]] = {
@@ -92,13 +94,36 @@ def job_request(args: argparse.Namespace, computation: ComputationRequest) -> Jo
 
 def load_spec_file(path: str) -> JobRequest:
     """A job spec: TOML (systemd units use these), or JSON for a name ending in `.json` (as a
-    job's `request.json`, and the specs of scaling trials); unknown keys are refused."""
+    job's `request.json`, and the specs of scaling trials); unknown keys are refused. It is
+    read only if it is a regular file of at most MAX_SPEC_BYTES (a FIFO or a device is
+    refused at once, never waited on or read)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path, MAX_SPEC_BYTES, follow=True)
+    except FileRefused as exc:
+        raise RequestError(f"spec file {path} cannot be read: it is {exc}") from None
     except OSError as exc:
-        raise RequestError(f"cannot read spec file {path}: {exc.strerror}") from None
+        raise RequestError(f"cannot read spec file {path}: {exc.strerror or exc}") from None
     fmt = "json" if path.endswith(".json") else "toml"
-    return decode_request(data, fmt=fmt, source=f"spec file {path}")
+    try:
+        return decode_request(data, fmt=fmt, source=f"spec file {path}")
+    except RecursionError:
+        raise RequestError(f"spec file {path}: nested too deeply to be a job spec") from None
+
+
+def admit_spec(request: JobRequest, args: argparse.Namespace) -> Job:
+    """Admit the command's request; a spec file's values are named by their keys in it (the
+    user never typed `--samples`)."""
+    spec = getattr(args, "spec", None)
+    try:
+        return admit(request)
+    except RequestError as exc:
+        if not spec:
+            raise
+        raise RequestError(f"spec file {spec}: {exc.render(_spec_key)}") from None
+
+
+def _spec_key(name: str) -> str:
+    return f"`{name}`"
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -116,7 +141,7 @@ def _job_command(args: argparse.Namespace) -> int:
         from aner_coord.job.resume import prepare_resume
 
         return _start(*prepare_resume(request.output, expect=request), args=args)
-    return _start(admit(request), None, args=args)
+    return _start(admit_spec(request, args), None, args=args)
 
 
 def _start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) -> int:

@@ -40,7 +40,14 @@ import msgspec
 
 from aner_coord.errors import EXIT_FAILED, AnerError, RequestError
 from aner_coord.jobdir.status import StatusSnapshot, decode_status
-from aner_worker.files import FileRefused, open_regular, read_limited
+from aner_worker.files import (
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    O_NONBLOCK,
+    FileRefused,
+    open_regular,
+    read_limited,
+)
 
 MANIFEST = "run-manifest.json"
 
@@ -94,7 +101,7 @@ DIR_MODE = 0o700
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # never a link, never a wait
+FILE_FLAGS = O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK  # never a link, never a wait
 
 
 log = logging.getLogger("aner.jobdir")

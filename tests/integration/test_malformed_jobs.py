@@ -391,7 +391,43 @@ def _experiment_cases() -> list[Case]:
     return out
 
 
-CASES = _job_cases() + _experiment_cases()
+SPEC = '[computation]\nkind = "monte-carlo"\nsamples = {samples}\nseed = 1\n{more}'
+
+
+def _spec_cases() -> list[Case]:
+    """`run --spec FILE` (and `--resume`, the systemd unit's): the file by kind and size,
+    and values named by their keys in it."""
+    out: list[Case] = []
+    kinds: list[tuple[str, Callable[[Path], object], str]] = [
+        ("fifo", fifo, "it is a FIFO, not a regular file"),
+        ("directory", directory, "it is a directory, not a regular file"),
+        ("symlink_dev_zero", lambda p: symlink(p, "/dev/zero"), "a character device"),
+        ("symlink_urandom", lambda p: symlink(p, "/dev/urandom"), "a character device"),
+        ("sparse_3GiB", sparse, "over the limit of 1,048,576 bytes"),
+        ("socket", unix_socket, "a socket or a device"),
+        ("deep_arrays", lambda p: write(p, "x = " + "[" * 10_000 + "]" * 10_000), "too deeply"),
+        ("samples_negative", lambda p: write(p, SPEC.format(samples=-5, more="")),
+         "`samples` must be positive, got -5"),
+        ("workers_huge", lambda p: write(p, SPEC.format(
+            samples=1000, more='[execution]\nkind = "local"\nworkers = 9999999\n')),
+         "use at most"),
+        ("chunk_zero", lambda p: write(p, SPEC.format(
+            samples=1000, more='[execution]\nkind = "local"\nchunk = 0\n')),
+         "`chunk` must be positive, got 0"),
+    ]  # fmt: skip
+    for cid, make, words in kinds:
+        for resume in ((), ("--resume",)):
+
+            def files(root: Path, make: Callable[[Path], object] = make) -> None:
+                make(root / "job.toml")
+
+            name = f"spec-{cid}" + ("-resume" if resume else "")
+            argv = ["parallel", "run", "--spec", "{root}/job.toml", *resume]
+            out.append(Case(name, argv, (2,), files=files, words=words, unchanged=False))
+    return out
+
+
+CASES = _job_cases() + _experiment_cases() + _spec_cases()
 BY_ID = {c.id: c for c in CASES}
 
 
