@@ -273,9 +273,10 @@ class _Readiness:
 def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobReport:
     from aner_coord.runner import run_sync
 
-    def on_ready(directory: jobdir.JobDir | None) -> None:
-        assert directory is not None  # a background job always has its directory
-        adopt_log(directory, append=resumption is not None)
+    held: list[jobdir.JobDir] = []  # the job directory this run holds (execute gives it)
+
+    def on_ready() -> None:
+        adopt_log(held[0], append=resumption is not None)
         log.info("ready: lock held, manifest and first status written")
         ready.ready()
 
@@ -291,6 +292,7 @@ def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobRepor
                 cancel=cancel,
                 on_ready=on_ready,
                 resume=resumption,
+                on_directory=held.append,
             )
         finally:
             for sig in CANCEL_SIGNALS:

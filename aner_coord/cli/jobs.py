@@ -25,7 +25,6 @@ from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import Resumption, execute
-from aner_coord.jobdir import JobDir
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
@@ -165,7 +164,7 @@ def _start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace)
             quiet=args.quiet,
             resume=resumption,
             extra_observers=(notifier,),
-            on_ready=lambda _directory: notifier.ready(),
+            on_ready=notifier.ready,
         )
     finally:
         notifier.close()
@@ -202,7 +201,7 @@ def run_foreground(
     quiet: bool,
     resume: Resumption | None = None,
     extra_observers: tuple[Callable[..., None], ...] = (),
-    on_ready: Callable[[JobDir | None], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> int:
     from aner_coord.runner import run_sync
 

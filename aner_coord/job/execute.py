@@ -152,16 +152,18 @@ async def execute(
     *,
     observers: Sequence[Observer] = (),
     cancel: asyncio.Event | None = None,
-    on_ready: Callable[[jobdir.JobDir | None], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
     resume: Resumption | None = None,
     pool: WorkerPool | None = None,
+    on_directory: Callable[[jobdir.JobDir], None] | None = None,
 ) -> JobReport:
     """Run an admitted job; with an output directory, write its files as SPEC section 7 says
     and honour `aner parallel cancel` as well as `cancel`. With `resume`, continue the job
     in that (checked, locked) directory from its ledger instead. With `pool` (a session's),
     a worker group's processes are taken from it and given back afterwards. `on_ready` is
-    called once the job's first status is on disk, with its job directory (None without
-    one): a detached coordinator adopts its log through that very descriptor."""
+    called once the job's first status is on disk; `on_directory` before that, with the
+    job directory this run holds (a detached coordinator adopts its log through that very
+    descriptor, never by path)."""
     cancel = cancel if cancel is not None else asyncio.Event()
     coordinator: Coordinator | None = None
 
@@ -176,10 +178,11 @@ async def execute(
         coordinator.launch()
     try:
         async with job_files(job, resume, writer_failed) as files:
-            directory = files.directory if files is not None else None
+            if files is not None and on_directory is not None:
+                on_directory(files.directory)
             chain: list[Observer] = [*observers]
             if on_ready is not None:
-                chain.append(_Once(on_ready, directory))
+                chain.append(_Once(on_ready))
             if files is not None:
                 chain.insert(0, files.writer)
             book = files.ledger if files is not None else None
@@ -216,18 +219,15 @@ async def execute(
 
 
 class _Once:
-    """Observer calling `callback(directory)` at the first snapshot, once."""
+    """Observer calling `callback()` at the first snapshot, once."""
 
     where = "getting the job ready"  # how its failure is named in the job's error
 
-    def __init__(
-        self, callback: Callable[[jobdir.JobDir | None], None], directory: jobdir.JobDir | None
-    ) -> None:
+    def __init__(self, callback: Callable[[], None]) -> None:
         self._callback = callback
-        self._directory = directory
         self._fired = False
 
     def __call__(self, _snapshot: object) -> None:
         if not self._fired:
             self._fired = True
-            self._callback(self._directory)
+            self._callback()

@@ -3,7 +3,7 @@ process: a block that is a link to /dev/zero, a 3 GiB sparse file, a FIFO or of 
 size is missing (never read, never waited on) and is replaced by the good one; aner's own
 directories are repaired to 0700 through their descriptors; an `aner` or `blocks` that is a
 link to another directory refuses the cache, and that directory is never written or
-chmod-ed. (tests/integration/test_block_cache.py runs the same scenarios through a real
+chmod-ed. (tests/integration/test_poisoned_cache.py runs the same scenarios through a real
 local-pipe worker.)"""
 
 from __future__ import annotations
