@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import assert_never
 
-from aner_worker.blocks import BlockCache
+from aner_worker.blocks import BlockCache, expected_sizes
 from aner_worker.kernels import KERNELS
 from aner_worker.kernels.base import StagesData, Stopped, decode, encode
 from protocol import (
@@ -172,8 +172,9 @@ class _Stager:
         if self.kernel.has_staged(event.dataset):
             missing: tuple[str, ...] = ()
         else:
+            sizes = expected_sizes(event.blocks)
             unique = dict.fromkeys(event.blocks)
-            missing = tuple(d for d in unique if self.cache.get(d) is None)
+            missing = tuple(d for d in unique if self.cache.get(d, sizes[d]) is None)
         with out.lock:
             frame = connection.missing(missing)
         out.send(frame)
@@ -196,8 +197,9 @@ class _Stager:
         assert self.kernel is not None
         if not self.kernel.has_staged(self.dataset):
             parts = []
+            sizes = expected_sizes(self.blocks)
             for digest in self.blocks:
-                data = self.received.get(digest) or self.cache.get(digest)
+                data = self.received.get(digest) or self.cache.get(digest, sizes[digest])
                 if data is None:
                     log.error("staged block %s vanished from the cache", digest)
                     raise _Refused

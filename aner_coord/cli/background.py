@@ -11,7 +11,8 @@ readiness line from it:
 
 Until the directory exists the child's stdout and stderr go to an unlinked temporary file
 that the parent can still read when the child dies early; once ready, the child copies that
-file into `coordinator.log` in the job directory and points its stdout and stderr there.
+file into `coordinator.log` in the job directory (opened through the directory descriptor
+the job holds, never by path) and points its stdout and stderr there.
 
 The coordinator then runs the job like the foreground does, minus the display: SIGTERM,
 SIGINT and SIGHUP cancel gracefully, and `aner parallel cancel` reaches it through the job
@@ -33,7 +34,6 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import IO
 
 import msgspec
@@ -273,11 +273,10 @@ class _Readiness:
 def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobReport:
     from aner_coord.runner import run_sync
 
-    assert job.output is not None
-    output = job.output
+    held: list[jobdir.JobDir] = []  # the job directory this run holds (execute gives it)
 
     def on_ready() -> None:
-        _adopt_log(output, append=resumption is not None)
+        adopt_log(held[0], append=resumption is not None)
         log.info("ready: lock held, manifest and first status written")
         ready.ready()
 
@@ -293,6 +292,7 @@ def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobRepor
                 cancel=cancel,
                 on_ready=on_ready,
                 resume=resumption,
+                on_directory=held.append,
             )
         finally:
             for sig in CANCEL_SIGNALS:
@@ -307,17 +307,14 @@ def _cancel_on(sig: signal.Signals, cancel: asyncio.Event) -> None:
     cancel.set()
 
 
-def _adopt_log(output: Path, *, append: bool = False) -> None:
+def adopt_log(directory: jobdir.JobDir, *, append: bool = False) -> None:
     """Copy what we logged so far into the job's `coordinator.log` and send stdout and stderr
-    there from now on."""
+    there from now on. The log is opened through the descriptor of the job directory that
+    this coordinator made (or checked) and holds, never by path: whatever now stands at the
+    path (another directory swapped in by someone who can write the parent) gets nothing."""
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        directory = jobdir.JobDir.open(output, own=True)
-    except OSError as exc:
-        raise jobdir.JobDirError(f"cannot open job directory {output}: {exc.strerror}") from None
-    with directory:
-        fd = directory.open_log(append=append)
+    fd = directory.open_log(append=append)
     offset = 0
     try:
         while chunk := os.pread(2, 65536, offset):
@@ -332,6 +329,8 @@ def _adopt_log(output: Path, *, append: bool = False) -> None:
 
 class _ProgressLog:
     """Observer logging state changes at once and progress every PROGRESS_LOG_INTERVAL_S."""
+
+    where = "the coordinator's log"  # how its failure is named in the job's error
 
     def __init__(self) -> None:
         self._state: JobState | None = None

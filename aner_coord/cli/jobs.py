@@ -9,7 +9,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import msgspec
 
@@ -30,6 +29,9 @@ from aner_coord.jobdir.status import JobState
 from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.specfile import decode_request
+from aner_worker.files import FileRefused, read_regular
+
+MAX_SPEC_BYTES = 1 << 20  # a job spec is a few hundred bytes
 
 # The request type of each job command: its flags are that type's fields.
 REQUEST_TYPES: dict[str, type[ComputationRequest]] = {
@@ -91,13 +93,36 @@ def job_request(args: argparse.Namespace, computation: ComputationRequest) -> Jo
 
 def load_spec_file(path: str) -> JobRequest:
     """A job spec: TOML (systemd units use these), or JSON for a name ending in `.json` (as a
-    job's `request.json`, and the specs of scaling trials); unknown keys are refused."""
+    job's `request.json`, and the specs of scaling trials); unknown keys are refused. It is
+    read only if it is a regular file of at most MAX_SPEC_BYTES (a FIFO or a device is
+    refused at once, never waited on or read)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path, MAX_SPEC_BYTES, follow=True)
+    except FileRefused as exc:
+        raise RequestError(f"spec file {path} cannot be read: it is {exc}") from None
     except OSError as exc:
-        raise RequestError(f"cannot read spec file {path}: {exc.strerror}") from None
+        raise RequestError(f"cannot read spec file {path}: {exc.strerror or exc}") from None
     fmt = "json" if path.endswith(".json") else "toml"
-    return decode_request(data, fmt=fmt, source=f"spec file {path}")
+    try:
+        return decode_request(data, fmt=fmt, source=f"spec file {path}")
+    except RecursionError:
+        raise RequestError(f"spec file {path}: nested too deeply to be a job spec") from None
+
+
+def admit_spec(request: JobRequest, args: argparse.Namespace) -> Job:
+    """Admit the command's request; a spec file's values are named by their keys in it (the
+    user never typed `--samples`)."""
+    spec = getattr(args, "spec", None)
+    try:
+        return admit(request)
+    except RequestError as exc:
+        if not spec:
+            raise
+        raise RequestError(f"spec file {spec}: {exc.render(_spec_key)}") from None
+
+
+def _spec_key(name: str) -> str:
+    return f"`{name}`"
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -111,20 +136,35 @@ def regression_command(args: argparse.Namespace) -> int:
 def _job_command(args: argparse.Namespace) -> int:
     request = request_from_args(args)
     if args.resume and request.output is not None and os.path.lexists(request.output):
-        return _resume_same(request, args)
-    job = admit(request)
+        # A unit restarted on failure: the output must hold this very job, which goes on.
+        from aner_coord.job.resume import prepare_resume
+
+        return _start(*prepare_resume(request.output, expect=request), args=args)
+    return _start(admit_spec(request, args), None, args=args)
+
+
+def _start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) -> int:
+    """Run a new or resumed job: detached with --background, else here, telling systemd
+    when it is ready if a Type=notify unit started us."""
     if args.background:
         from aner_coord.cli.background import submit
 
-        return submit(job, quiet=args.quiet)
+        if resumption is not None:
+            resumption.lock.release()  # the detached coordinator takes it again
+            resumption.directory.close()
+        return submit(job, quiet=args.quiet, resume=resumption is not None)
     from aner_coord.cli.sdnotify import Notifier
 
     notifier = Notifier.from_environment()  # run by a systemd Type=notify unit
     if notifier is None:
-        return run_foreground(job, quiet=args.quiet)
+        return run_foreground(job, quiet=args.quiet, resume=resumption)
     try:
         return run_foreground(
-            job, quiet=args.quiet, extra_observers=(notifier,), on_ready=notifier.ready
+            job,
+            quiet=args.quiet,
+            resume=resumption,
+            extra_observers=(notifier,),
+            on_ready=notifier.ready,
         )
     finally:
         notifier.close()
@@ -149,27 +189,10 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-def _resume_same(request: JobRequest, args: argparse.Namespace) -> int:
-    """`--resume` with an existing output: it must hold this very job."""
+def resume_command(args: argparse.Namespace) -> int:
     from aner_coord.job.resume import prepare_resume
 
-    assert request.output is not None
-    job, resumption = prepare_resume(request.output, expect=request)
-    args.job = request.output
-    return resume_command(args, prepared=(job, resumption))
-
-
-def resume_command(args: argparse.Namespace, prepared: tuple[Job, Resumption] | None = None) -> int:
-    from aner_coord.job.resume import prepare_resume
-
-    job, resumption = prepared if prepared is not None else prepare_resume(args.job)
-    if args.background:
-        from aner_coord.cli.background import submit
-
-        resumption.lock.release()  # the detached coordinator takes it again
-        resumption.directory.close()
-        return submit(job, quiet=args.quiet, resume=True)
-    return run_foreground(job, quiet=args.quiet, resume=resumption)
+    return _start(*prepare_resume(args.job), args=args)
 
 
 def run_foreground(

@@ -8,9 +8,13 @@ has written its terminal status first, so an ending job is never mistaken for a 
 A recorded terminal state is final only once the coordinator has let go of the lock, because
 it writes `result.json` after its last status.
 
-Everything is read through one descriptor of the job directory (`jobdir.JobDir`). A
-directory deleted while a monitor looks at it ends the monitor with one line and exit 3
-(JobDirGone): the job's record is gone and its coordinator fails the same way. A reader
+Everything is read through one descriptor of the job directory (`jobdir.JobDir`), and only
+regular files within their size limits: a `status.json` that is a link, a FIFO, a directory,
+too large, unreadable or not a status ends the monitor with one line and exit 2
+(`jobdir.JobFileError`); a broken `result.json` of a COMPLETED job is a note beside the
+status; a lock file that is not a regular file is nobody's lock. A directory deleted while a
+monitor looks at it ends the monitor with one line and exit 3 (JobDirGone): the job's
+record is gone and its coordinator fails the same way. A reader
 that closes the pipe early (`| head -1`) ends `status` quietly with exit 0.
 
 `cancel` writes one file, `cancel-request`, which the coordinator watches; it never signals
@@ -169,10 +173,6 @@ def _observe(directory: jobdir.JobDir, settle_s: float) -> Observation:
                 time.sleep(0.05)
                 continue
             raise RequestError(f"job {job} is starting: no status yet, try again") from None
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise RequestError(
-                f"{job / jobdir.STATUS} is not a status this aner reads: {exc}"
-            ) from None
         if held and snapshot.terminal and time.monotonic() < deadline:
             time.sleep(0.05)
             continue
@@ -190,8 +190,8 @@ def _judge(directory: jobdir.JobDir, snapshot: StatusSnapshot, held: bool) -> Ob
             # COMPLETED is only true with its result: the coordinator died in between.
             note = f"status says COMPLETED but the coordinator ended before writing {jobdir.RESULT}"
             return Observation(snapshot, OFFLINE, held, age, note)
-        except (OSError, msgspec.DecodeError) as exc:
-            note = f"{jobdir.RESULT} cannot be read: {exc}"
+        except jobdir.JobFileError as exc:
+            note = str(exc)
             return Observation(snapshot, snapshot.state, held, age, note)
         return Observation(
             snapshot, snapshot.state, held, age, result=result if isinstance(result, dict) else None
@@ -474,7 +474,10 @@ def _cancel(directory: jobdir.JobDir) -> int:
         print(f"job {path} has already ended: {obs.state.value}; nothing to cancel")
         return obs.exit_code
     request = f"cancel requested by uid {os.getuid()} at {time.time():.3f}\n"
-    directory.write_bytes(jobdir.CANCEL_REQUEST, request.encode())
+    try:
+        directory.write_bytes(jobdir.CANCEL_REQUEST, request.encode())
+    except jobdir.JobDirError as exc:  # nothing was asked of the job: the user's to fix
+        raise RequestError(f"cannot request the cancel: {exc}") from None
     print(f"cancel requested; waiting up to {CANCEL_WAIT_S:g} s for job {path} to stop")
     end = run_sync(follow(directory, lambda _obs, _changed: None, timeout_s=CANCEL_WAIT_S))
     if end is None:

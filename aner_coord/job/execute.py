@@ -4,18 +4,23 @@
 (when the request names one) through a directory descriptor, locks it, writes the manifest
 and starts the status writer, the coordinator's first observer. The run honours `aner
 parallel cancel` (a `cancel-request` file) and writes `result.json` before `status.json` may
-say COMPLETED. A run that could not start leaves no directory behind; a job directory that
-can no longer be written (full disk, deleted) fails the job with one line (exit 3).
+say COMPLETED. A run that could not start (up to and including its first status, which a
+full disk may refuse) leaves no directory behind and fails with the one line of the write
+that failed (exit 3); a job directory that can no longer be written later (full disk,
+deleted) fails the job with one line (exit 3).
 
-Every accepted chunk and committed pass goes to the job's ledger, made durable by the
-status writer's thread before each status it writes. `resume` (see `aner_coord.job.resume`)
-runs an existing job directory again from its ledger: the same files, one more coordinator.
+A new job gets its identity here: random bytes that the manifest records (with the SHA256
+of `request.json`) and that every record of its ledger carries. Every accepted chunk and
+committed pass goes to that ledger, made durable by the status writer's thread before each
+status it writes. `resume` (see `aner_coord.job.resume`) runs an existing job directory
+again from its ledger: the same files, the same identity, one more coordinator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -35,7 +40,7 @@ from aner_coord.requests import encode_request, with_absolute_paths
 
 # The request as given, kept for `resume`. It names the cluster file's path, which is
 # private: unlike the manifest, status and result, it is not meant to be published.
-REQUEST = "request.json"
+REQUEST = jobdir.REQUEST
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class Resumption:
     lock: jobdir.JobLock
     recovered: ledger.Recovered
     last_seq: int
+    job_key: bytes  # the job's identity, as its manifest and ledger record it
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,9 @@ async def job_files(
     A new directory that fails before its first status (nothing ran) is removed; whatever
     happens, the last status is on disk before the lock goes."""
     if resume is not None:
-        directory, lock = resume.directory, resume.lock
+        directory, lock, key = resume.directory, resume.lock, resume.job_key
     elif job.output is not None:
-        directory, lock = _create(job)
+        directory, lock, key = _create(job)
     else:
         yield None
         return
@@ -89,7 +95,10 @@ async def job_files(
     book: ledger.LedgerWriter | None = None
     writer: jobdir.StatusWriter | None = None
     try:
-        book = ledger.LedgerWriter(directory)
+        recovered = resume.recovered if resume is not None else None
+        book = ledger.LedgerWriter(
+            directory, key, computation=job.kind, at=time.time(), recovered=recovered
+        )
         if resume is not None:
             book.append(ledger.Resumed(time.time(), os.getpid()))
         writer = jobdir.StatusWriter(directory, on_error=on_error, before_write=book.sync)
@@ -115,23 +124,27 @@ async def job_files(
             directory.close()
 
 
-def _create(job: Job) -> tuple[jobdir.JobDir, jobdir.JobLock]:
-    """A new job directory, locked, with its manifest and request; a run that could not
-    start leaves nothing behind."""
+def _create(job: Job) -> tuple[jobdir.JobDir, jobdir.JobLock, bytes]:
+    """A new job directory, locked, with its manifest and request, and the job's identity;
+    a run that could not start leaves nothing behind."""
     assert job.output is not None
+    request = encode_request(with_absolute_paths(job.request))
+    key = ledger.new_job_key()
+    digest = "sha256:" + hashlib.sha256(request).hexdigest()
+    manifest = encode_manifest(manifest_of(job, job_key=key, request_sha256=digest))
     directory = jobdir.JobDir.create(job.output)
     lock: jobdir.JobLock | None = None
     try:
         lock = jobdir.JobLock(directory)
         lock.acquire()
-        directory.write_bytes(jobdir.MANIFEST, encode_manifest(manifest_of(job)))
-        directory.write_bytes(REQUEST, encode_request(with_absolute_paths(job.request)))
+        directory.write_bytes(jobdir.MANIFEST, manifest)
+        directory.write_bytes(REQUEST, request)
     except BaseException:
         if lock is not None:
             lock.release()
         directory.remove()
         raise
-    return directory, lock
+    return directory, lock, key
 
 
 async def execute(
@@ -142,11 +155,15 @@ async def execute(
     on_ready: Callable[[], None] | None = None,
     resume: Resumption | None = None,
     pool: WorkerPool | None = None,
+    on_directory: Callable[[jobdir.JobDir], None] | None = None,
 ) -> JobReport:
     """Run an admitted job; with an output directory, write its files as SPEC section 7 says
     and honour `aner parallel cancel` as well as `cancel`. With `resume`, continue the job
     in that (checked, locked) directory from its ledger instead. With `pool` (a session's),
-    a worker group's processes are taken from it and given back afterwards."""
+    a worker group's processes are taken from it and given back afterwards. `on_ready` is
+    called once the job's first status is on disk; `on_directory` before that, with the
+    job directory this run holds (a detached coordinator adopts its log through that very
+    descriptor, never by path)."""
     cancel = cancel if cancel is not None else asyncio.Event()
     coordinator: Coordinator | None = None
 
@@ -161,7 +178,11 @@ async def execute(
         coordinator.launch()
     try:
         async with job_files(job, resume, writer_failed) as files:
-            chain = [*observers, *([_once(on_ready)] if on_ready is not None else [])]
+            if files is not None and on_directory is not None:
+                on_directory(files.directory)
+            chain: list[Observer] = [*observers]
+            if on_ready is not None:
+                chain.append(_Once(on_ready))
             if files is not None:
                 chain.insert(0, files.writer)
             book = files.ledger if files is not None else None
@@ -185,6 +206,9 @@ async def execute(
             ):
                 report = await coordinator.run()
             if files is not None:
+                failed = files.writer.first_write_failed
+                if failed is not None:
+                    raise failed  # the job never started: its new directory goes
                 files.finish(report)
             return report
     except BaseException:
@@ -194,13 +218,16 @@ async def execute(
         raise
 
 
-def _once(callback: Callable[[], None]) -> Observer:
-    fired = False
+class _Once:
+    """Observer calling `callback()` at the first snapshot, once."""
 
-    def observer(_snapshot: object) -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
-            callback()
+    where = "getting the job ready"  # how its failure is named in the job's error
 
-    return observer
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
+        self._fired = False
+
+    def __call__(self, _snapshot: object) -> None:
+        if not self._fired:
+            self._fired = True
+            self._callback()

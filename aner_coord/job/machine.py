@@ -36,7 +36,9 @@ the instructions in `aner_coord.job.instructions`.
   commits only when all are accepted, so the result is the undisturbed run's, bit for bit.
 - Ledger: each accepted chunk and committed pass is handed to the shell (`RecordAccepted`,
   `RecordCommitted`) before any status reports it. A resumed job starts with `recovered`
-  chunk statistics: each pass first accepts those chunks, then dispatches only the rest.
+  chunk statistics: each pass first accepts those chunks, each checked as a live result is
+  (range, then the computation's `check`; one that fails fails the job naming the ledger),
+  then dispatches only the rest.
 - A cancel request stops dispatch; the shell stops the workers and reports
   `WorkersStopped`, after which the job is CANCELLED. Results that arrive while cancelling
   are checked and counted, but only as diagnostics.
@@ -375,18 +377,37 @@ class JobMachine:
         for worker in self._workers.values():
             worker.items_by_pass.append(0)
         recovered = self._recovered.pop(self._pass_id, {})
+        refused = self._replay(spec, recovered)
+        if refused is not None:
+            return self._fail(refused)
+        self._todo = ChunkQueue(self._n_chunks, set(recovered))
+        return [BeginPass(self._pass_id, spec.params)]
+
+    def _replay(self, spec: PassSpec, recovered: Mapping[int, Any]) -> str | None:
+        """Accept the chunks of this pass that a resumed job's ledger holds, each checked
+        exactly as a live worker's result is (its range, then the computation's `check`);
+        why the ledger is refused, if it is."""
         for chunk in sorted(recovered):
+            where = f"the ledger's record of chunk {chunk} of pass {self._pass_id}"
+            if not 0 <= chunk < self._n_chunks:
+                return f"{where} is refused: that pass has {self._n_chunks} chunks"
+            start = chunk * self._chunk
+            count = min(self._chunk, spec.items - start)
             try:
-                self._run.accept(chunk, recovered[chunk])
+                problem = self._run.check(chunk, start, count, recovered[chunk])
+                if problem is None:
+                    self._run.accept(chunk, recovered[chunk])
+            except Diverged as exc:
+                problem = f"numerical divergence: {exc}"
             except Exception as exc:
-                return self._fail(f"computation error while replaying the ledger: {exc!r}")
-            count = min(self._chunk, spec.items - chunk * self._chunk)
+                return f"computation error while replaying the ledger: {exc!r}"
+            if problem is not None:
+                return f"{where} is refused: {problem}"
             self._items_done += count
             self._items_total += count
             self._recovered_items += count
             self._chunks_done += 1
-        self._todo = ChunkQueue(self._n_chunks, set(recovered))
-        return [BeginPass(self._pass_id, spec.params)]
+        return None
 
     def _on_shell_failed(self, event: ShellFailed) -> list[Instruction]:
         if self.state is JobState.CANCELLING:

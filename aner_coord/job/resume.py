@@ -1,31 +1,52 @@
 """`aner parallel resume --job DIR`: continue a job whose coordinator is gone, or that failed
-or was cancelled, from its ledger (SPEC section 11).
+or was cancelled, from its ledger (SPEC section 11), and only if it is still the job its
+manifest describes.
 
-`prepare_resume` checks, in this order, and refuses with one line and exit 2: the directory
-is a job directory of ours; no coordinator holds its lock (which it then takes); the job has
-not COMPLETED; the manifest's source fingerprint is the installed one (a different `aner`
-could compute different numbers); the request still admits (its cluster file, say). The
-ledger then says which chunks were accepted and which passes committed: the new coordinator
-replays them through a fresh run and recomputes only the rest, so the result is the one an
-uninterrupted run gives.
+`prepare_resume` checks, in this order, and refuses with one line and exit 2, changing
+nothing in the directory:
+
+1. the directory is a job directory of ours, and no coordinator holds its lock (which it
+   then takes);
+2. the manifest is readable and was written by the installed `aner` (its source
+   fingerprint: a different one could compute different numbers) with a job identity;
+3. `request.json` is readable and, with `run --spec FILE --resume`, is that spec's request;
+4. the job has not COMPLETED (a `status.json` that cannot be read is refused, not guessed);
+5. the request, admitted again now, is the job the manifest recorded: the computation and
+   its identity, every recorded parameter, the data identity (for file data, the SHA256 of
+   the very bytes parsed now against the one recorded when the job began), the chunk and
+   pass plan, and `request.json`'s own SHA256; a change is refused naming what changed;
+6. the ledger is a regular file of this job: every record carries the manifest's job
+   identity, nothing is damaged before a torn tail (`aner_coord.jobdir.ledger`), its passes
+   and chunks are ones this job has, every pass before the last it records is whole and
+   committed, and a dry replay through the job machine checks each recorded chunk exactly
+   as a live worker's result is checked (range, counts, the computation's plausibility).
+
+Only then is a `cancel-request` left by `aner parallel cancel` removed (the user asked to
+resume the job it cancelled). The new coordinator replays the ledger through a fresh run
+and recomputes only the rest, so the result is the one an uninterrupted run gives.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from aner_coord import jobdir
 from aner_coord.admission import Job, admit
-from aner_coord.errors import RequestError
-from aner_coord.job.execute import REQUEST, Resumption
+from aner_coord.errors import RequestError, cli_name
+from aner_coord.job.execute import Resumption
+from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir import ledger
-from aner_coord.jobdir.manifest import decode_manifest
+from aner_coord.jobdir.manifest import Manifest, decode_manifest
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import JobRequest, with_absolute_paths
 from aner_coord.specfile import decode_request
+
+_SHOWN = 72  # characters of a changed value shown in a refusal
 
 
 def prepare_resume(path: str | Path, *, expect: JobRequest | None = None) -> tuple[Job, Resumption]:
@@ -36,6 +57,8 @@ def prepare_resume(path: str | Path, *, expect: JobRequest | None = None) -> tup
         directory = jobdir.JobDir.open(target, own=True)
     except FileNotFoundError:
         raise RequestError(f"no job directory at {target}: check the --job path") from None
+    except jobdir.JobDirError as exc:
+        raise RequestError(str(exc)) from None
     except OSError as exc:
         raise RequestError(f"cannot open job directory {target}: {exc.strerror}") from None
     lock: jobdir.JobLock | None = None
@@ -51,8 +74,10 @@ def prepare_resume(path: str | Path, *, expect: JobRequest | None = None) -> tup
                 f"job {target} has a live coordinator (it holds the lock): nothing to resume; "
                 f"follow it with `aner parallel status --job {target} --watch`"
             ) from None
-        job, resumption = _check(target, directory, lock, expect)
-        return job, resumption
+        except jobdir.JobDirError as exc:
+            lock = None
+            raise _refuse(target, str(exc)) from None
+        return _check(target, directory, lock, expect)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -60,32 +85,54 @@ def prepare_resume(path: str | Path, *, expect: JobRequest | None = None) -> tup
         raise
 
 
+def _refuse(target: Path, why: str) -> RequestError:
+    return RequestError(f"job {target} cannot be resumed: {why}")
+
+
 def _check(
     target: Path, directory: jobdir.JobDir, lock: jobdir.JobLock, expect: JobRequest | None
 ) -> tuple[Job, Resumption]:
-    from aner_worker.contract import source_fingerprint
-
-    try:
-        manifest = decode_manifest(directory.read_bytes(jobdir.MANIFEST))
-        request = decode_request(directory.read_bytes(REQUEST), fmt="json", source=str(target))
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise RequestError(
-            f"job {target} cannot be resumed: its files are unreadable: {exc}"
-        ) from None
+    manifest = _manifest(target, directory)
+    raw, request = _request(target, directory)
     if expect is not None and with_absolute_paths(
         msgspec.structs.replace(expect, output=None)
     ) != with_absolute_paths(msgspec.structs.replace(request, output=None)):
         raise RequestError(
             f"{target} holds a different job than this request: give --output a new directory"
         )
+    last_seq = _last_seq(target, directory)
     try:
-        status = jobdir.read_status(directory)
-        last_seq = status.seq
-        completed = status.state is JobState.COMPLETED and directory.exists(jobdir.RESULT)
+        admitted = admit(msgspec.structs.replace(request, output=None))
+    except RequestError as exc:
+        raise _refuse(target, f"its request no longer admits: {exc.render(cli_name)}") from None
+    job = dataclasses.replace(admitted, output=target)
+    _same_job(target, manifest, job, raw)
+    key = bytes.fromhex(manifest.job)
+    try:
+        recovered = ledger.read_ledger(directory, key)
+    except ledger.LedgerError as exc:
+        raise _refuse(target, str(exc)) from None
+    _check_ledger(target, job, recovered)
+    try:
+        directory.unlink(jobdir.CANCEL_REQUEST)  # resuming is the user's answer to it
+    except OSError as exc:
+        where = directory.path / jobdir.CANCEL_REQUEST
+        raise _refuse(target, f"cannot remove {where}: {exc.strerror or exc}") from None
+    recovered.resumes += 1
+    return job, Resumption(directory, lock, recovered, last_seq, key)
+
+
+def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
+    from aner_worker.contract import source_fingerprint
+
+    try:
+        manifest = decode_manifest(directory.read_bytes(jobdir.MANIFEST))
     except FileNotFoundError:
-        last_seq, completed = 0, False
-    if completed:
-        raise RequestError(f"job {target} has COMPLETED: nothing to resume (see {jobdir.RESULT})")
+        raise _refuse(target, f"its {jobdir.MANIFEST} is gone") from None
+    except jobdir.JobFileError as exc:
+        raise _refuse(target, str(exc)) from None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise _refuse(target, f"its {jobdir.MANIFEST} is not a manifest: {exc}") from None
     installed = source_fingerprint()
     if manifest.source_fingerprint != installed:
         raise RequestError(
@@ -93,7 +140,146 @@ def _check(
             f"{manifest.source_fingerprint}, installed {installed}): resume it with that "
             "version, or start it again with a new --output"
         )
-    job = dataclasses.replace(admit(msgspec.structs.replace(request, output=None)), output=target)
-    recovered = ledger.read_ledger(directory)
-    recovered.resumes += 1
-    return job, Resumption(directory, lock, recovered, last_seq)
+    try:
+        if len(bytes.fromhex(manifest.job)) != ledger.JOB_KEY_BYTES:
+            raise ValueError(manifest.job)
+    except ValueError:
+        raise _refuse(
+            target, f"its {jobdir.MANIFEST} records no job identity: start it again"
+        ) from None
+    return manifest
+
+
+def _request(target: Path, directory: jobdir.JobDir) -> tuple[bytes, JobRequest]:
+    try:
+        raw = directory.read_bytes(jobdir.REQUEST)
+    except FileNotFoundError:
+        raise _refuse(target, f"it has no {jobdir.REQUEST}") from None
+    except jobdir.JobFileError as exc:
+        raise _refuse(target, str(exc)) from None
+    try:
+        return raw, decode_request(raw, fmt="json", source=str(directory.path / jobdir.REQUEST))
+    except RecursionError:
+        raise _refuse(target, f"its {jobdir.REQUEST} nests too deep to be a request") from None
+    except RequestError as exc:
+        raise _refuse(target, str(exc)) from None
+
+
+def _last_seq(target: Path, directory: jobdir.JobDir) -> int:
+    """The last status's sequence number (0 before the first); refuses a COMPLETED job."""
+    try:
+        status = jobdir.read_status(directory)
+    except FileNotFoundError:
+        return 0
+    except jobdir.JobFileError as exc:
+        raise _refuse(target, str(exc)) from None
+    if status.state is JobState.COMPLETED and directory.exists(jobdir.RESULT):
+        raise RequestError(f"job {target} has COMPLETED: nothing to resume (see {jobdir.RESULT})")
+    return status.seq
+
+
+# -- the same job ----------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """`value` as its JSON form reads back (tuples are lists), for comparison."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def _shown(value: Any) -> str:
+    text = msgspec.json.encode(value).decode()
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _recorded(manifest: Manifest) -> dict[str, Any]:
+    return {
+        "computation": manifest.computation,
+        "identity": manifest.identity,
+        **{f"request.{k}": v for k, v in manifest.request.items()},
+        **{f"plan.{k}": manifest.plan.get(k) for k in ("chunk", "chunks", "passes")},
+    }
+
+
+def _current(job: Job) -> dict[str, Any]:
+    plan = {
+        "chunk": job.chunk,
+        "chunks": -(-job.admitted.items // job.chunk),
+        "passes": job.admitted.passes,
+    }
+    current: dict[str, Any] = _plain(
+        {
+            "computation": job.kind,
+            "identity": job.admitted.identity,
+            **{f"request.{k}": v for k, v in job.admitted.describe.items()},
+            **{f"plan.{k}": v for k, v in plan.items()},
+        }
+    )
+    return current
+
+
+def _same_job(target: Path, manifest: Manifest, job: Job, raw: bytes) -> None:
+    """Refuse a request that is not the job the manifest recorded, naming what changed."""
+    before, now = _recorded(manifest), _current(job)
+    changed = [k for k in dict.fromkeys([*before, *now]) if before.get(k) != now.get(k)]
+    if "request.data" in changed:  # the data file itself: the change that matters most
+        data = job.request.computation
+        name = getattr(data, "data", None) or "the data"
+        raise _refuse(
+            target,
+            f"its data {name} changed since the job began (SHA256 "
+            f"{before.get('request.data')} when it began, {now.get('request.data')} now)",
+        )
+    if changed:
+        what = "; ".join(
+            f"{k.removeprefix('request.')}: {_shown(before.get(k))} when it began, "
+            f"{_shown(now.get(k))} now"
+            for k in changed
+        )
+        raise _refuse(target, f"its {jobdir.REQUEST} no longer describes the job begun: {what}")
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    if digest != manifest.request_sha256:
+        raise _refuse(
+            target,
+            f"its {jobdir.REQUEST} was changed since the job began (SHA256 "
+            f"{manifest.request_sha256} when it began, {digest} now)",
+        )
+
+
+# -- the ledger ------------------------------------------------------------------------------
+
+
+def _check_ledger(target: Path, job: Job, recovered: ledger.Recovered) -> None:
+    """Refuse a ledger this job cannot have written: passes it does not have, a pass
+    recorded after one that is not whole and committed, statistics that do not pass the
+    checks a live result gets (a dry replay through a fresh run and job machine)."""
+    passes = job.admitted.passes
+    where = target / jobdir.LEDGER
+    for pass_id in sorted({*recovered.chunks, *recovered.committed}):
+        if not 0 <= pass_id < passes:
+            raise _refuse(target, f"{where} records pass {pass_id}; this job has {passes}")
+    if not recovered.chunks:
+        return
+    n_chunks = -(-job.admitted.items // job.chunk)
+    last = max(recovered.chunks)
+    for pass_id in range(last):
+        whole = len(recovered.chunks.get(pass_id, {})) == n_chunks
+        if not whole or pass_id not in recovered.committed:
+            raise _refuse(
+                target,
+                f"{where} records pass {last} but pass {pass_id} is not whole and committed "
+                "before it",
+            )
+    try:
+        statistics = recovered.statistics(job.computation.kernel.stats_type)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+        raise _refuse(target, f"{where} holds statistics this job cannot read: {exc}") from None
+    machine = JobMachine(
+        job.computation.start(job.request.computation, job.chunk),
+        job.workers.slots,
+        chunk=job.chunk,
+        passes=passes,
+        recovered=statistics,
+    )
+    machine.start()
+    if machine.state is JobState.FAILED:
+        raise _refuse(target, f"{where}: {machine.error}")

@@ -2,7 +2,9 @@
 files' own types.
 
 - `directory`: `JobDir`, one descriptor of the directory through which every file is
-  written (atomically) and read; the file names; `JobDirError`;
+  written (atomically) and read (regular files only, bounded); the file names and their
+  read limits; `JobDirError` (a write failed, exit 3), `JobFileError` (a file cannot be
+  read as one, exit 2);
 - `writer`: `StatusWriter`, which writes `status.json` from a thread of its own;
 - `lock`: the coordinator's `flock` (`JobLock`) and the monitors' probe of it;
 - `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
@@ -12,13 +14,18 @@ files' own types.
 
 from aner_coord.jobdir.directory import (
     CANCEL_REQUEST,
+    LEDGER,
     LOCK,
     LOG,
     MANIFEST,
+    MODEL,
+    READ_LIMITS,
+    REQUEST,
     RESULT,
     STATUS,
     JobDir,
     JobDirError,
+    JobFileError,
     check_new_output,
     is_job_dir,
     read_json,
@@ -30,13 +37,18 @@ from aner_coord.jobdir.writer import StatusWriter
 
 __all__ = [
     "CANCEL_REQUEST",
+    "LEDGER",
     "LOCK",
     "LOG",
     "MANIFEST",
+    "MODEL",
+    "READ_LIMITS",
+    "REQUEST",
     "RESULT",
     "STATUS",
     "JobDir",
     "JobDirError",
+    "JobFileError",
     "JobLock",
     "StatusWriter",
     "cancel_requests",

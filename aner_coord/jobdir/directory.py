@@ -14,6 +14,14 @@ the directory), so a reader never sees a partial file. A write that fails (a ful
 directory deleted under a running job) raises `JobDirError`, one line naming the file and
 the reason, exit code 3. A directory whose run could not start is removed (`JobDir.remove`).
 
+Every file is read through the same descriptor, and only if it is what aner wrote there: it
+is opened without following a link and without blocking (a FIFO never holds a reader), the
+open descriptor must be a regular file, and its size is checked (`fstat`, then again while
+reading in bounded pieces) against a hard limit for its kind (`READ_LIMITS`) before it is
+read. A file that fails this, or that the system will not let us read, raises
+`JobFileError`: one line naming the file and what it is, exit code 2. Only absence stays a
+`FileNotFoundError`, which monitors need to tell apart.
+
 """
 
 from __future__ import annotations
@@ -32,6 +40,14 @@ import msgspec
 
 from aner_coord.errors import EXIT_FAILED, AnerError, RequestError
 from aner_coord.jobdir.status import StatusSnapshot, decode_status
+from aner_worker.files import (
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    O_NONBLOCK,
+    FileRefused,
+    open_regular,
+    read_limited,
+)
 
 MANIFEST = "run-manifest.json"
 
@@ -51,6 +67,31 @@ LOG = "coordinator.log"
 CANCEL_REQUEST = "cancel-request"
 
 
+REQUEST = "request.json"
+
+
+LEDGER = "ledger"
+
+
+MODEL = "model.npz"
+
+
+# The most bytes a job file of each kind may have to be read: far above what aner writes
+# (a status of 32 workers is a few KiB, a ledger of a million chunks some 50 MiB), far below
+# what would hurt the reader. A file over its limit is refused, never read.
+READ_LIMITS = {
+    STATUS: 16 << 20,
+    MANIFEST: 16 << 20,
+    REQUEST: 1 << 20,
+    RESULT: 64 << 20,
+    LEDGER: 1 << 30,  # read in pieces, never whole (`aner_coord.jobdir.ledger`)
+    MODEL: 256 << 20,
+    LOCK: 4096,
+    CANCEL_REQUEST: 4096,
+}
+DEFAULT_READ_LIMIT = 16 << 20
+
+
 FILE_MODE = 0o600
 
 
@@ -60,7 +101,7 @@ DIR_MODE = 0o700
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_FLAGS = O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK  # never a link, never a wait
 
 
 log = logging.getLogger("aner.jobdir")
@@ -74,6 +115,12 @@ class JobDirError(AnerError):
     fails (exit 3). The message names the file and the operating system's reason."""
 
     exit_code = EXIT_FAILED
+
+
+class JobFileError(RequestError):
+    """A job file that cannot be read as one: not a regular file (a FIFO, a link, a
+    directory...), over its size limit, unreadable or malformed. One line naming the file;
+    exit 2 (the job directory is not one this command can use as it is)."""
 
 
 def _reason(exc: OSError) -> str:
@@ -309,13 +356,39 @@ class JobDir:
         self.close()
 
     # -- reading ---------------------------------------------------------------------------
-    def read_bytes(self, name: str) -> bytes:
-        fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=self.fileno())
+    def read_error(self, name: str, why: str) -> JobFileError:
+        return JobFileError(f"{self.path / name} cannot be read: {why}")
+
+    def open_reader(self, name: str, limit: int | None = None) -> tuple[int, int]:
+        """A read-only descriptor of the regular file `name` and its size, checked against
+        `limit` (default: READ_LIMITS for its kind). FileNotFoundError if absent;
+        JobFileError for anything else that keeps it from being read."""
+        limit = READ_LIMITS.get(name, DEFAULT_READ_LIMIT) if limit is None else limit
         try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-            return b"".join(chunks)
+            fd, info = open_regular(name, dir_fd=self.fileno())
+        except FileRefused as exc:
+            raise self.read_error(name, f"it is {exc}") from None
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise self.read_error(name, _reason(exc)) from None
+        if info.st_size > limit:
+            os.close(fd)
+            raise self.read_error(
+                name, f"it has {info.st_size:,} bytes; the limit is {limit:,}"
+            ) from None
+        return fd, info.st_size
+
+    def read_bytes(self, name: str, limit: int | None = None) -> bytes:
+        """The whole file `name`, read as `open_reader` says (bounded, never blocking)."""
+        limit = READ_LIMITS.get(name, DEFAULT_READ_LIMIT) if limit is None else limit
+        fd, size = self.open_reader(name, limit)
+        try:
+            return read_limited(fd, limit, size=size)
+        except FileRefused as exc:
+            raise self.read_error(name, f"it has {exc}") from None
+        except OSError as exc:
+            raise self.read_error(name, _reason(exc)) from None
         finally:
             os.close(fd)
 
@@ -344,13 +417,26 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def read_json(job: JobDir | PathLike, name: str) -> Any:
+    """The JSON document `name`; JobFileError if it is not one (or nests too deep)."""
     with opened(job) as directory:
-        return msgspec.json.decode(directory.read_bytes(name))
+        data = directory.read_bytes(name)
+        try:
+            return msgspec.json.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise directory.read_error(name, f"it is not JSON: {exc}") from None
 
 
 def read_status(job: JobDir | PathLike) -> StatusSnapshot:
+    """The last status snapshot; FileNotFoundError before the first, JobFileError for a
+    file that is not a status this aner reads."""
     with opened(job) as directory:
-        return decode_status(directory.read_bytes(STATUS))
+        data = directory.read_bytes(STATUS)
+        try:
+            return decode_status(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            raise directory.read_error(
+                STATUS, f"it is not a status this aner reads: {exc}"
+            ) from None
 
 
 def is_job_dir(job: JobDir | PathLike) -> bool:

@@ -1,13 +1,30 @@
 """The job ledger (SPEC section 11): every accepted chunk and committed pass, durable before
 `status.json` reports it, so a job can be resumed with exactly the same result.
 
-File `ledger` in the job directory, owner-only, append-only. Each record is
+File `ledger` in the job directory, owner-only, append-only, schema `aner-ledger/2`. Each
+record is
 
-    4-byte big-endian length | 4-byte big-endian CRC-32 of the payload | payload
+    length (4 bytes, big-endian) | CRC-32 of the payload (4) | CRC-32 of these 8 bytes (4)
+    | payload
 
-where the payload is one MessagePack `Record` (a tagged union). A reader stops at the first
-record that is torn (shorter than its length) or corrupt (wrong checksum or undecodable):
-everything before it is trusted, it and everything after it are recomputed.
+where the payload is one MessagePack `Entry`: the job's identity (`JOB_KEY_BYTES` random
+bytes that `run-manifest.json` records as `job` when the job begins) and one `Record`, a
+tagged union. The first record of every ledger is `Opened`. Records of another job, a
+ledger that does not begin with its job's `Opened`, or a chunk recorded twice are refused.
+
+Only a torn tail is forgiven: the last record, cut short or with a damaged payload, left by
+a coordinator killed while it wrote (also a tail of zero bytes, which a filesystem may leave
+after a crash). A damaged record before the tail, a record this aner cannot read or a file
+over `READ_LIMITS[LEDGER]` is refused (`LedgerError`, one line, exit 2): the ledger then no
+longer says what was done, and recomputing past it would silently discard what follows.
+The header's own checksum is what tells a torn tail from a damaged length field.
+
+The ledger is read in bounded pieces (`READ_PIECE`), never whole, and only if it is a
+regular file of this job's directory (never through a link, never a FIFO or a device).
+
+Growth: a later record kind (a Dense checkpoint, say: pass, step and the optimizer state)
+is one more member of `Record`; every entry already carries the job's identity, and an
+older aner refuses a ledger with a kind it does not know rather than skip it.
 
 Writes are buffered by the coordinator on its event loop (`append`) and made durable by
 `sync()` (write, fsync), which the status writer calls on its own thread before every
@@ -17,21 +34,34 @@ change. A status therefore never reports work the ledger could lose.
 
 from __future__ import annotations
 
+import io
 import os
+import struct
 import threading
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from aner_coord.jobdir.directory import JobDir, JobDirError
+from aner_coord.jobdir.directory import LEDGER, READ_LIMITS, JobDir, JobDirError, JobFileError
 from aner_coord.jobdir.status import WorkerLoss
+from aner_worker.files import READ_PIECE
 from aner_worker.kernels.base import decode
 
-LEDGER = "ledger"
-_HEADER = 8
+LEDGER_SCHEMA = "aner-ledger/2"
+JOB_KEY_BYTES = 16
+_HEADER = 12
 MAX_RECORD_BYTES = 256 << 20
+
+
+class Opened(msgspec.Struct, frozen=True, tag="opened", array_like=True):
+    """The ledger's first record: which job and computation it belongs to, and when."""
+
+    schema: str
+    computation: str
+    at: float
 
 
 class Accepted(msgspec.Struct, frozen=True, tag="accepted", array_like=True):
@@ -64,48 +94,161 @@ class Resumed(msgspec.Struct, frozen=True, tag="resumed", array_like=True):
     pid: int
 
 
-Record = Accepted | Committed | Lost | Resumed
+Record = Opened | Accepted | Committed | Lost | Resumed
+
+
+class Entry(msgspec.Struct, frozen=True, array_like=True):
+    """One record as the file holds it: with the identity of the job it belongs to."""
+
+    job: bytes
+    record: Record
+
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Record)
+_decoder = msgspec.msgpack.Decoder(Entry)
+_LENGTH_CRC = struct.Struct(">II")
+_CRC = struct.Struct(">I")
 
 
-def frame(record: Record) -> bytes:
-    payload = _encoder.encode(record)
-    header = len(payload).to_bytes(4, "big") + zlib.crc32(payload).to_bytes(4, "big")
-    return header + payload
+def new_job_key() -> bytes:
+    """A fresh job identity (the manifest records its hex form)."""
+    return os.urandom(JOB_KEY_BYTES)
 
 
-def scan(data: bytes) -> tuple[list[Record], int]:
-    """The intact records of `data`, in order, up to the first torn or corrupt one, and the
-    number of bytes they take."""
-    records: list[Record] = []
-    offset = 0
-    while len(data) - offset >= _HEADER:
-        size = int.from_bytes(data[offset : offset + 4], "big")
-        crc = int.from_bytes(data[offset + 4 : offset + 8], "big")
-        end = offset + _HEADER + size
-        if size > MAX_RECORD_BYTES or end > len(data):
-            break  # torn: the write of this record never finished
-        payload = data[offset + _HEADER : end]
-        if zlib.crc32(payload) != crc:
-            break
-        try:
-            records.append(_decoder.decode(payload))
-        except msgspec.DecodeError:
-            break
-        offset = end
-    return records, offset
+def frame(job: bytes, record: Record) -> bytes:
+    """The bytes of one record of job `job`."""
+    payload = _encoder.encode(Entry(job, record))
+    head = _LENGTH_CRC.pack(len(payload), zlib.crc32(payload))
+    return b"".join((head, _CRC.pack(zlib.crc32(head)), payload))
+
+
+class LedgerError(JobFileError):
+    """The ledger cannot be trusted: damaged before its tail, of another job, unreadable.
+    Nothing is resumed from it (exit 2)."""
+
+
+class _Damaged(Exception):
+    def __init__(self, offset: int, why: str) -> None:
+        super().__init__(f"its record at byte {offset:,} {why}")
+        self.offset = offset
+
+
+class _Reader:
+    """A file's bytes from `read` (a descriptor's), in pieces, with a cursor (`buf[pos:]`
+    is what is buffered there); never more than `limit` bytes in all."""
+
+    def __init__(self, read: Callable[[int], bytes], limit: int) -> None:
+        self._read_piece = read
+        self._limit = limit
+        self.buf = bytearray()
+        self.pos = 0  # the cursor, inside buf
+        self.offset = 0  # the cursor, in the file
+        self._eof = False
+        self._read = 0
+
+    def available(self, n: int) -> int:
+        """Make up to `n` bytes available at the cursor; how many are (fewer only at EOF)."""
+        have = len(self.buf) - self.pos
+        while have < n and not self._eof:
+            piece = self._read_piece(READ_PIECE)
+            self._read += len(piece)
+            if self._read > self._limit:
+                why = f"lies past the ledger's limit of {self._limit:,} bytes"
+                raise _Damaged(self.offset, why)
+            if not piece:
+                self._eof = True
+                break
+            if self.pos > READ_PIECE:  # keep the buffer small: drop what was consumed
+                del self.buf[: self.pos]
+                self.pos = 0
+            self.buf += piece
+            have = len(self.buf) - self.pos
+        return min(n, have)
+
+    def advance(self, n: int) -> None:
+        self.pos += n
+        self.offset += n
+
+    def rest_is_zero(self) -> bool:
+        """Whether every byte from the cursor to the end of the file is zero."""
+        while got := self.available(READ_PIECE):
+            if any(self.buf[self.pos : self.pos + got]):
+                return False
+            self.advance(got)
+        return True
+
+
+_HEAD = struct.Struct(">III")
+
+
+def _records(reader: _Reader) -> Iterator[tuple[int, int, Entry]]:
+    """(offset, end, entry) of each intact record, up to a torn tail; _Damaged before it.
+
+    Whole records in the buffer are taken in a tight loop; the careful path (`_next`) sees
+    only a record the buffer holds part of, and one that fails a check."""
+    while True:
+        buf, pos = reader.buf, reader.pos
+        base, end = reader.offset - pos, len(buf)
+        while end - pos >= _HEADER:
+            size, checksum, own = _HEAD.unpack_from(buf, pos)
+            stop = pos + _HEADER + size
+            if stop > end or size > MAX_RECORD_BYTES or zlib.crc32(buf[pos : pos + 8]) != own:
+                break
+            payload = bytes(buf[pos + _HEADER : stop])
+            if zlib.crc32(payload) != checksum:
+                break
+            try:
+                entry = _decoder.decode(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise _Damaged(base + pos, f"is not a record this aner reads ({exc})") from None
+            yield base + pos, base + stop, entry
+            pos = stop
+        reader.advance(pos - reader.pos)
+        found = _next(reader)
+        if found is None:
+            return
+        yield found
+
+
+def _next(reader: _Reader) -> tuple[int, int, Entry] | None:
+    """The record at the cursor, checked byte by byte: None at the end (or a torn tail)."""
+    if reader.available(_HEADER) < _HEADER:
+        return None  # empty, or a header cut short: the tail write never finished
+    start = reader.offset
+    size, checksum, own = _HEAD.unpack_from(reader.buf, reader.pos)
+    if zlib.crc32(reader.buf[reader.pos : reader.pos + 8]) != own:
+        if reader.rest_is_zero():
+            return None  # zeros a crash left after the last record
+        raise _Damaged(start, "is damaged (its header's checksum is wrong)")
+    if size > MAX_RECORD_BYTES:
+        raise _Damaged(start, f"claims {size:,} bytes, over the limit of {MAX_RECORD_BYTES:,}")
+    if reader.available(_HEADER + size) < _HEADER + size:
+        return None  # cut short: the tail write never finished
+    payload = bytes(reader.buf[reader.pos + _HEADER : reader.pos + _HEADER + size])
+    if zlib.crc32(payload) != checksum:
+        if reader.available(_HEADER + size + 1) == _HEADER + size:
+            return None  # the last record, damaged while it was written
+        raise _Damaged(start, "is damaged (its checksum is wrong) and records follow it")
+    try:
+        entry = _decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _Damaged(start, f"is not a record this aner reads ({exc})") from None
+    reader.advance(_HEADER + size)
+    return start, reader.offset, entry
 
 
 @dataclass
 class Recovered:
-    """What a ledger says was done: accepted chunk statistics by pass, losses, resumes."""
+    """What a ledger says was done: accepted chunk statistics by pass, committed passes,
+    losses, resumes; and where its intact records end (a writer keeps exactly those)."""
 
     chunks: dict[int, dict[int, bytes]] = field(default_factory=dict)
     committed: set[int] = field(default_factory=set)
     losses: list[Lost] = field(default_factory=list)
     resumes: int = 0
+    opened: bool = False  # it holds its job's `Opened` record
+    intact: int = 0  # bytes of intact records; a torn tail after them is cut off
+    file: tuple[int, int] | None = None  # (st_dev, st_ino) of the ledger read, if any
 
     def statistics(self, stats_type: type[Any]) -> dict[int, dict[int, Any]]:
         """The accepted chunks' statistics, decoded, by pass and chunk."""
@@ -120,51 +263,131 @@ class Recovered:
             for r in self.losses
         ]
 
+    def add(self, offset: int, record: Record) -> None:
+        """Take in the record found at byte `offset` (_Damaged if it contradicts the
+        records before it)."""
+        kind = type(record)
+        if (kind is Opened) != (offset == 0):
+            where = "does not begin with" if offset == 0 else "holds a second"
+            raise _Damaged(offset, f"is wrong: the ledger {where} its job's opening record")
+        if kind is Accepted:
+            assert isinstance(record, Accepted)
+            chunks = self.chunks.get(record.pass_id)
+            if chunks is None:
+                chunks = self.chunks[record.pass_id] = {}
+            if record.chunk in chunks:
+                raise _Damaged(
+                    offset, f"records chunk {record.chunk} of pass {record.pass_id} twice"
+                )
+            chunks[record.chunk] = record.stats
+            return
+        match record:
+            case Opened():
+                self.opened = True
+            case Committed():
+                self.committed.add(record.pass_id)
+            case Lost():
+                self.losses.append(record)
+            case Resumed():
+                self.resumes += 1
 
-def read_ledger(directory: JobDir) -> Recovered:
+
+def read_ledger(directory: JobDir, job: bytes) -> Recovered:
+    """What the ledger of job `job` in `directory` holds (empty if there is none yet).
+    LedgerError for a ledger that is not a regular file, is too large, is damaged before its
+    tail or holds a record of another job."""
     try:
-        data = directory.read_bytes(LEDGER)
+        fd, _size = directory.open_reader(LEDGER)
     except FileNotFoundError:
         return Recovered()
+    except JobFileError as exc:
+        raise LedgerError(str(exc)) from None
+    where = directory.path / LEDGER
     recovered = Recovered()
-    for record in scan(data)[0]:
-        if isinstance(record, Accepted):
-            recovered.chunks.setdefault(record.pass_id, {})[record.chunk] = record.stats
-        elif isinstance(record, Committed):
-            recovered.committed.add(record.pass_id)
-        elif isinstance(record, Lost):
-            recovered.losses.append(record)
-        else:
-            recovered.resumes += 1
+    try:
+        info = os.fstat(fd)
+        recovered.file = (info.st_dev, info.st_ino)
+        reader = _Reader(lambda n: os.read(fd, n), READ_LIMITS[LEDGER])
+        for offset, end, entry in _records(reader):
+            if entry.job != job:
+                raise _Damaged(offset, "belongs to another job (not this manifest's)")
+            recovered.add(offset, entry.record)
+            recovered.intact = end
+    except _Damaged as exc:
+        raise LedgerError(
+            f"{where} cannot be trusted: {exc}; resume needs the ledger this job wrote (start "
+            "the job again with a new --output)"
+        ) from None
+    except OSError as exc:
+        raise LedgerError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     return recovered
 
 
-class LedgerWriter:
-    """Appends records to the ledger: `append` from the event loop (memory only), `sync` from
-    the status writer's thread (write and fsync). A failure raises JobDirError from `sync`,
-    which fails the job like any other job-directory write."""
+def scan(data: bytes) -> tuple[list[Entry], int]:
+    """The intact records of ledger bytes `data` (for tools and tests) and where they end,
+    whatever job they belong to; LedgerError if a record before the tail is damaged."""
+    reader = _Reader(io.BytesIO(data).read, len(data))
+    entries: list[Entry] = []
+    intact = 0
+    try:
+        for _offset, end, entry in _records(reader):
+            entries.append(entry)
+            intact = end
+    except _Damaged as exc:
+        raise LedgerError(f"ledger bytes cannot be trusted: {exc}") from None
+    return entries, intact
 
-    def __init__(self, directory: JobDir) -> None:
+
+class LedgerWriter:
+    """Appends records of job `job` to the ledger: `append` from the event loop (memory
+    only), `sync` from the status writer's thread (write and fsync). A failure raises
+    JobDirError from `sync`, which fails the job like any other job-directory write.
+
+    A new job's ledger is created (never an existing file) and opened with its `Opened`
+    record; a resumed job's (`recovered`, read under the same lock) is cut back to its
+    intact records, which must still be the very file that was read."""
+
+    def __init__(
+        self,
+        directory: JobDir,
+        job: bytes,
+        *,
+        computation: str,
+        at: float,
+        recovered: Recovered | None = None,
+    ) -> None:
         self._directory = directory
-        # Keep only what was intact: a torn tail from a killed coordinator is cut off, so
-        # new records never follow garbage.
+        self._job = job
+        self._lock = threading.Lock()
+        self._pending: list[bytes] = []
+        flags = os.O_WRONLY | os.O_CREAT | (0 if recovered is not None else os.O_EXCL)
+        self._fd = directory.open_file(LEDGER, flags, action="write")
+        keep = recovered.intact if recovered is not None else 0
         try:
-            data = directory.read_bytes(LEDGER)
-        except FileNotFoundError:
-            data = b""
-        intact = scan(data)[1]
-        self._fd = directory.open_file(LEDGER, os.O_WRONLY | os.O_CREAT, action="write")
-        try:
-            os.ftruncate(self._fd, intact)
-            os.lseek(self._fd, intact, os.SEEK_SET)
+            if recovered is not None and recovered.file is not None:
+                info = os.fstat(self._fd)
+                if (info.st_dev, info.st_ino) != recovered.file:
+                    raise JobDirError(
+                        f"cannot write {directory.path / LEDGER}: it was replaced while the "
+                        "job was being resumed"
+                    )
+            # Keep only what was intact: a torn tail from a killed coordinator is cut off,
+            # so new records never follow garbage.
+            os.ftruncate(self._fd, keep)
+            os.lseek(self._fd, keep, os.SEEK_SET)
         except OSError as exc:
             os.close(self._fd)
             raise directory.write_error("write", LEDGER, exc) from None
-        self._lock = threading.Lock()
-        self._pending: list[bytes] = []
+        except BaseException:
+            os.close(self._fd)
+            raise
+        if recovered is None or not recovered.opened:
+            self.append(Opened(LEDGER_SCHEMA, computation, at))
 
     def append(self, record: Record) -> None:
-        data = frame(record)
+        data = frame(self._job, record)
         with self._lock:
             self._pending.append(data)
 
@@ -189,15 +412,21 @@ class LedgerWriter:
 
 
 __all__ = [
+    "JOB_KEY_BYTES",
     "LEDGER",
+    "LEDGER_SCHEMA",
     "Accepted",
     "Committed",
+    "Entry",
     "JobDirError",
+    "LedgerError",
     "LedgerWriter",
     "Lost",
+    "Opened",
     "Recovered",
     "Resumed",
     "frame",
+    "new_job_key",
     "read_ledger",
     "scan",
 ]

@@ -6,12 +6,12 @@ lock knows the coordinator is gone.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 
 from aner_coord.errors import RequestError
-from aner_coord.jobdir.directory import FILE_FLAGS, LOCK, JobDir, PathLike, opened
+from aner_coord.jobdir.directory import LOCK, JobDir, PathLike, opened
+from aner_worker.files import FileRefused, open_regular
 
 
 class JobLock:
@@ -58,16 +58,19 @@ class JobLock:
 
 
 def lock_is_held(job: JobDir | PathLike) -> bool:
-    """True if some process holds the job's lock (a live coordinator)."""
+    """True if some process holds the job's lock (a live coordinator).
+
+    Only a regular file can be a coordinator's lock (it makes it so): anything else there,
+    a link, a FIFO, a directory or a socket, is nobody's lock, and it is neither followed
+    nor waited on (the open never blocks). A lock file we may not open is refused
+    (JobFileError): whether a coordinator lives cannot be known then."""
     with opened(job) as directory:
         try:
-            fd = os.open(LOCK, os.O_RDONLY | FILE_FLAGS, dir_fd=directory.fileno())
-        except FileNotFoundError:
+            fd, _info = open_regular(LOCK, dir_fd=directory.fileno())
+        except (FileNotFoundError, FileRefused):
             return False
         except OSError as exc:
-            if exc.errno == errno.ELOOP:  # a planted link is nobody's lock
-                return False
-            raise
+            raise directory.read_error(LOCK, exc.strerror or str(exc)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:

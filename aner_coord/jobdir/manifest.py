@@ -1,8 +1,11 @@
 """`run-manifest.json`: written once, before any work (SPEC section 7).
 
-Schema `aner-manifest/2`: the request, the stream or fixture identity, the execution plan
+Schema `aner-manifest/3`: the request, the stream or fixture identity, the execution plan
 (worker identities and slots, never endpoints), the local inventory, the `aner` version and
-the source fingerprint. Files of schema 1 keep reading (checked-in examples in tests/data).
+the source fingerprint; since schema 3 also the job's identity (`job`: random, 32 hex
+digits, carried by every record of its ledger) and the SHA256 of `request.json` as it was
+written, which `resume` holds the job directory to (`aner_coord.job.resume`). Files of
+schemas 1 and 2 keep reading, without those two (checked-in examples in tests/data).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-MANIFEST_SCHEMA = "aner-manifest/2"
+MANIFEST_SCHEMA = "aner-manifest/3"
 
 
 class Manifest(msgspec.Struct, frozen=True):
@@ -28,10 +31,13 @@ class Manifest(msgspec.Struct, frozen=True):
     created_at: float
     pid: int
     audit: float = 0.0
+    job: str = ""  # the job's identity, as its ledger's records carry it (hex)
+    request_sha256: str = ""  # of request.json's bytes: "sha256:..."
 
 
-def manifest_of(job: Any) -> Manifest:
-    """The manifest of an admitted `admission.Job`."""
+def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> Manifest:
+    """The manifest of an admitted `admission.Job` whose identity is `job_key` and whose
+    request.json has that SHA256."""
     from aner_coord import __version__
     from aner_worker.contract import source_fingerprint
     from aner_worker.inventory import current
@@ -52,6 +58,8 @@ def manifest_of(job: Any) -> Manifest:
         created_at=time.time(),
         pid=os.getpid(),
         audit=job.request.audit,
+        job=job_key.hex(),
+        request_sha256=request_sha256,
     )
 
 

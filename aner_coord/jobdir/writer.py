@@ -29,9 +29,14 @@ class StatusWriter:
     `close()` (or `await aclose()` on the event loop) writes what is pending and joins the
     thread; call it before letting go of the lock. A write error (JobDirError) is passed to
     `on_error` (on the writer thread: reach the event loop with `call_soon_threadsafe`) and
-    raised by the next call, `flush()` or `close()`; after it nothing more is written.
+    raised by the next call, `flush()` or `close()`; after it nothing more is written. A
+    failure of the first write is raised by that call and every later one
+    (`first_write_failed`): the job never started as far as its directory is concerned.
     `before_write` runs on the writer thread before each status write (the job's ledger
     makes what the status will report durable there)."""
+
+    # How a failure of this observer is named in the job's error (never a class name).
+    where = "writing the job directory"
 
     def __init__(
         self,
@@ -69,13 +74,31 @@ class StatusWriter:
                 self._completed = snapshot  # the latest one: its accounting is final
             return
         if not self._started:
-            self._write(snapshot)
-            self._started = True
-            self._thread.start()
+            self._write_first(snapshot)
             return
         with self._cond:
             self._slot = snapshot
             self._cond.notify()
+
+    def _write_first(self, snapshot: StatusSnapshot) -> None:
+        # A first status that never reached the disk stops everything after it: no later
+        # snapshot is written and no later observer (readiness) hears of one.
+        if self._error is not None:
+            raise self._error
+        try:
+            self._write(snapshot)
+        except JobDirError as exc:
+            with self._cond:
+                self._error = exc
+                self._raised = True
+            raise
+        self._started = True
+        self._thread.start()
+
+    @property
+    def first_write_failed(self) -> JobDirError | None:
+        """The error that kept the job's first status from the disk, if one did."""
+        return self._error if not self._started else None
 
     def commit_completed(self) -> None:
         """result.json is on disk: the held COMPLETED snapshot may be written."""

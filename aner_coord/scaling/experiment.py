@@ -21,7 +21,9 @@
     chunk = 4_000_000
 
 Unknown keys are refused; every case is admitted (as its `aner parallel` command would be)
-before the first trial starts, so a bad experiment is one line and exit 2.
+before the first trial starts, so a bad experiment is one line and exit 2. Limits, checked
+first: at most MAX_REPETITIONS repetitions and MAX_CASES cases (the `--auto` matrix of 256
+CPUs and 32 cluster records has 84), names of at most MAX_NAME characters.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from aner_coord.requests import (
 )
 
 MIN_REPETITIONS = 3
+MAX_REPETITIONS = 100
+MAX_CASES = 100
+MAX_NAME = 200  # characters of an experiment's or a case's name
 LOCAL_IDENTITY = "local"  # the public name of the machine that runs the experiment
 
 
@@ -149,9 +154,26 @@ def load_experiment(path: str) -> Experiment:
         spec = msgspec.convert(raw, type=_ExperimentFile)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(f"{source}: {exc}") from None
+    _check_limits(source, spec.name, [c.name for c in spec.case], spec.repetitions)
     base = Path(path).absolute().parent
     cases = tuple(_case(source, base, c) for c in spec.case)
     return checked(spec.name, computation, cases, spec.repetitions, spec.reference, source)
+
+
+def _check_limits(source: str, name: str, cases: list[str], repetitions: int) -> None:
+    """The experiment's size, before anything is read or admitted for its cases."""
+    if len(cases) > MAX_CASES:
+        raise RequestError(f"{source}: {len(cases):,} cases; the limit is {MAX_CASES}")
+    if repetitions > MAX_REPETITIONS:
+        raise RequestError(
+            f"{source}: repetitions = {repetitions:,}; the limit is {MAX_REPETITIONS}"
+        )
+    for what, text in [("name", name), *(("case name", c) for c in cases)]:
+        if len(text) > MAX_NAME:
+            raise RequestError(
+                f"{source}: a {what} of {len(text):,} characters ({text[:40]!r}...); the limit "
+                f"is {MAX_NAME}"
+            )
 
 
 def _case(source: str, base: Path, spec: CaseFile) -> Case:
@@ -196,6 +218,7 @@ def checked(
 
     if not cases:
         raise RequestError(f"{source}: no [[case]]")
+    _check_limits(source, name, [c.name for c in cases], repetitions)
     names = [c.name for c in cases]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -149,6 +149,29 @@ def test_a_full_disk_at_start_leaves_no_directory(tmp_path: Path) -> None:
         assert os.listdir(disk) == ["filler"]
 
 
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+@pytest.mark.parametrize(("size", "name"), [("12k", "ledger"), ("16k", "status.json")])
+def test_a_first_status_the_disk_refuses_leaves_no_directory_and_names_the_file(
+    tmp_path: Path, size: str, name: str, background: bool
+) -> None:
+    """A tmpfs of a few pages: the lock, the manifest and the request fit (a page each); then
+    the ledger's first record (12k) or the first status (16k) does not. The run never
+    started: one line naming the file and the system's reason, exit 3, no directory, no
+    class name (the status writer was once reported as "StatusWriter failed")."""
+    with tmpfs(tmp_path / "disk", size) as disk:
+        job = disk / "job"
+        done = run_aner(
+            "parallel", "run", "--samples", "100000", "--seed", "1", "--workers", "1",
+            "--output", str(job), *(["--background"] if background else []),
+        )  # fmt: skip
+        assert done.returncode == 3, done.stderr
+        assert one_line(done.stderr) == (
+            f"aner: cannot write {job / name}: No space left on device"
+        )
+        assert done.stdout == ""
+        assert os.listdir(disk) == []
+
+
 def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))
 

@@ -336,3 +336,43 @@ def test_a_regression_spec_runs_the_fixture(tmp_path: Path) -> None:
     assert result["final_loss"] < result["initial_loss"]
     assert result["computation"] == "regression"
     assert status_of(job).kind == "regression"
+
+
+def test_the_units_resume_after_a_cancel_continues_the_job_and_says_ready(
+    tmp_path: Path, path_socket: tuple[NotifySocket, str]
+) -> None:
+    """`aner parallel cancel`, then the unit started again (`run --spec F --resume`): the
+    job goes on from its ledger (the cancel request is not obeyed a second time), systemd
+    hears READY once the resumed job's first status is on disk, and the hits are exact."""
+    notify, address = path_socket
+    job = tmp_path / "job"
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        f'output = "{job}"\n\n[computation]\nkind = "monte-carlo"\nsamples = 1_000_000_000\n'
+        'seed = 42\n\n[execution]\nkind = "local"\nworkers = 1\nchunk = 10_000_000\n'
+    )
+    argv = [ANER, "parallel", "run", "--spec", str(spec), "--resume"]
+    with spawned(argv) as first:
+        wait_running(job, min_accepted=100_000_000, timeout=120)
+        cancel = subprocess.run(
+            [ANER, "parallel", "cancel", "--job", str(job)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert cancel.returncode == 4, cancel.stderr
+        code, _out, _err = finish(first, timeout=60)
+    assert code == 4
+    assert status_of(job).state is JobState.CANCELLED
+    notify.job = job
+    again = subprocess.run(
+        argv, env={**os.environ, "NOTIFY_SOCKET": address},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "785,386,550 hits" in again.stdout  # SPEC section 1, seed 42
+    final = status_of(job)
+    assert (final.state, final.resumes) == (JobState.COMPLETED, 1)
+    assert final.recovered >= 100_000_000
+    assert not (job / "cancel-request").exists()
+    wait_for(lambda: "STOPPING=1" in notify.fields(), 5, "STOPPING=1")
+    assert notify.fields().count("READY=1") == 1
+    assert notify.ready_saw_status is True

@@ -164,10 +164,22 @@ def test_results_are_tagged_by_computation() -> None:
 # -- run-manifest.json ---------------------------------------------------------------------
 
 
+def test_checked_in_manifest_v3_reads_with_the_jobs_identity() -> None:
+    manifest = decode_manifest((DATA / "manifest-v3.json").read_bytes())
+    assert manifest.schema == MANIFEST_SCHEMA == "aner-manifest/3"
+    assert manifest.job == "29682178615dc6b4621065c5ce50cdd3"
+    assert manifest.request_sha256 == (
+        "sha256:18967e354a60a03cd8cbd2fe60e49bdc3c3dabc194ad48fc084b30e0be4540ad"
+    )
+    assert manifest.request == {"samples": 1_000_000, "seed": 1}
+    assert decode_manifest(encode_manifest(manifest)) == manifest
+
+
 def test_checked_in_manifest_v2_reads() -> None:
     data = (DATA / "manifest-v2.json").read_bytes()
     manifest = decode_manifest(data)
-    assert manifest.schema == MANIFEST_SCHEMA == "aner-manifest/2"
+    assert manifest.schema == "aner-manifest/2"
+    assert (manifest.job, manifest.request_sha256) == ("", "")  # appended in schema 3
     assert manifest.computation == "monte-carlo"
     assert manifest.identity == "aner-mc/philox4x64-10/v1"
     assert manifest.request == {"samples": 10_000_000, "seed": 42}

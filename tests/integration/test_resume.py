@@ -1,0 +1,250 @@
+"""`aner parallel resume` continues exactly the job its manifest describes, after any stop,
+and nothing else (SPEC section 11; `aner_coord.job.resume`).
+
+Real detached coordinators and real `aner parallel cancel`: a cancelled job resumes (in the
+foreground and in the background) to the hits of an uninterrupted run; an edited
+`request.json`, a changed data file, another job's ledger, a forged or damaged ledger
+record are each refused with one line naming what changed (exit 2), leaving the job
+directory as it was. The detached coordinator's log goes to the directory it holds, not to
+whatever stands at its path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import (
+    Coordinators,
+    process_gone,
+    result_of,
+    run_aner,
+    status_of,
+    wait_for,
+    wait_status,
+)
+
+from aner_coord.jobdir.ledger import Accepted, frame, scan
+from aner_coord.jobdir.status import JobState
+from aner_worker.kernels.base import encode
+from aner_worker.kernels.montecarlo import McStats
+
+HITS_1E9 = 785_386_550  # SPEC section 1, seed 42
+CHUNK = 10_000_000
+
+
+def listing(job: Path) -> list[tuple[str, int, int]]:
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in job.iterdir())
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def cancel_when_running(job: Path, at_least: int) -> None:
+    wait_status(job, lambda s: s.state is JobState.RUNNING and s.accepted >= at_least, 120, "work")
+    done = run_aner("parallel", "cancel", "--job", str(job), timeout=120)
+    assert done.returncode == 4, done.stderr
+    assert status_of(job).state is JobState.CANCELLED
+
+
+@pytest.fixture(scope="module")
+def cancelled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A Monte Carlo job of 1e9 samples (seed 42) stopped by `aner parallel cancel`."""
+    job = tmp_path_factory.mktemp("cancelled") / "job"
+    started = run_aner(
+        "parallel", "run", "--samples", "1e9", "--seed", "42", "--workers", "1",
+        "--chunk", str(CHUNK), "--output", str(job), "--background",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    pid = status_of(job).pid
+    try:
+        cancel_when_running(job, 2 * CHUNK)
+        wait_for(lambda: process_gone(pid), 30, "the coordinator to exit")
+        assert (job / "cancel-request").exists()
+        yield job
+    finally:
+        left = Coordinators()  # nothing to kill normally: it ended with the cancel
+        left.add(pid)
+        left.cleanup()
+
+
+@pytest.fixture
+def copy(cancelled: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(cancelled, tmp_path / "job", symlinks=True))
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+def test_a_cancelled_job_resumes_to_the_exact_hits(
+    copy: Path, background: bool, coordinators: Coordinators
+) -> None:
+    before = status_of(copy)
+    done = run_aner(
+        "parallel", "resume", "--job", str(copy), *(["--background"] if background else []),
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    if background:
+        assert "job resumed in the background" in done.stdout
+        coordinators.add(status_of(copy).pid)
+        wait_status(copy, lambda s: s.state.terminal, 300, "the resumed job to end")
+        log = (copy / "coordinator.log").read_text()
+        assert "completed: 1,000,000,000 samples, seed 42: 785,386,550 hits" in log
+    else:
+        assert f"{HITS_1E9:,} hits" in done.stdout
+    final = status_of(copy)
+    assert (final.state, final.resumes) == (JobState.COMPLETED, 1)
+    assert final.seq > before.seq
+    assert 2 * CHUNK <= final.recovered <= before.accepted
+    assert result_of(copy)["hits"] == HITS_1E9
+    assert not (copy / "cancel-request").exists()
+
+
+def _edit_request(change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def edit(job: Path) -> None:
+        request = json.loads((job / "request.json").read_text())
+        change(request)
+        (job / "request.json").write_text(json.dumps(request))
+
+    return edit
+
+
+def _computation(key: str, value: object) -> Callable[[Path], None]:
+    return _edit_request(lambda r: r["computation"].__setitem__(key, value))
+
+
+def _execution(key: str, value: object) -> Callable[[Path], None]:
+    return _edit_request(lambda r: r["execution"].__setitem__(key, value))
+
+
+def _forge(stats: McStats, chunk: int) -> Callable[[Path], None]:
+    """Append a record that the job's own identity and checksums make look genuine."""
+
+    def forge(job: Path) -> None:
+        key = bytes.fromhex(json.loads((job / "run-manifest.json").read_text())["job"])
+        with open(job / "ledger", "ab") as ledger:
+            ledger.write(frame(key, Accepted(0, chunk, encode(stats))))
+
+    return forge
+
+
+def _reframe(job: Path) -> None:
+    """The same records under another job's identity: another job's ledger."""
+    entries, _ = scan((job / "ledger").read_bytes())
+    (job / "ledger").write_bytes(b"".join(frame(bytes(16), e.record) for e in entries))
+
+
+def _flip_early_byte(job: Path) -> None:
+    data = bytearray((job / "ledger").read_bytes())
+    data[100] ^= 0x10
+    (job / "ledger").write_bytes(bytes(data))
+
+
+EDITS: list[tuple[str, Callable[[Path], None], str]] = [
+    ("seed", _computation("seed", 43), "no longer describes the job begun: seed: 42 when it "
+     "began, 43 now"),
+    ("samples", _computation("samples", 2_000_000_000), "samples: 1000000000 when it began, "
+     "2000000000 now; plan.chunks: 100 when it began, 200 now"),
+    ("chunk", _execution("chunk", 5_000_000), "plan.chunk: 10000000 when it began, 5000000 "
+     "now"),
+    ("audit", _edit_request(lambda r: r.__setitem__("audit", 0.5)), "its request.json was "
+     "changed since the job began (SHA256 sha256:"),
+    ("workers", _execution("workers", 2), "its request.json was changed since the job began"),
+    ("kind", _edit_request(lambda r: r.__setitem__("computation", {
+        "kind": "regression", "samples": 1_000_000_000, "steps": 1, "rate": 0.5, "seed": 42})),
+     "computation: \"monte-carlo\" when it began, \"regression\" now"),
+    ("ledger_of_another_job", _reframe, "its record at byte 0 belongs to another job"),
+    ("ledger_damaged_before_its_tail", _flip_early_byte, "is damaged (its checksum is wrong) "
+     "and records follow it"),
+    ("ledger_record_all_hits", _forge(McStats(CHUNK), 99), "the ledger's record of chunk 99 "
+     "of pass 0 is refused: 10,000,000 hits in 10,000,000 samples is more than 12 standard "
+     "deviations from pi/4"),
+    ("ledger_record_out_of_range", _forge(McStats(7_853_981), 100), "the ledger's record of "
+     "chunk 100 of pass 0 is refused: that pass has 100 chunks"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "edit", "words"), EDITS, ids=[e[0] for e in EDITS])
+def test_a_job_that_is_not_the_one_begun_is_refused_naming_what_changed(
+    copy: Path, what: str, edit: Callable[[Path], None], words: str
+) -> None:
+    edit(copy)
+    before = listing(copy)
+    done = run_aner("parallel", "resume", "--job", str(copy), timeout=120)
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert line.startswith(f"aner: job {copy} cannot be resumed: "), line
+    assert words in line, line
+    assert listing(copy) == before  # nothing written, the cancel request still stands
+    assert status_of(copy).state is JobState.CANCELLED
+
+
+def test_a_data_file_changed_since_the_job_began_is_refused_naming_its_sha256(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    data = tmp_path / "data.csv"
+    rows = [f"{i % 7 / 7:.3f},{(i * 3) % 11 / 11:.3f},{i % 2}" for i in range(400)]
+    data.write_text("a,b,label\n" + "\n".join(rows) + "\n")
+    job = tmp_path / "job"
+    started = run_aner(
+        "parallel", "train", "--data", str(data), "--seed", "1", "--epochs", "10000",
+        "--patience", "10000", "--workers", "1", "--output", str(job), "--background",
+        timeout=300,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    coordinators.add(status_of(job).pid)
+    cancel_when_running(job, 1)
+    was = json.loads((job / "run-manifest.json").read_text())["request"]["data"]
+    with open(data, "a") as more:
+        more.write("0.5,0.5,1\n")  # one more row: another data set
+    now = "sha256:" + hashlib.sha256(data.read_bytes()).hexdigest()
+    done = run_aner("parallel", "resume", "--job", str(job), timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr) == (
+        f"aner: job {job} cannot be resumed: its data {data} changed since the job began "
+        f"(SHA256 {was} when it began, {now} now)"
+    )
+    assert status_of(job).state is JobState.CANCELLED
+
+
+# -- the detached coordinator's log --------------------------------------------------------
+
+ADOPT = """
+import os, sys
+from pathlib import Path
+from aner_coord import jobdir
+from aner_coord.cli.background import adopt_log
+
+job = Path(sys.argv[1])
+directory = jobdir.JobDir.create(job)
+print("before the swap", file=sys.stderr, flush=True)
+os.rename(job, job.with_name("held"))  # someone swaps another directory in at the path
+job.mkdir()
+adopt_log(directory)
+print("after adopting the log", file=sys.stderr, flush=True)
+"""
+
+
+def test_the_log_is_adopted_through_the_directory_held_not_the_path(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    early = tmp_path / "early.log"
+    with open(early, "w+b") as stderr:  # as the submitter's temporary file: readable
+        done = subprocess.run(
+            [sys.executable, "-c", ADOPT, str(job)], stderr=stderr, timeout=60, check=False
+        )
+    assert done.returncode == 0, early.read_text()
+    assert os.listdir(job) == []  # the directory swapped in got nothing
+    log = (tmp_path / "held" / "coordinator.log").read_text()
+    assert log == "before the swap\nafter adopting the log\n"
+    assert (tmp_path / "held" / "coordinator.log").stat().st_mode & 0o777 == 0o600
