@@ -323,7 +323,8 @@ def select(aggregated):
     """Index of the selected candidate: lowest mean validation loss, ties lowest index.
 
     A NaN mean (a diverged fit) is treated as worse than any number; if every
-    mean is NaN the lowest index is chosen. (The SPEC does not say; see tests/search_reference_notes.md.)
+    mean is NaN the lowest index is chosen. (The SPEC does not say; see
+    tests/search_reference_notes.md.)
     """
     best = None
     for entry in aggregated:
