@@ -52,9 +52,8 @@ def check_conflicts(given: Collection[str], grid: Mapping[str, Any]) -> None:
         )
 
 
-def check_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The grid with every value checked and converted to its option's type."""
-    checked: dict[str, list[Any]] = {}
+def check_shape(grid: Mapping[str, Any]) -> None:
+    """Keys the grid may vary, each with a non-empty list of values."""
     for key, values in grid.items():
         if key not in GRID_KEYS:
             raise RequestError(
@@ -63,8 +62,15 @@ def check_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
             )
         if not isinstance(values, list | tuple) or not values:
             raise RequestError(f"grid.{key} must be a non-empty list of values, got {values!r}")
-        checked[key] = [_grid_value(key, i, value) for i, value in enumerate(values)]
-    return checked
+
+
+def check_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The grid with every value checked and converted to its option's type."""
+    check_shape(grid)
+    return {
+        key: [_grid_value(key, i, value) for i, value in enumerate(values)]
+        for key, values in grid.items()
+    }
 
 
 def _grid_value(key: str, index: int, value: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from aner_coord.computations.search.grid import check_conflicts
+from aner_coord.computations.search.grid import check_conflicts, check_shape
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import RequestError
 
@@ -48,6 +48,7 @@ def load_search_file(path: str | Path) -> SearchRequest:
     if not isinstance(grid, dict):
         raise RequestError(f"{where}: grid must be a table ([grid]), got {grid!r}")
     try:
+        check_shape(grid)
         check_conflicts(set(raw) - {"grid"}, grid)
     except RequestError as exc:
         raise RequestError(f"{where}: {exc}") from None
