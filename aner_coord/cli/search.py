@@ -16,12 +16,15 @@ import argparse
 from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
+    count,
     request_from_arguments,
 )
 from aner_coord.errors import RequestError
 
-# The fields of a search request that `cv` does not take as flags of their own.
-_NOT_CV_FLAGS = ("grid", "chunk", "refit")
+# The fields of a search request that `cv` does not take as flags derived from the type:
+# `--chunk` is the execution flags', `--group` must not take the command line's own `group`
+# attribute (the `parallel` group), `--folds` is required and `--no-refit` a switch.
+_NOT_DERIVED = ("grid", "chunk", "refit", "group", "folds")
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +37,19 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
 def add_cv_arguments(p: argparse.ArgumentParser) -> None:
     from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
 
-    add_request_arguments(p, SearchRequest, skip=_NOT_CV_FLAGS)
+    add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
+    p.add_argument(
+        "--folds",
+        type=count,
+        metavar="K",
+        help="folds of the cross-validation (2..255); 1 uses section 9's validation split",
+    )
+    p.add_argument(
+        "--group",
+        dest="group_column",
+        metavar="COL",
+        help="group column of a CSV: all of a group's rows go to one fold (not a feature)",
+    )
     p.add_argument(
         "--no-refit",
         dest="refit",
@@ -42,7 +57,11 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
         help="no refit of the configuration on the whole pool (no test metrics, no model)",
     )
     add_execution_arguments(
-        p, "rows of a chunk within each fit", DEFAULT_CHUNK_ROWS, "; the parameters depend on it"
+        p,
+        "rows",
+        DEFAULT_CHUNK_ROWS,
+        chunk_help=f"rows of a chunk within each fit (default {DEFAULT_CHUNK_ROWS}); the "
+        "parameters depend on it, as in `train` (fits go out whole, one per task)",
     )
 
 
@@ -71,7 +90,7 @@ def search_command(args: argparse.Namespace) -> int:
     return _run(args, admitted_search_file(args.spec))
 
 
-def search_request(args: argparse.Namespace) -> object:
+def cv_request(args: argparse.Namespace) -> object:
     """The request of `aner parallel cv`: a search of one candidate."""
     import msgspec
 
@@ -79,11 +98,13 @@ def search_request(args: argparse.Namespace) -> object:
 
     if args.folds is None:
         raise RequestError("missing --folds (see `aner parallel cv -h`)")
-    options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_CV_FLAGS)
+    options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_DERIVED)
     chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK_ROWS
     args.chunk = None  # not the execution's: fits go out whole, one per task
-    return msgspec.structs.replace(options, refit=args.refit, chunk=chunk)
+    return msgspec.structs.replace(
+        options, folds=args.folds, group=args.group_column, refit=args.refit, chunk=chunk
+    )
 
 
 def cv_command(args: argparse.Namespace) -> int:
-    return _run(args, search_request(args))
+    return _run(args, cv_request(args))
