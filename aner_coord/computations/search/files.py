@@ -65,6 +65,7 @@ def completed_files(
     refit: FitResult | None,
     model: DenseModel | None,
     label: str | None,
+    group: str | None = None,
 ) -> dict[str, bytes]:
     """The files of a completed search; `fits` are every fit of the folds."""
     files = {
@@ -77,6 +78,7 @@ def completed_files(
             "data": result.data,
             "seed": result.seed,
             "label": label,  # `predict` drops this column from a CSV that has it
+            "group": group,  # not a feature either
             "epoch": result.refit.epochs - 1,
             "complete": True,
             "search": {
@@ -153,7 +155,8 @@ def _chart(result: SearchResult) -> bytes | None:
     ax.plot([c for c, _ in shown], [m for _, m in shown], "_", color="C0", markersize=18,
             markeredgewidth=2, label="mean over folds")  # fmt: skip
     if result.selected is not None:
-        ax.axvline(result.selected, color="C1", linewidth=1, label="selected")
+        ax.axvspan(result.selected - 0.4, result.selected + 0.4, color="C1", alpha=0.15,
+                   zorder=0, label="selected")  # fmt: skip
     ax.set_xticks([c.candidate for c in result.candidates])
     ax.set_xlabel("candidate")
     ax.set_ylabel("validation accuracy (best epoch)")

@@ -88,8 +88,8 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
         best = self.candidates[self.selected]
         text = (
             f"{head}selected candidate {self.selected} {_options(best.options)}mean validation "
-            f"loss {_number(best.validation_loss_mean)}, accuracy "
-            f"{_number(best.validation_accuracy_mean)}"
+            f"loss {_spread(best.validation_loss_mean, best.validation_loss_std)}, accuracy "
+            f"{_spread(best.validation_accuracy_mean, best.validation_accuracy_std)}"
         )
         if self.refit is not None:
             text += (
@@ -111,6 +111,10 @@ def _options(options: dict[str, Any]) -> str:
 
 def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
+
+
+def _spread(mean: float | None, std: float | None) -> str:
+    return _number(mean) + ("" if std is None else f" ± {std:.4f}")
 
 
 def format_value(value: Any) -> str:

@@ -306,7 +306,8 @@ class SearchRun:
         if state is not JobState.COMPLETED:
             return partial_files(list(p.grid), p.candidates, fits)
         result = self.result(Accounting(seconds=0.0, workers=(), execution={}))
-        return completed_files(result, fits, self.refit, self.model, p.request.label)
+        request = p.request
+        return completed_files(result, fits, self.refit, self.model, request.label, request.group)
 
     def result(self, accounting: Accounting) -> SearchResult:
         p = self.prepared
