@@ -30,7 +30,7 @@ import numpy as np
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
 from aner_coord.computations.dense.model import DenseModel
 from aner_coord.computations.search import aggregate
-from aner_coord.computations.search.files import completed_files, partial_files
+from aner_coord.computations.search.files import completed_files, partial_files, warm_charts
 from aner_coord.computations.search.plan import Prepared, plain
 from aner_coord.computations.search.result import (
     CandidateRecord,
@@ -150,6 +150,7 @@ class SearchRun:
         if self.phase == REFITTING:
             self.phase = DONE
             return
+        warm_charts()
         by_candidate = self.by_candidate()
         self.summaries = [aggregate.summarize(c, fits) for c, fits in enumerate(by_candidate)]
         self.selected = aggregate.select(self.summaries)
