@@ -264,7 +264,10 @@ def test_a_coordinator_killed_mid_search_resumes_to_the_same_outcome(
     cluster = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     pid = coordinators.add(background(job, long_spec, "--cluster", str(cluster)))
-    fits_done(job, 3)
+    seen = fits_done(job, 3)
+    # The ETA is the search's own, from the fits' measured seconds, counting down since.
+    assert seen.detail is not None and seen.detail["eta_s"] is not None
+    assert seen.eta_s is not None and seen.eta_s <= seen.detail["eta_s"]
     shown = run_aner("parallel", "status", "--job", str(job))
     os.kill(pid, signal.SIGKILL)
     # What status showed of the running search: fits done, who holds which, the best so far.
