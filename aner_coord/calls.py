@@ -33,6 +33,7 @@ from aner_coord.admission import Job, admit
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
+from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import JobCancelled, JobFailed, RequestError
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import execute
@@ -42,6 +43,7 @@ from aner_coord.runner import run_interruptible
 
 if TYPE_CHECKING:
     from aner_coord.computations.dense.result import DenseFit
+    from aner_coord.computations.search.result import SearchFit
 
 R = TypeVar("R")
 P = ParamSpec("P")
@@ -184,6 +186,60 @@ class Calls:
 
         return Call(job, finish)
 
+    def _cross_validate(self, /, **arguments: Any) -> Call[SearchFit]:
+        """K-fold cross-validation (SPEC section 12) of one Dense configuration: the options
+        of `dense_fit`, plus `folds` (2..255; 1 for section 9's validation split), `group`
+        (a CSV column: every group's rows in one fold) and `refit` (default True). `chunk`
+        is the rows of a chunk within each fit. The result has every fold's best validation
+        loss and accuracy, best epoch and seconds (`records()`), their mean and sample
+        standard deviation, and with the refit its test metrics and `predict(X)`."""
+        if "grid" in arguments:
+            raise RequestError("cross_validate() takes no grid=: use search() for candidates")
+        return self._search_call(arguments, None, "cross_validate")
+
+    def _search(
+        self, /, spec: str | os.PathLike[str] | None = None, **arguments: Any
+    ) -> Call[SearchFit]:
+        """A model search (SPEC section 12): the candidates of `grid` (lists of `hidden`,
+        `lr`, `batch`, `epochs`, `optimizer`, `patience`, `chunk`; the last key varies
+        fastest), each cross-validated over `folds`, the best refit on the pool and tested
+        once; every other option as `cross_validate`, fixed for every candidate. Or `spec`,
+        a search file as `aner parallel search --spec` takes. The result gives the fits and
+        candidates as records, the selection, the test metrics and `predict(X)`."""
+        return self._search_call(arguments, spec, "search")
+
+    def _search_call(
+        self, arguments: dict[str, Any], spec: str | os.PathLike[str] | None, call: str
+    ) -> Call[SearchFit]:
+        from aner_coord.computations.search.result import SearchFit
+
+        placement, options = split_placement(arguments)
+        if "chunk" in placement:  # a search's chunk is the rows of a chunk within each fit
+            options["chunk"] = placement.pop("chunk")
+        if spec is not None:
+            from aner_coord.computations.search.specfile import admitted_search_file
+
+            if options:
+                raise RequestError(
+                    f"{call}() with spec= takes no {sorted(options)[0]}=: the file describes "
+                    "the whole search"
+                )
+            request = admitted_search_file(os.fspath(spec))
+        else:
+            from aner_coord.computations.search.grid import check_conflicts
+
+            check_conflicts(set(options) - {"grid"}, options.get("grid") or {})
+            data = options.get("data")
+            if data is not None and data != "digits":
+                options["data"] = os.path.abspath(os.fspath(data))  # a resumed job finds it
+            request = request_of(SearchRequest, options, call)
+        job = self.job(request, placement)
+
+        def finish(report: JobReport, interrupt: BaseException | None) -> SearchFit:
+            return SearchFit(self.finish(report, interrupt), report.run.model)
+
+        return Call(job, finish)
+
     run = synchronous(_run)
     run_async = awaitable(_run)
     monte_carlo = synchronous(_monte_carlo)
@@ -192,6 +248,10 @@ class Calls:
     regression_async = awaitable(_regression)
     dense_fit = synchronous(_dense_fit)
     dense_fit_async = awaitable(_dense_fit)
+    cross_validate = synchronous(_cross_validate)
+    cross_validate_async = awaitable(_cross_validate)
+    search = synchronous(_search)
+    search_async = awaitable(_search)
 
 
 class OneOff(Calls):
@@ -282,3 +342,28 @@ def options_signature(kind: type[Any], first: str = "self") -> inspect.Signature
 
 Calls.dense_fit.__signature__ = options_signature(DenseRequest)  # type: ignore[attr-defined]
 Calls.dense_fit_async.__signature__ = options_signature(DenseRequest)  # type: ignore[attr-defined]
+
+
+def _search_signature(*, grid: bool) -> inspect.Signature:
+    """A search call's signature: `SearchRequest`'s options (its own `chunk` among them, the
+    rows of a chunk within each fit) and the placement's others."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
+    if grid:
+        spec = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        parameters.append(inspect.Parameter("spec", spec, default=None))
+    for field in msgspec.structs.fields(SearchRequest):
+        if field.name == "grid" and not grid:
+            continue
+        default = inspect.Parameter.empty if field.required else field.default
+        parameters.append(inspect.Parameter(field.name, keyword, default=default))
+    parameters.extend(
+        inspect.Parameter(name, keyword, default=None) for name in PLACEMENT if name != "chunk"
+    )
+    return inspect.Signature(parameters)
+
+
+Calls.cross_validate.__signature__ = _search_signature(grid=False)  # type: ignore[attr-defined]
+Calls.cross_validate_async.__signature__ = _search_signature(grid=False)  # type: ignore[attr-defined]
+Calls.search.__signature__ = _search_signature(grid=True)  # type: ignore[attr-defined]
+Calls.search_async.__signature__ = _search_signature(grid=True)  # type: ignore[attr-defined]

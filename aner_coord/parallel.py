@@ -9,8 +9,18 @@ Calls are synchronous for the caller (they also work inside a running event loop
 Jupyter); an interrupt (Ctrl-C, a kernel interrupt) cancels the job gracefully and raises
 `JobCancelled` chained from it (`__cause__` is the KeyboardInterrupt): within a second no
 coordinator thread, worker thread or worker process of the call is still computing. Async
-callers await `run_async`, `monte_carlo_async`, `regression_async` or `dense_fit_async`,
-which never block their loop; cancelling the awaiting task cancels the job.
+callers await `run_async`, `monte_carlo_async`, `regression_async`, `dense_fit_async`,
+`cross_validate_async` or `search_async`, which never block their loop; cancelling the
+awaiting task cancels the job.
+
+Model search and cross-validation (SPEC section 12) run independent Dense fits, each whole
+on one worker slot, and give the same numbers whatever the workers:
+
+    cv = parallel.cross_validate(data="digits", folds=5, seed=1, hidden=(64,), epochs=30)
+    best = parallel.search(data="digits", seed=1, folds=5, epochs=30,
+                           grid={"hidden": [[32], [64, 64]], "lr": [1e-3, 3e-3]})
+    best.records()            # one record per fit, as fits.csv
+    best.predict(X)           # the refit model of the selected candidate
 
 Sessions start a group's workers once and keep them across calls (`aner_coord.session`):
 
@@ -39,6 +49,7 @@ from aner_coord.calls import OneOff
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
+from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
 from aner_coord.jobdir.status import WorkerAccount
 from aner_coord.requests import ClusterExecution, LocalExecution
@@ -46,6 +57,7 @@ from aner_coord.session import Session, session
 
 if TYPE_CHECKING:
     from aner_coord.computations.dense.result import DenseFit, DenseResult
+    from aner_coord.computations.search.result import SearchFit, SearchResult
 
 __all__ = [
     "AdmissionError",
@@ -62,9 +74,14 @@ __all__ = [
     "RegressionRequest",
     "RegressionResult",
     "RequestError",
+    "SearchFit",
+    "SearchRequest",
+    "SearchResult",
     "Session",
     "WorkerAccount",
     "cluster",
+    "cross_validate",
+    "cross_validate_async",
     "dense_fit",
     "dense_fit_async",
     "inventory",
@@ -75,6 +92,8 @@ __all__ = [
     "regression_async",
     "run",
     "run_async",
+    "search",
+    "search_async",
     "session",
 ]
 
@@ -96,12 +115,20 @@ regression = _one_off.regression
 regression_async = _one_off.regression_async
 dense_fit = _one_off.dense_fit
 dense_fit_async = _one_off.dense_fit_async
+cross_validate = _one_off.cross_validate
+cross_validate_async = _one_off.cross_validate_async
+search = _one_off.search
+search_async = _one_off.search_async
 
 
 def __getattr__(name: str) -> Any:
-    # The Dense result types import numpy: only when asked for.
+    # The Dense and search result types import numpy: only when asked for.
     if name in ("DenseFit", "DenseResult"):
         from aner_coord.computations.dense import result
 
         return getattr(result, name)
+    if name in ("SearchFit", "SearchResult"):
+        from aner_coord.computations.search import result as search_result
+
+        return getattr(search_result, name)
     raise AttributeError(name)

@@ -51,9 +51,15 @@ def fraction(text: str) -> float:
 
 
 def add_execution_arguments(
-    p: argparse.ArgumentParser, what: str, default_chunk: int, chunk_note: str = ""
+    p: argparse.ArgumentParser,
+    what: str,
+    default_chunk: int,
+    chunk_note: str = "",
+    *,
+    chunk_help: str | None = None,
 ) -> None:
-    """Where a job runs and what becomes of it: shared by every job command."""
+    """Where a job runs and what becomes of it: shared by every job command. `chunk_help`
+    replaces the help of `--chunk` for a command whose chunk is not items per task."""
     p.add_argument(
         "--workers",
         type=count,
@@ -64,7 +70,7 @@ def add_execution_arguments(
         "--chunk",
         type=count,
         default=None,
-        help=f"{what} per task (default {default_chunk:,}){chunk_note}",
+        help=chunk_help or f"{what} per task (default {default_chunk:,}){chunk_note}",
     )
     p.add_argument(
         "--audit",

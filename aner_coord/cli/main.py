@@ -25,6 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "regression": ("the logistic-regression training fixture", "aner_coord.cli.jobs"),
     "train": ("train a Dense classifier (docs/contracts.md)", "aner_coord.cli.dense"),
     "predict": ("labels and class probabilities from a trained model", "aner_coord.cli.dense"),
+    "search": (
+        "model search: Dense candidates cross-validated, the best refit",
+        "aner_coord.cli.search",
+    ),
+    "cv": ("K-fold cross-validation of one Dense configuration", "aner_coord.cli.search"),
     "status": ("report a job directory's state", "aner_coord.cli.monitor"),
     "cancel": ("ask a running job to stop", "aner_coord.cli.monitor"),
     "resume": ("continue a job whose coordinator is gone, from its ledger", "aner_coord.cli.jobs"),

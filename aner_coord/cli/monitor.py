@@ -248,6 +248,7 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
             f"{'workers' if i == 0 else '':<9} {worker.identity}: {worker.slots} {slots}, "
             f"{worker.items:,} {unit}, {worker.chunks:,} chunks{_pacing(worker)}"
         )
+    lines.extend(_progress_lines(snap))
     for loss in snap.losses:
         lines.append(
             f"lost      {loss.identity} during {loss.phase} ({loss.during}), the job went on "
@@ -270,6 +271,18 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
             lines.extend(result_lines(obs.result))
         lines.append(f"result    {job / jobdir.RESULT}")
     return lines
+
+
+def _progress_lines(snap: StatusSnapshot) -> list[str]:
+    """The computation's own account of a running job (a search's fits by worker)."""
+    if snap.terminal or snap.detail is None:
+        return []
+    from aner_coord.computations import progress_lines
+
+    try:
+        return progress_lines(snap.kind, snap.detail, {w.identity: w.slots for w in snap.workers})
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"note      {jobdir.STATUS} detail lacks {exc}: this aner cannot show it"]
 
 
 def result_lines(result: dict[str, Any]) -> list[str]:

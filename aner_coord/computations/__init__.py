@@ -5,7 +5,8 @@
 The built-in computations are declared by kind, request type and `module:Class` path and
 imported when a job first needs one: `status`, `cancel` and a Monte Carlo run never import
 the Dense computation (numpy, and numba through its data streams). `summarize` shows a
-completed job's result from light modules only.
+completed job's result, and `progress_lines` a running job's own account of its progress
+(`status.json`'s detail), from light modules only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from aner_coord.computations.base import (
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.computations.regression import RegressionRequest
+from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import RequestError
 from aner_coord.requests import ComputationRequest
 from aner_worker.registry import LazyRegistry
@@ -39,6 +41,7 @@ __all__ = [
     "Run",
     "computation_for",
     "declare",
+    "progress_lines",
     "register",
     "request_types",
     "summarize",
@@ -49,6 +52,7 @@ COMPUTATIONS: LazyRegistry[Computation] = LazyRegistry("computation")
 # lines that `status` shows of a result come from when that is not the computation itself.
 _KINDS: dict[type[ComputationRequest], str] = {}
 _SUMMARIES: dict[str, str] = {}
+_PROGRESS: dict[str, str] = {}
 
 
 def register(computation: Computation) -> Computation:
@@ -58,14 +62,21 @@ def register(computation: Computation) -> Computation:
 
 
 def declare(
-    kind: str, request_type: type[ComputationRequest], path: str, summary: str | None = None
+    kind: str,
+    request_type: type[ComputationRequest],
+    path: str,
+    summary: str | None = None,
+    progress: str | None = None,
 ) -> None:
     """`kind` is computed by `path` (`module:Class`), imported when a job first needs it;
-    `summary` (`module:function`) renders its results without importing it."""
+    `summary` (`module:function`) renders its results without importing it, and `progress`
+    (`module:function`) the detail of its running jobs' status."""
     COMPUTATIONS.declare(kind, path)
     _KINDS[request_type] = kind
     if summary is not None:
         _SUMMARIES[kind] = summary
+    if progress is not None:
+        _PROGRESS[kind] = progress
     request_types.cache_clear()
 
 
@@ -105,6 +116,19 @@ def summarize(kind: str, result: dict[str, Any]) -> list[str] | None:
     return COMPUTATIONS[kind].summarize(result)
 
 
+def progress_lines(kind: str, detail: dict[str, Any] | None, slots: dict[str, int]) -> list[str]:
+    """The lines `status` shows of a running `kind` job's own account of its progress
+    (`slots`: each worker's); none for a computation that gives none."""
+    path = _PROGRESS.get(kind)
+    if path is None or not detail:
+        return []
+    if "error" in detail:
+        return [f"detail    {detail['error']}"]
+    module, _, function = path.partition(":")
+    lines: list[str] = getattr(importlib.import_module(module), function)(detail, slots)
+    return lines
+
+
 declare("monte-carlo", MonteCarloRequest, "aner_coord.computations.montecarlo:MonteCarlo")
 declare("regression", RegressionRequest, "aner_coord.computations.regression:Regression")
 declare(
@@ -112,4 +136,11 @@ declare(
     DenseRequest,
     "aner_coord.computations.dense.computation:Dense",
     summary="aner_coord.computations.dense.summary:summarize",
+)
+declare(
+    "search",
+    SearchRequest,
+    "aner_coord.computations.search.computation:Search",
+    summary="aner_coord.computations.search.summary:summarize",
+    progress="aner_coord.computations.search.summary:progress",
 )

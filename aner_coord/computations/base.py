@@ -18,6 +18,7 @@ Nothing here knows workers, transports or files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -116,6 +117,26 @@ class StagesData(Protocol):
     """A run whose kernel reads file data: worker processes receive it once per job."""
 
     def staging(self) -> StagePlan | None: ...
+
+
+@runtime_checkable
+class NamesWorkers(Protocol):
+    """A run that keeps who computed each result (a model search's `fits.csv` names each
+    fit's worker). The job machine hands it every result with the identity of the worker it
+    arrived from, before checking it; what it returns is what is checked, accepted and
+    recorded in the ledger, so the name is the coordinator's knowledge, not a worker's claim,
+    and a resumed job still has it."""
+
+    def received_from(self, stats: Any, worker: str) -> Any: ...
+
+
+@runtime_checkable
+class ReportsProgress(Protocol):
+    """A run that says more of its progress than items and passes: `status.json`'s
+    `detail`, from the chunks outstanding on each worker (oldest first) and the slots of the
+    workers still in the job. A `detail["eta_s"]` that is not None stands for the job's ETA."""
+
+    def progress(self, outstanding: Mapping[str, Sequence[int]], slots: int) -> dict[str, Any]: ...
 
 
 @runtime_checkable

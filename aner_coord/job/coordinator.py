@@ -118,6 +118,7 @@ class Coordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._progress: Progress | None = None
+        self._progress_at = 0.0  # when it was made
         self._last_publish = 0.0
         self._state = JobState.STARTING
         self._error: str | None = None
@@ -302,6 +303,7 @@ class Coordinator:
 
     def _write_status(self, instruction: WriteStatus) -> None:
         self._progress = instruction.progress
+        self._progress_at = time.monotonic()
         self._state = instruction.progress.state
         self._error = instruction.progress.error
         if instruction.urgent:
@@ -372,6 +374,11 @@ class Coordinator:
         # ETA only once it means something: 1% of the work and half a second observed.
         if throughput and done >= total / 100 and elapsed >= 0.5 and not progress.state.terminal:
             eta = (total - done) / throughput
+        own = (progress.detail or {}).get("eta_s")
+        if own is not None and not progress.state.terminal:
+            # The computation's own estimate (a search's, from measured fit times), made when
+            # its progress was, counts down since.
+            eta = max(0.0, own - (time.monotonic() - self._progress_at))
         self._seq += 1
         state = self._state if self._state.terminal else progress.state
         return StatusSnapshot(
@@ -406,6 +413,7 @@ class Coordinator:
             resumes=self._resumes,
             recovered=progress.recovered,
             staging=list(getattr(self._backend, "staging", ())),
+            detail=progress.detail,
         )
 
     def _publish_now(self) -> StatusSnapshot:

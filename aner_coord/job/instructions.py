@@ -52,6 +52,7 @@ class Progress:
     committed_steps: int | None
     losses: tuple[WorkerLoss, ...] = ()
     recovered: int = 0  # items taken from the ledger of an earlier coordinator
+    detail: dict[str, Any] | None = None  # the run's own account (`ReportsProgress`)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ the instructions in `aner_coord.job.instructions`.
   result from it is ignored, never counted. The shell may reconnect it after a back-off: a
   new `WorkerReady` makes it a worker again. Chunk results sit in per-chunk slots and a pass
   commits only when all are accepted, so the result is the undisturbed run's, bit for bit.
+- A run that names workers (`NamesWorkers`) receives each result with the identity it came
+  from before it is checked; a run that reports progress (`ReportsProgress`) is asked for
+  its account, given the chunks outstanding on each worker, in every status.
 - Ledger: each accepted chunk and committed pass is handed to the shell (`RecordAccepted`,
   `RecordCommitted`) before any status reports it. A resumed job starts with `recovered`
   chunk statistics: each pass first accepts those chunks, each checked as a live result is
@@ -69,6 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from aner_coord.computations import Diverged, PassSpec, Run
+from aner_coord.computations.base import NamesWorkers, ReportsProgress
 from aner_coord.job.chunks import ChunkQueue
 from aner_coord.job.events import (
     AuditFailed,
@@ -149,6 +153,8 @@ class JobMachine:
         self._audit_seq = 0
         self._retries = retries
         self._ledger_chunks = bool(getattr(run, "durable_chunks", True))
+        self._namer = run if isinstance(run, NamesWorkers) else None
+        self._reporter = run if isinstance(run, ReportsProgress) else None
         self._losses: list[WorkerLoss] = list(losses)  # earlier coordinators' count too
         self._recovered = {p: dict(c) for p, c in (recovered or {}).items()}
         self._recovered_items = 0
@@ -297,8 +303,11 @@ class JobMachine:
             )
         task = pending.task
         count = task.count
+        stats = event.stats
+        if self._namer is not None:
+            stats = self._namer.received_from(stats, event.worker)
         try:
-            problem = self._run.check(pending.chunk, task.start, count, event.stats)
+            problem = self._run.check(pending.chunk, task.start, count, stats)
         except Diverged as exc:
             return self._fail(f"numerical divergence: {exc}")
         except Exception as exc:
@@ -314,7 +323,7 @@ class JobMachine:
         worker.chunks += 1
         worker.items_by_pass[-1] += count
         try:
-            self._run.accept(pending.chunk, event.stats)
+            self._run.accept(pending.chunk, stats)
         except Exception as exc:
             return self._fail(f"computation error while accepting a result: {exc!r}")
         self._items_done += count
@@ -324,7 +333,7 @@ class JobMachine:
             return []  # cancelling: diagnostic accounting only
         out: list[Instruction] = []
         if self._ledger_chunks:
-            out.append(RecordAccepted(self._pass_id, pending.chunk, event.stats))
+            out.append(RecordAccepted(self._pass_id, pending.chunk, stats))
         if self._chunks_done < self._n_chunks:
             out.extend(self._dispatch())
             # Progress about every 1/PROGRESS_STEPS of a pass (every chunk of a short one):
@@ -487,6 +496,20 @@ class JobMachine:
         self._audit_seq += 1
         return int(self._audit_seq * self._audit) > before
 
+    def _detail(self) -> dict[str, Any] | None:
+        """The run's own account of its progress, for runs that give one."""
+        if self._reporter is None:
+            return None
+        outstanding: dict[str, list[int]] = {}
+        for task_id in sorted(self._outstanding):
+            held = self._outstanding[task_id]
+            outstanding.setdefault(held.worker, []).append(held.chunk)
+        slots = sum(w.slots for w in self._workers.values() if not w.lost)
+        try:
+            return self._reporter.progress(outstanding, slots)
+        except Exception as exc:  # an account of progress must never stop the job itself
+            return {"error": f"computation error while reporting progress: {exc!r}"}
+
     def _status(self, *, urgent: bool) -> WriteStatus:
         spec = self._pass
         return WriteStatus(
@@ -506,6 +529,7 @@ class JobMachine:
                 committed_steps=self._run.committed_steps,
                 losses=tuple(self._losses),
                 recovered=self._recovered_items,
+                detail=self._detail(),
             ),
             urgent,
         )

@@ -14,6 +14,7 @@ live in tests/data.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import msgspec
 
@@ -132,6 +133,9 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     resumes: int = 0  # how many times a coordinator resumed this job from its ledger
     recovered: int = 0  # items the last resume took from the ledger
     staging: list[StagingRecord] = []
+    # What the computation says of its own progress (a model search: fits running by worker,
+    # the best candidate so far); None for computations that say nothing more.
+    detail: dict[str, Any] | None = None
 
     @property
     def total_work(self) -> int:

@@ -5,7 +5,8 @@
 - `montecarlo` and `philox`: the Monte Carlo estimate of pi and its numba Philox stream;
 - `regression` and `fixture`: the logistic regression fixture and its numba pass;
 - `dense/`: the Dense classifier (data sets, streams, the network's forward and backward,
-  the training plan and optimizers).
+  the training plan and optimizers);
+- `search/`: model search and cross-validation, whole Dense fits each on one slot.
 
 `KERNELS` lists every kernel by name without importing any: each is declared by its
 `module:Class` path and imported the first time it is asked for, so a worker loads only the
@@ -34,3 +35,4 @@ def register(kernel: Kernel) -> Kernel:
 KERNELS.declare("monte-carlo", "aner_worker.kernels.montecarlo:MonteCarloKernel")
 KERNELS.declare("regression", "aner_worker.kernels.regression:RegressionKernel")
 KERNELS.declare("dense", "aner_worker.kernels.dense.kernel:DenseKernel")
+KERNELS.declare("search", "aner_worker.kernels.search.kernel:SearchKernel")

@@ -4,6 +4,7 @@ loaded. Read from `sys.modules` of real `aner` processes as they exit, so an imp
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -83,6 +84,27 @@ def test_status_imports_nothing_heavy(local_job: tuple[Path, set[str]], tmp_path
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "hits      799 of 1,000 samples" in proc.stdout  # the result, summarised
     assert "aner_coord.cli.monitor" in names
+    assert roots(names).isdisjoint(HEAVY), roots(names) & HEAVY
+
+
+def test_status_of_a_search_imports_nothing_heavy(tmp_path: Path) -> None:
+    # A completed search's result, and the account of a running one (here one whose
+    # coordinator is gone, which status still shows) come from light modules only.
+    job = tmp_path / "job"
+    proc, _ = aner(tmp_path, "parallel", "cv", "--teacher", "300,4,2", "--seed", "1",
+                   "--folds", "2", "--hidden", "4", "--epochs", "1", "--workers", "1",
+                   "--output", str(job))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc, names = aner(tmp_path, "parallel", "status", "--job", str(job))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "selected  candidate 0" in proc.stdout
+    assert roots(names).isdisjoint(HEAVY), roots(names) & HEAVY
+    status = json.loads((job / "status.json").read_text())
+    status["state"] = "RUNNING"  # as a coordinator killed mid-search leaves it
+    (job / "status.json").write_text(json.dumps(status))
+    proc, names = aner(tmp_path, "parallel", "status", "--job", str(job))
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    assert "fits      3 of 3 done" in proc.stdout
     assert roots(names).isdisjoint(HEAVY), roots(names) & HEAVY
 
 

@@ -1,0 +1,110 @@
+"""`aner parallel search` and `aner parallel cv`: thin shells over the model search
+(SPEC section 12), run like every other job (foreground or `--background`, `status`,
+`cancel`, `resume`).
+
+`search` reads a search file (`--spec`); everything about the search is in the file, and
+the flags say only where it runs and what becomes of it. `cv` takes the flags of `train`
+(derived from the request type, so it follows `train`'s options and defaults), `--folds`,
+`--group`, `--no-refit`; its `--chunk` is, as in `train`, the rows of a chunk, which the
+numbers depend on (within each fit: fits go out whole, one per task).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from aner_coord.cli.arguments import (
+    add_execution_arguments,
+    add_request_arguments,
+    count,
+    request_from_arguments,
+)
+from aner_coord.errors import RequestError
+
+# The fields of a search request that `cv` does not take as flags derived from the type:
+# `--chunk` is the execution flags', `--group` must not take the command line's own `group`
+# attribute (the `parallel` group), `--folds` is required and `--no-refit` a switch.
+_NOT_DERIVED = ("grid", "chunk", "refit", "group", "folds")
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--spec", required=True, metavar="FILE.toml", help="the search file (see samples/)"
+    )
+    add_execution_arguments(p, "fits", 1, "; a fit's rows per chunk are the file's `chunk`")
+
+
+def add_cv_arguments(p: argparse.ArgumentParser) -> None:
+    from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
+
+    add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
+    p.add_argument(
+        "--folds",
+        type=count,
+        metavar="K",
+        help="folds of the cross-validation (2..255); 1 uses section 9's validation split",
+    )
+    p.add_argument(
+        "--group",
+        dest="group_column",
+        metavar="COL",
+        help="group column of a CSV: all of a group's rows go to one fold (not a feature)",
+    )
+    p.add_argument(
+        "--no-refit",
+        dest="refit",
+        action="store_false",
+        help="no refit of the configuration on the whole pool (no test metrics, no model)",
+    )
+    add_execution_arguments(
+        p,
+        "rows",
+        DEFAULT_CHUNK_ROWS,
+        chunk_help=f"rows of a chunk within each fit (default {DEFAULT_CHUNK_ROWS}); the "
+        "parameters depend on it, as in `train` (fits go out whole, one per task)",
+    )
+
+
+def _run(args: argparse.Namespace, request: object) -> int:
+    from aner_coord.admission import admit
+    from aner_coord.cli.jobs import job_request, run_foreground
+
+    job = admit(job_request(args, request))  # type: ignore[arg-type]
+    if args.background:
+        from aner_coord.cli.background import submit
+
+        return submit(job, quiet=args.quiet)
+    return run_foreground(job, quiet=args.quiet)
+
+
+def search_command(args: argparse.Namespace) -> int:
+    from aner_coord.computations.search.specfile import admitted_search_file
+
+    if args.chunk is not None:
+        raise RequestError(
+            "--chunk: a search hands out whole fits, one per task; the rows of a chunk "
+            "within each fit are the search file's `chunk`"
+        )
+    if args.output is None:
+        raise RequestError("missing --output (see `aner parallel search -h`)")
+    return _run(args, admitted_search_file(args.spec))
+
+
+def cv_request(args: argparse.Namespace) -> object:
+    """The request of `aner parallel cv`: a search of one candidate."""
+    import msgspec
+
+    from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
+
+    if args.folds is None:
+        raise RequestError("missing --folds (see `aner parallel cv -h`)")
+    options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_DERIVED)
+    chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK_ROWS
+    args.chunk = None  # not the execution's: fits go out whole, one per task
+    return msgspec.structs.replace(
+        options, folds=args.folds, group=args.group_column, refit=args.refit, chunk=chunk
+    )
+
+
+def cv_command(args: argparse.Namespace) -> int:
+    return _run(args, cv_request(args))

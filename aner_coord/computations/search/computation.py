@@ -1,0 +1,161 @@
+"""Model search and cross-validation `aner-search/v1` (SPEC section 12): the computation the
+registry names, admission (every option, the grid, the data and its folds, every limit,
+before anything starts) and the start of a run (`run.SearchRun`).
+
+A search's items are its fits: every `(candidate, fold)` and the refit. Admission reports
+them as one pass of that many fits (`Admitted.passes = 1`) so that `status` counts fits
+done of the total; the run makes two passes of the job machine (the folds, then the refit
+of the selected candidate, once the folds are in), which the phase names. A task is a range
+of fits (one by default): each fit runs whole on one worker slot.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+import msgspec
+
+from aner_coord.computations.base import Admitted
+from aner_coord.computations.dense.computation import MAX_LAYER, MAX_PARAMS
+from aner_coord.computations.search import data as search_data
+from aner_coord.computations.search import grid as grids
+from aner_coord.computations.search.folds import FoldError, assign
+from aner_coord.computations.search.plan import (
+    MAX_FITS,
+    TRAINING_FIELDS,
+    Prepared,
+    fits_in_order,
+    plain,
+)
+from aner_coord.computations.search.request import GRID_KEYS, MAX_FOLDS, SearchRequest
+from aner_coord.computations.search.run import SearchRun
+from aner_coord.computations.search.summary import summarize
+from aner_coord.errors import AdmissionError, RequestError
+from aner_coord.limits import check_int, check_seed
+from aner_worker.kernels.dense.network import parameter_count
+from aner_worker.kernels.dense.plan import layer_sizes
+from aner_worker.kernels.search.kernel import SearchKernel
+
+MODEL_ID = "aner-search/v1"
+
+
+_prepared: dict[bytes, Prepared] = {}
+
+
+def _key(request: SearchRequest) -> bytes:
+    stamp: tuple[int, int] | None = None
+    if request.data is not None and request.data != "digits":
+        try:
+            info = os.stat(request.data)
+            stamp = (info.st_mtime_ns, info.st_size)
+        except OSError:
+            stamp = None
+    return msgspec.json.encode([request, stamp])
+
+
+def prepare(request: SearchRequest) -> Prepared:
+    """Admit `request` completely (RequestError naming the option), once per request and
+    data file version: the run of an admitted job starts from the same preparation."""
+    key = _key(request)
+    found = _prepared.get(key)
+    if found is None:
+        found = _prepare(request)
+        _prepared.clear()  # one search at a time: its data may be large
+        _prepared[key] = found
+    return found
+
+
+def _prepare(request: SearchRequest) -> Prepared:
+    seed = check_seed(request.seed)
+    if (request.data is None) == (request.teacher is None):
+        raise RequestError(
+            "give either {data} FILE or {teacher} ROWS,FEATURES,CLASSES (exactly one)",
+            "data",
+            "teacher",
+        )
+    teacher = grids.check_teacher(request.teacher) if request.teacher is not None else None
+    k = check_int("folds", request.folds)
+    if not 1 <= k <= MAX_FOLDS:
+        raise RequestError(
+            f"{{folds}} must be 2..{MAX_FOLDS}, or 1 for section 9's validation split; got {k}",
+            "folds",
+        )
+    fixed = {
+        name: grids.check_option(name, getattr(request, name))
+        for name in TRAINING_FIELDS
+        if hasattr(request, name)
+    }
+    grid = grids.check_grid(request.grid)
+    n_candidates = grids.count(grid)
+    n_fits = n_candidates * (k if k >= 2 else 1)
+    if n_fits > MAX_FITS:
+        raise AdmissionError(
+            f"{{grid}} makes {n_candidates:,} candidates x {max(k, 1)} fold(s) = {n_fits:,} "
+            f"fits; the limit is {MAX_FITS:,}: fewer values or fewer {{folds}}",
+            "grid",
+            "folds",
+        )
+    rows = search_data.load(request.data, request.label, teacher, request.group, seed)
+    dataset = rows.dataset
+    for what, size in (("features", dataset.n_features), ("classes", dataset.n_classes)):
+        if size > MAX_LAYER:
+            raise AdmissionError(f"the data has {size:,} {what}; the limit is {MAX_LAYER:,}")
+    try:
+        folds = assign(seed, rows.labels, k, rows.groups)
+    except FoldError as exc:
+        raise RequestError(str(exc), "folds", "group") from None
+    candidates = grids.candidates(grid)
+    options = [{**fixed, **values} for values in candidates]
+    sizes = [layer_sizes(dataset.n_features, o["hidden"], dataset.n_classes) for o in options]
+    _check_parameters(grid, sizes, candidates)
+    counts = [parameter_count(s) for s in sizes]
+    fits = fits_in_order(folds, [o["epochs"] for o in options], counts)
+    options = [{name: plain(value) for name, value in o.items()} for o in options]
+    return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits)
+
+
+def _check_parameters(
+    grid: dict[str, list[Any]], sizes: list[list[int]], candidates: list[dict[str, Any]]
+) -> None:
+    for c, layer in enumerate(sizes):
+        n = parameter_count(layer)
+        if n <= MAX_PARAMS:
+            continue
+        where = "{hidden}"
+        if "hidden" in grid:
+            where = f"grid.hidden[{grid['hidden'].index(candidates[c]['hidden'])}]"
+        raise AdmissionError(
+            f"{where}: layer sizes {layer} make {n:,} parameters; the limit is "
+            f"{MAX_PARAMS:,}: use smaller layers",
+            "hidden",
+        )
+
+
+class Search:
+    kind: ClassVar[str] = "search"
+    unit: ClassVar[str] = "fits"
+    request_type: ClassVar[type[SearchRequest]] = SearchRequest
+    kernel: ClassVar[SearchKernel] = SearchKernel()
+    # A fit takes seconds, not microseconds: one result at a time from each local thread,
+    # and an in-flight window of two per slot.
+    seconds_per_item: ClassVar[float] = 1.0
+    default_chunk: ClassVar[int] = 1  # fits a task
+
+    def admit(self, request: SearchRequest) -> Admitted:
+        prepared = prepare(request)
+        return Admitted(
+            items=len(prepared.fits) + (1 if request.refit else 0),
+            passes=1,
+            identity=MODEL_ID,
+            describe=prepared.describe(),
+        )
+
+    def start(self, request: SearchRequest, chunk: int) -> SearchRun:
+        return SearchRun(prepare(request), chunk)
+
+    def summarize(self, result: dict[str, Any]) -> list[str]:
+        return summarize(result)
+
+
+__all__ = ["GRID_KEYS", "MODEL_ID", "Prepared", "Search", "prepare"]

@@ -1,0 +1,151 @@
+"""The candidates of a search (SPEC section 12, Candidates) and the checks of their options.
+
+Candidates are the cartesian product of the grid's lists in the grid's key order (the
+order of the search file or of the `grid` mapping), the last key varying fastest; candidate
+`c` is its 0-based index. A grid may vary `GRID_KEYS` only; a key may not also stand at the
+top level (one place for each option), and no list may be empty. An empty grid is one
+candidate: the top-level options (`aner parallel cv`).
+
+Every option, fixed or from the grid, is checked as `train` checks it, with the same limits;
+an error names the option as its caller wrote it: `{lr}` at the top level (rendered `lr=`,
+`--lr` or `lr` by whoever reports it), `grid.lr[1]` for the second value of the grid's list.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import typing
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from aner_coord.computations.dense.computation import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_HIDDEN_LAYERS,
+    MAX_LAYER,
+)
+from aner_coord.computations.search.request import GRID_KEYS, SearchRequest
+from aner_coord.errors import AdmissionError, RequestError
+from aner_coord.limits import check_int, check_positive
+
+
+def candidates(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Each candidate's grid values, candidate `c` at index `c`."""
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def count(grid: Mapping[str, Sequence[Any]]) -> int:
+    return math.prod(len(values) for values in grid.values())
+
+
+def check_conflicts(given: Collection[str], grid: Mapping[str, Any]) -> None:
+    """Options given at the top level (`given`) may not also be in the grid."""
+    both = [key for key in grid if key in given]
+    if both:
+        raise RequestError(
+            f"{both[0]} is given both at the top level and in the grid: give it in one place"
+        )
+
+
+def check_shape(grid: Mapping[str, Any]) -> None:
+    """Keys the grid may vary, each with a non-empty list of values."""
+    for key, values in grid.items():
+        if key not in GRID_KEYS:
+            raise RequestError(
+                f"the grid cannot vary {key!r}: it varies {', '.join(GRID_KEYS)} "
+                "(fixed options stand at the top level)"
+            )
+        if not isinstance(values, list | tuple) or not values:
+            raise RequestError(f"grid.{key} must be a non-empty list of values, got {values!r}")
+
+
+def check_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The grid with every value checked and converted to its option's type."""
+    check_shape(grid)
+    return {
+        key: [_grid_value(key, i, value) for i, value in enumerate(values)]
+        for key, values in grid.items()
+    }
+
+
+def _grid_value(key: str, index: int, value: Any) -> Any:
+    where = f"grid.{key}[{index}]"
+    try:
+        typed = msgspec.convert(value, type=_hints()[key])
+        return check_option(key, typed)
+    except msgspec.ValidationError as exc:
+        raise RequestError(f"{where}: {_lower(str(exc))}, got {value!r}") from None
+    except RequestError as exc:
+        raise RequestError(
+            exc.render(lambda name: where if name == key else f"{{{name}}}"),
+            *(a for a in exc.arguments if a != key),
+        ) from None
+
+
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(SearchRequest, include_extras=True)
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def check_option(name: str, value: Any) -> Any:
+    """One option's value as `train` admits it (RequestError naming `{name}`)."""
+    match name:
+        case "hidden":
+            return _hidden(value)
+        case "batch" | "epochs":
+            limit = MAX_BATCH if name == "batch" else MAX_EPOCHS
+            number = check_positive(name, value)
+            if number > limit:
+                raise AdmissionError(f"{{{name}}} is {number:,}; the limit is {limit:,}", name)
+            return number
+        case "patience" | "chunk":
+            return check_positive(name, value)
+        case "optimizer":
+            if value not in ("adam", "sgd"):
+                raise RequestError(f"{{optimizer}} must be adam or sgd, got {value!r}", name)
+            return value
+        case "lr":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise RequestError(f"{{lr}} must be a finite number, got {value!r}", name)
+            if not math.isfinite(value) or value <= 0:
+                raise RequestError(f"{{lr}} must be a positive finite number, got {value}", name)
+            return float(value)
+        case "target_accuracy":
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1
+            ):
+                raise RequestError(f"{{target_accuracy}} must be in (0, 1], got {value!r}", name)
+            return value
+        case _:
+            return value
+
+
+def _hidden(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, tuple | list):
+        raise RequestError(f"{{hidden}} must be a list of layer sizes, got {value!r}", "hidden")
+    if len(value) > MAX_HIDDEN_LAYERS:
+        raise AdmissionError(
+            f"{{hidden}} has {len(value)} layers; the limit is {MAX_HIDDEN_LAYERS}", "hidden"
+        )
+    sizes = tuple(check_positive("hidden", h) for h in value)
+    if any(h > MAX_LAYER for h in sizes):
+        raise AdmissionError(
+            f"{{hidden}} has a layer of {max(sizes):,} units; the limit is {MAX_LAYER:,}", "hidden"
+        )
+    return sizes
+
+
+def check_teacher(value: Any) -> tuple[int, int, int]:
+    if len(value) != 3:
+        raise RequestError("{teacher} must be ROWS,FEATURES,CLASSES", "teacher")
+    rows, features, classes = (check_int("teacher", v) for v in value)
+    return rows, features, classes

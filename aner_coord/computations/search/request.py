@@ -1,0 +1,62 @@
+"""What a model search or a cross-validation asks for (SPEC section 12), declared once here.
+
+`SearchRequest` is a `DenseRequest` (every `train` option, fixed for every candidate, with
+Dense's own defaults and help) plus what a search adds: the folds, an optional group
+column, the refit, the rows of a chunk within each fit (a Dense option: the parameters
+depend on it; a search hands out whole fits, never chunks of one) and the `grid` of
+candidates. `aner parallel cv` is a search whose grid is empty: one candidate. The API
+(`parallel.search`, `parallel.cross_validate`), the command line and the search file take
+their options from this type. Light: nothing here imports numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from msgspec import Meta
+
+from aner_coord.computations.dense.request import DenseRequest
+
+# The options a grid may vary (SPEC section 12), in the order the help lists them.
+GRID_KEYS = ("hidden", "lr", "batch", "epochs", "optimizer", "patience", "chunk")
+# Rows of a chunk within a fit unless the request says otherwise: Dense's own default, so
+# that a one-candidate search of a `train` configuration computes its very numbers.
+DEFAULT_CHUNK_ROWS = 256
+MAX_FOLDS = 255  # a fold is one byte per row, and 255 marks a test row
+
+
+class SearchRequest(DenseRequest, frozen=True, tag="search"):
+    """Candidates of a Dense classifier, each evaluated by K-fold cross-validation (or by
+    section 9's validation split with `folds = 1`), the best refit and tested once."""
+
+    group: Annotated[
+        str | None,
+        Meta(
+            description="group column of a CSV: all of a group's rows go to one fold "
+            "(that column is not a feature)",
+            extra={"metavar": "COL"},
+        ),
+    ] = None
+    folds: Annotated[
+        int,
+        Meta(
+            description=f"folds of the cross-validation (2..{MAX_FOLDS}); 1 uses section 9's "
+            "validation split",
+            extra={"metavar": "K"},
+        ),
+    ] = 5
+    refit: Annotated[
+        bool,
+        Meta(description="train the selected candidate on the whole pool and test it once"),
+    ] = True
+    chunk: Annotated[
+        int, Meta(description="rows of a chunk within each fit; the parameters depend on it")
+    ] = DEFAULT_CHUNK_ROWS
+    # msgspec gives each request its own empty dict: a shared mutable default is no risk.
+    grid: Annotated[
+        dict[str, list[Any]],
+        Meta(
+            description="lists of values of " + ", ".join(GRID_KEYS) + "; candidates are "
+            "their cartesian product, the last key varying fastest"
+        ),
+    ] = {}  # noqa: RUF012
