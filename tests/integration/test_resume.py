@@ -99,8 +99,9 @@ def test_a_cancelled_job_resumes_to_the_exact_hits(
         assert "job resumed in the background" in done.stdout
         coordinators.add(status_of(copy).pid)
         wait_status(copy, lambda s: s.state.terminal, 300, "the resumed job to end")
-        log = (copy / "coordinator.log").read_text()
-        assert "completed: 1,000,000,000 samples, seed 42: 785,386,550 hits" in log
+        # The coordinator logs its summary after the status it ends with: wait for the line.
+        line = "completed: 1,000,000,000 samples, seed 42: 785,386,550 hits"
+        wait_for(lambda: line in (copy / "coordinator.log").read_text(), 60, "the summary")
     else:
         assert f"{HITS_1E9:,} hits" in done.stdout
     final = status_of(copy)

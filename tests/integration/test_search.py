@@ -128,9 +128,10 @@ def outcome(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def accepted_chunks(job: Path) -> dict[int, list[int]]:
-    records, _ = scan((job / "ledger").read_bytes())
+    entries, _ = scan((job / "ledger").read_bytes())
     chunks: dict[int, list[int]] = {}
-    for record in records:
+    for entry in entries:
+        record = entry.record
         if isinstance(record, Accepted):
             chunks.setdefault(record.pass_id, []).append(record.chunk)
     return chunks
