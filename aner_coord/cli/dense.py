@@ -56,6 +56,9 @@ def train_command(args: argparse.Namespace) -> int:
     from aner_coord.cli.jobs import run_foreground
 
     job = admit(train_request(args))
+    if not args.quiet:
+        for note in job.notes:  # also in status.json, for `status`
+            print(f"aner: note: {note}", file=sys.stderr)
     if args.background:
         from aner_coord.cli.background import submit
 

@@ -21,7 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from aner_coord.jobdir.status import JobState, StagingRecord, WorkerAccount, WorkerLoss
+from aner_coord.jobdir.status import (
+    JobState,
+    StagingRecord,
+    TrainingPosition,
+    WorkerAccount,
+    WorkerLoss,
+)
 from aner_coord.requests import ComputationRequest
 from aner_worker.kernels.base import Kernel
 
@@ -42,12 +48,30 @@ class PassSpec:
 
 @dataclass(frozen=True)
 class Admitted:
-    """What admission learned about a request's computation."""
+    """What admission learned about a request's computation.
 
-    items: int  # per pass (samples or rows)
+    A computation whose passes all have `items` items leaves the rest at their defaults. One
+    whose passes differ (Dense: normalisation, training steps, validation, test) states its
+    planned work (the items of every pass) and its largest pass, and whether the work is an
+    upper bound (early stopping may end it sooner); one whose `items` passes are optimizer
+    steps sets `steps`, so that a plan leaving worker slots idle during them is reported."""
+
+    items: int  # per pass (samples or rows); a training step's for Dense
     passes: int  # at most
     identity: str  # the stream or fixture identity of SPEC sections 1 and 2
     describe: dict[str, Any]  # the request as the manifest records it
+    work: int | None = None  # items of every planned pass (None: items * passes)
+    largest_pass: int | None = None  # items of the largest pass (None: items)
+    upper_bound: bool = False  # `work` is at most what runs: the job may end sooner
+    steps: bool = False  # the `items` passes are steps: each should keep every slot busy
+
+    @property
+    def planned_work(self) -> int:
+        return self.work if self.work is not None else self.items * self.passes
+
+    @property
+    def largest(self) -> int:
+        return self.largest_pass if self.largest_pass is not None else self.items
 
 
 @dataclass(frozen=True)
@@ -116,6 +140,25 @@ class StagesData(Protocol):
     """A run whose kernel reads file data: worker processes receive it once per job."""
 
     def staging(self) -> StagePlan | None: ...
+
+
+@runtime_checkable
+class ReportsPosition(Protocol):
+    """A run that can say where it stands in terms its user knows (epoch e of E, step s of
+    S, the latest validation accuracy), for status and progress displays."""
+
+    def position(self) -> TrainingPosition | None: ...
+
+
+@runtime_checkable
+class ExplainsDifference(Protocol):
+    """A run whose statistics are too large to quote in an audit's message: it summarises
+    how two of them differ, and may accept a worker on another platform within a stated
+    tolerance (`same` stays bitwise)."""
+
+    def difference(self, worker: Any, own: Any) -> str: ...
+
+    def close(self, worker: Any, own: Any) -> bool: ...
 
 
 @runtime_checkable

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from aner_coord.computations import Diverged, PassSpec, Run
+from aner_coord.computations.base import ReportsPosition
 from aner_coord.job.chunks import ChunkQueue
 from aner_coord.job.events import (
     AuditFailed,
@@ -147,6 +148,7 @@ class JobMachine:
         self._audit_seq = 0
         self._retries = retries
         self._ledger_chunks = bool(getattr(run, "durable_chunks", True))
+        self._position = run.position if isinstance(run, ReportsPosition) else None
         self._losses: list[WorkerLoss] = list(losses)  # earlier coordinators' count too
         self._recovered = {p: dict(c) for p, c in (recovered or {}).items()}
         self._recovered_items = 0
@@ -485,6 +487,7 @@ class JobMachine:
                 committed_steps=self._run.committed_steps,
                 losses=tuple(self._losses),
                 recovered=self._recovered_items,
+                position=self._position() if self._position is not None else None,
             ),
             urgent,
         )

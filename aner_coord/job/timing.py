@@ -66,6 +66,12 @@ class TaskTimes:
         with self._lock:
             self._worker(identity).machine = dict(machine) if machine else None
 
+    def machine_of(self, identity: str) -> dict[str, str] | None:
+        """The machine identity `identity` reported, if any."""
+        with self._lock:
+            worker = self._workers.get(identity)
+            return None if worker is None or worker.machine is None else dict(worker.machine)
+
     def dispatched(self, identity: str, task_ids: Iterable[int]) -> None:
         now = time.monotonic()
         with self._lock:

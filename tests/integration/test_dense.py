@@ -398,8 +398,9 @@ def test_background_training_shows_epochs_and_cancels_at_a_committed_step(
     with spawned([ANER, "parallel", "status", "--job", str(job), "--watch"]) as watch:
         shown = run_aner("parallel", "status", "--job", str(job))
         assert shown.returncode == 0
-        step = r"epoch \d+ step \d+/55(, validation accuracy 0\.\d{4})?"
-        assert re.search(rf"\(({step}|validation after epoch \d+)\)", shown.stdout)
+        step = r"epoch \d+ of 1000, step \d+ of 55"
+        assert re.search(rf"\(({step}|validation after epoch \d+ of 1000)\)", shown.stdout)
+        assert re.search(rf"training  {step}(, validation accuracy 0\.\d{{4}})?\n", shown.stdout)
         cancel = run_aner("parallel", "cancel", "--job", str(job))
         assert cancel.returncode in (0, 4), cancel.stderr
         code, out, _ = finish(watch, 60)

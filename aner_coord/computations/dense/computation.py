@@ -35,7 +35,7 @@ from aner_worker.kernels.dense.plan import (
 
 # Rows a task unless the execution says otherwise; the parameters depend on it (the order
 # of the gradient sums), never on the workers.
-DEFAULT_CHUNK_ROWS = 256
+DEFAULT_CHUNK_ROWS = 64
 
 # Admission limits (SPEC section 3 asks for limits with clear errors).
 MAX_FILE_BYTES = 2 << 30  # a data file, before parsing
@@ -184,7 +184,8 @@ class Dense:
             roles = assign_roles(seed, dataset.n_rows, *FRACTIONS)
         except PlanError as exc:
             raise RequestError(str(exc)) from None
-        n_train = int(roles.train.size)
+        counts = roles.counts()
+        n_train = counts["train"]
         steps = steps_per_epoch(n_train, batch)
         source = (
             {"teacher": list(request.teacher)}
@@ -195,6 +196,11 @@ class Dense:
             items=min(batch, n_train),
             passes=1 + epochs * (steps + 1) + 1,
             identity=MODEL_ID,
+            # normalisation, every epoch's steps and validation, the test
+            work=n_train + epochs * (n_train + counts["validation"]) + counts["test"],
+            largest_pass=max(counts.values()),
+            upper_bound=epochs > request.patience,  # early stopping may end it sooner
+            steps=True,
             describe={
                 "data": dataset.identity,
                 **source,

@@ -55,7 +55,7 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
         last = self.history[-1]
         return (
             f"{len(self.history)} epoch(s), {self.committed_steps} steps: best epoch "
-            f"{self.best_epoch} (validation accuracy "
+            f"{self.best_epoch + 1} (validation accuracy "
             f"{self.history[self.best_epoch].validation_accuracy:.4f}), test accuracy "
             f"{self.test_accuracy:.4f}, test loss {self.test_loss:.4f} | last epoch "
             f"validation loss {last.validation_loss:.4f} | {len(self.workers)} worker(s), "
