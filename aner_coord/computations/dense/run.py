@@ -75,6 +75,15 @@ def _relative(u: np.ndarray[Any, Any], v: np.ndarray[Any, Any]) -> float:
     return err if np.isfinite(err) else float("inf")
 
 
+def feature_names(dataset: Dataset) -> tuple[str, ...] | None:
+    """The names `predict` maps columns by: a CSV's header (label left out), x0, x1, ...
+    for data without names; None for a header that repeats a name (columns by position)."""
+    names = getattr(dataset, "feature_names", None)
+    if names is None:
+        return tuple(f"x{j}" for j in range(dataset.n_features))
+    return tuple(names) if len(set(names)) == len(names) == dataset.n_features else None
+
+
 class DenseRun:
     # Gradient sums are as large as the model: a ledger of every chunk would dwarf it (24 MB
     # for a digits job). Only committed passes are recorded; a resumed job retrains.
@@ -232,7 +241,9 @@ class DenseRun:
         norm = self.training.normalisation
         assert norm is not None
         params = self.training.parameters(flat)
-        return DenseModel(list(self.sizes), params, norm, self._dataset.classes)
+        return DenseModel(
+            list(self.sizes), params, norm, self._dataset.classes, feature_names(self._dataset)
+        )
 
     def files(self, state: JobState) -> dict[str, bytes]:
         """`model.npz`: the final (best) model of a completed run; of any other, the model
