@@ -32,6 +32,14 @@ from aner_coord.requests import ComputationRequest
 from aner_worker.kernels.base import Kernel
 
 
+def readable(value: float) -> str:
+    """A loss or a metric as a person reads it: six decimals in the usual range, else six
+    significant digits with an exponent (never the 300 digits of 1e300 in fixed point)."""
+    if value == 0 or 1e-4 <= abs(value) < 1e6:
+        return f"{value:.6f}"
+    return f"{value:.6g}"
+
+
 class Diverged(Exception):
     """The computation's numbers left the finite range: a property of the request (a rate
     too large, say), not of any worker."""

@@ -12,8 +12,9 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.base import Admitted
+from aner_coord.computations.dense import suspect
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun
+from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun, feature_names
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_positive, check_seed
@@ -119,6 +120,16 @@ def _check_lr(value: object) -> float:
     return float(value)
 
 
+def _check_moments(request: DenseRequest, dataset: Dataset, train: Any) -> None:
+    """Refuse features whose normalisation would overflow (`suspect`), naming the column."""
+    if not isinstance(dataset, ArrayDataset):
+        return  # a teacher set's features lie in [-1, 1)
+    names = feature_names(dataset) or [f"x{j}" for j in range(dataset.n_features)]
+    problem = suspect.overflowing_feature(dataset.x, train, names)
+    if problem is not None:
+        raise RequestError(f"{{data}} {request.data}: {problem}", "data")
+
+
 class Dense:
     kind: ClassVar[str] = "dense"
     unit: ClassVar[str] = "rows"
@@ -184,6 +195,7 @@ class Dense:
             roles = assign_roles(seed, dataset.n_rows, *FRACTIONS)
         except PlanError as exc:
             raise RequestError(str(exc)) from None
+        _check_moments(request, dataset, roles.train)
         counts = roles.counts()
         n_train = counts["train"]
         steps = steps_per_epoch(n_train, batch)

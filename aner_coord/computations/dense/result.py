@@ -50,16 +50,20 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     committed_steps: int
     rows_processed: int
     staging: list[StagingRecord] = msgspec.field(default_factory=list)
+    # What the user should know of the result (`suspect`): a run that used all its epochs
+    # with the validation loss still falling.
+    notes: list[str] = msgspec.field(default_factory=list)
 
     def summary(self) -> str:
         last = self.history[-1]
+        notes = "".join(f"\nnote: {note}" for note in self.notes)
         return (
             f"{len(self.history)} epoch(s), {self.committed_steps} steps: best epoch "
             f"{self.best_epoch + 1} (validation accuracy "
             f"{self.history[self.best_epoch].validation_accuracy:.4f}), test accuracy "
             f"{self.test_accuracy:.4f}, test loss {self.test_loss:.4f} | last epoch "
             f"validation loss {last.validation_loss:.4f} | {len(self.workers)} worker(s), "
-            f"{self.seconds:.3f} s"
+            f"{self.seconds:.3f} s{notes}"
         )
 
 

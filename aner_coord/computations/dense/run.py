@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
+from aner_coord.computations.dense import suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.dense.result import DenseResult, EpochRecord
@@ -189,10 +190,24 @@ class DenseRun:
         self.training.accept(chunk, stats)
 
     def commit(self) -> None:
+        training = self.training
+        normalising = training.normalisation is None
         try:
-            self.training.commit()
+            training.commit()
         except Divergence as exc:
             raise Diverged(str(exc)) from None
+        norm = training.normalisation
+        if normalising and norm is not None:
+            names = feature_names(self._dataset) or [str(j) for j in range(norm.mean.size)]
+            problem = suspect.bad_normalisation(norm, names)
+        else:
+            problem = suspect.divergence(training.history, training.test, self._n_classes)
+        if problem is not None:
+            raise Diverged(problem)
+
+    @property
+    def _n_classes(self) -> int:
+        return self.sizes[-1]
 
     def same(self, a: DenseStats, b: DenseStats) -> bool:
         return a == b  # one chunk, one thread: the same bits on one platform
@@ -269,6 +284,8 @@ class DenseRun:
         training = self.training
         assert training.test is not None
         request = self._request
+        note = suspect.still_improving(training.history, training.best_epoch, request.epochs)
+        notes = [note] if note is not None else []
         history = [
             EpochRecord(
                 h.epoch,
@@ -298,6 +315,7 @@ class DenseRun:
             test_loss=training.test[0],
             test_accuracy=training.test[1],
             time_to_target_s=training.time_to_target,
+            notes=notes,
             committed_steps=training.committed,
             rows_processed=training.rows_processed,
             staging=list(accounting.staging),

@@ -17,6 +17,7 @@ def summarize(result: dict[str, Any]) -> list[str]:
     ]
     if result.get("time_to_target_s") is not None:
         lines.append(f"target    reached after {result['time_to_target_s']:.3f} s")
+    lines.extend(f"note      {note}" for note in result.get("notes") or [])
     for record in result.get("staging") or []:
         lines.append(
             f"staging   {record['identity']}: {record['state']}, {record['bytes']:,} bytes "
