@@ -72,6 +72,7 @@ class Admitted:
     largest_pass: int | None = None  # items of the largest pass (None: items)
     upper_bound: bool = False  # `work` is at most what runs: the job may end sooner
     steps: bool = False  # the `items` passes are steps: each should keep every slot busy
+    load_s: float = 0.0  # seconds admission spent loading the kernels (a process's first job)
 
     @property
     def planned_work(self) -> int:
@@ -91,6 +92,8 @@ class Accounting:
     execution: dict[str, Any]
     losses: tuple[WorkerLoss, ...] = ()
     staging: tuple[StagingRecord, ...] = ()
+    ready_s: float | None = None  # of `seconds`, those before the first worker was ready
+    load_s: float = 0.0  # seconds admission spent loading kernels, before the job (`Admitted`)
 
 
 class Run(Protocol):

@@ -36,6 +36,7 @@ from aner_coord.job.events import (
     Event,
     ResultReceived,
     ShellFailed,
+    WorkerReady,
     WorkersStopped,
 )
 from aner_coord.job.instructions import (
@@ -128,6 +129,7 @@ class Coordinator:
         self._audits: dict[int, SendTask] = {}
         self._audit_tasks: set[asyncio.Task[None]] = set()
         self._early: list[Event] | None = []  # events that came before the machine started
+        self._ready_at: float | None = None  # seconds from the start to the first WorkerReady
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> JobReport:
@@ -146,6 +148,8 @@ class Coordinator:
                 execution=self.job.describe_execution(),
                 losses=tuple(snapshot.losses),
                 staging=tuple(snapshot.staging),
+                ready_s=None if self._ready_at is None else round(self._ready_at, 6),
+                load_s=self.job.admitted.load_s,
             )
             try:
                 result = self._run.result(accounting)
@@ -245,6 +249,8 @@ class Coordinator:
             loop.call_soon_threadsafe(self._handle, event)
 
     def _handle(self, event: Event) -> None:
+        if self._ready_at is None and isinstance(event, WorkerReady):
+            self._ready_at = time.monotonic() - self._started
         if self._early is not None:
             self._early.append(event)
             return

@@ -320,7 +320,9 @@ class DenseRun:
             rows_processed=training.rows_processed,
             staging=list(accounting.staging),
             losses=list(accounting.losses),
-            seconds=accounting.seconds,
+            # the job's compute: without the time before its first worker was ready
+            seconds=round(accounting.seconds - (accounting.ready_s or 0.0), 6),
+            load_s=round(accounting.load_s + (accounting.ready_s or 0.0), 6),
             execution=accounting.execution,
             workers=list(accounting.workers),
         )
