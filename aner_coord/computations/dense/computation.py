@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any, ClassVar
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -276,3 +277,13 @@ class Dense:
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
         return summarize(result)
+
+    def tiny(self, request: DenseRequest, rows: int) -> DenseRequest:
+        """A small request of the same shape for probes: a teacher set of `rows` rows (at
+        least 200) with the data's features and classes (nothing to stage), one epoch of
+        one step."""
+        dataset = load_dataset(request)
+        teacher = (max(200, rows), min(dataset.n_features, 256), dataset.n_classes)
+        return msgspec.structs.replace(
+            request, data=None, label=None, teacher=teacher, epochs=1, batch=MAX_BATCH
+        )
