@@ -17,4 +17,5 @@ BENCHMARKS: tuple[str, ...] = (
     "durable",
     "plan",
     "dense",
+    "dense_workers",
 )
