@@ -3,7 +3,7 @@ commands (`aner parallel train ... --workers W`), side by side in one run.
 
 On the digits (the defaults: 100 epochs with early stopping, batch 256, hidden 64,64) and on
 the teacher set 10**5 x 64 x 10 (the defaults, a fixed number of epochs): the default chunk
-(64 rows, four chunks a step) against 128 rows (two chunks a step) and the previous default
+(128 rows, two chunks a step) against 64 rows (four chunks a step) and the previous default
 (256 rows: one chunk a step, so a second worker had almost nothing to do), each with 1 and
 2 local workers, interleaved.
 Per case: the whole command's wall time, training rows per second (training rows over the
@@ -50,8 +50,8 @@ class Case:
         return f"{self.workers} worker(s), {chunk}"
 
 
-MIDDLE = 128  # two chunks a step: one each for 2 workers, none for a third
-CASES = tuple(Case(w, c) for c in (None, MIDDLE, OLD_CHUNK) for w in (1, 2))
+FINER = 64  # four chunks a step: one each for 4 workers
+CASES = tuple(Case(w, c) for c in (None, FINER, OLD_CHUNK) for w in (1, 2))
 
 
 def train(data: list[str], case: Case, work: Path, counter: list[int]) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def one_data_set(title: str, data: list[str], reps: int, work: Path) -> dict[str
              ratio(efficiency) if case.workers > 1 else "-", f"{share:.2f}",
              values[-1]["epochs"], f"{values[-1]['test_accuracy']:.4f}")
         )  # fmt: skip
-    for chunk in (None, MIDDLE, OLD_CHUNK):
+    for chunk in (None, FINER, OLD_CHUNK):
         a, b = (runs[Case(w, chunk).name].values[-1] for w in (1, 2))
         same = (a["epochs"], a["test_accuracy"]) == (b["epochs"], b["test_accuracy"])
         out[f"same_result_chunk_{chunk or 'default'}"] = same

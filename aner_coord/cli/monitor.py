@@ -237,7 +237,9 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         lines.append(f"training  {position}")
     if snap.passes > 1:
         most = "at most " if snap.work_upper_bound else ""
-        lines.append(f"pass      {snap.pass_index} of {most}{snap.passes} ({snap.phase})")
+        done = snap.state is JobState.COMPLETED  # early stopping may have ended it sooner
+        passes = snap.pass_index if done else snap.passes
+        lines.append(f"pass      {snap.pass_index} of {most}{passes} ({snap.phase})")
         if snap.committed_steps is not None:
             lines.append(f"steps     {snap.committed_steps} committed")
     lines.extend(f"plan      {note}" for note in snap.notes)

@@ -79,7 +79,7 @@ def test_a_dense_experiment_over_threads_and_a_pipe_group(tmp_path: Path) -> Non
     assert all(t.get("staged") is None for t in trials if t["case"] == "threads")
     with (out / "cases.csv").open() as f:
         rows = {row["case"]: row for row in csv.DictReader(f)}
-    assert rows["pipes"]["chunk"] == rows["threads"]["chunk"] == "64"  # Dense's default
+    assert rows["pipes"]["chunk"] == rows["threads"]["chunk"] == "128"  # Dense's default
     assert float(rows["pipes"]["test_accuracy"]) == round(trials[0]["test_accuracy"], 6)
     assert rows["pipes"]["staging"] == "cached" and rows["threads"]["staging"] == ""
     assert "time_to_target_s" in rows["threads"]

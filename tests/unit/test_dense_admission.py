@@ -111,18 +111,18 @@ def on_cluster(tmp_path: Path, workers: int, **fields: Any) -> JobRequest:
 
 def test_the_defaults_split_a_step_for_two_workers_without_a_note(tmp_path: Path) -> None:
     job = admit(on_cluster(tmp_path, 2))
-    assert job.chunk == DEFAULT_CHUNK_ROWS == 64
-    assert -(-job.admitted.items // job.chunk) == 4  # a batch of 256: four chunks a step
+    assert job.chunk == DEFAULT_CHUNK_ROWS == 128
+    assert -(-job.admitted.items // job.chunk) == 2  # a batch of 256: one chunk each
     assert job.notes == ()
 
 
 def test_a_step_smaller_than_the_group_is_admitted_with_one_note(tmp_path: Path) -> None:
-    # Six workers for four chunks a step: every worker still takes part in the larger
-    # passes (normalisation, validation), so it is no error, but two slots idle each step.
+    # Six workers for two chunks a step: every worker still takes part in the larger
+    # passes (normalisation, validation), so it is no error, but four slots idle each step.
     job = admit(on_cluster(tmp_path, 6))
     (note,) = job.notes
     assert note == (
-        "a step of 256 rows makes 4 chunk(s) of 64 for 6 worker slots: 2 slot(s) idle during "
+        "a step of 256 rows makes 2 chunk(s) of 128 for 6 worker slots: 4 slot(s) idle during "
         "every step (a chunk of at most 42 would use them all, with other parameters)"
     )
     local = admit(
@@ -135,6 +135,6 @@ def test_a_step_smaller_than_the_group_is_admitted_with_one_note(tmp_path: Path)
 
 
 def test_a_group_larger_than_every_pass_is_refused(tmp_path: Path) -> None:
-    # 300 rows leave about 210 training rows: four chunks of 64 in the largest pass.
+    # 300 rows leave about 210 training rows: two chunks of 128 in the largest pass.
     with pytest.raises(AdmissionError, match="fewer than the 6 configured workers"):
         admit(on_cluster(tmp_path, 6, teacher=(300, 5, 3)))
