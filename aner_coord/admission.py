@@ -64,6 +64,7 @@ class Job:
     workers: Workers
     output: Path | None
     chunk: int  # items a task: the execution's, or the computation's default
+    notes: tuple[str, ...] = ()  # what the user should know of the plan (idle slots)
 
     @property
     def kind(self) -> str:
@@ -87,9 +88,9 @@ def admit(request: JobRequest) -> Job:
     chunk = request.execution.chunk
     if chunk is None:
         chunk = computation.default_chunk
-    _check_plan(admitted, chunk, workers)
+    notes = _check_plan(admitted, chunk, workers, computation.unit)
     output = jobdir.check_new_output(request.output) if request.output is not None else None
-    return Job(request, computation, admitted, workers, output, chunk)
+    return Job(request, computation, admitted, workers, output, chunk, notes)
 
 
 def admit_execution(execution: Execution) -> Workers:
@@ -164,8 +165,16 @@ def _admit_cluster(execution: ClusterExecution) -> Workers:
     return Workers(slots, tuple(config.workers), automatic=False)
 
 
-def _check_plan(admitted: Admitted, chunk: int, workers: Workers) -> None:
-    total = admitted.items
+def _check_plan(
+    admitted: Admitted, chunk: int, workers: Workers, unit: str = "items"
+) -> tuple[str, ...]:
+    """Refuse a plan that cannot run (too many chunks; a cluster worker that no pass could
+    give a chunk); return a note when every optimizer step leaves worker slots idle.
+
+    The one-chunk-per-worker rule looks at the largest pass: a computation whose passes
+    differ (Dense) may have passes smaller than the group (a last partial batch, a short
+    validation pass) while every worker still takes part in the job."""
+    total = admitted.largest
     n_chunks = -(-total // chunk)
     if n_chunks > MAX_CHUNKS:
         smallest = -(-total // MAX_CHUNKS)
@@ -182,6 +191,16 @@ def _check_plan(admitted: Admitted, chunk: int, workers: Workers) -> None:
             f"use a chunk of at most {max(1, total // needed)} ({{chunk}})",
             "chunk",
         )
+    slots = sum(workers.slots.values())
+    step_chunks = -(-admitted.items // chunk)
+    if not admitted.steps or step_chunks >= slots:
+        return ()
+    idle = slots - step_chunks
+    return (
+        f"a step of {admitted.items:,} {unit} makes {step_chunks} chunk(s) of {chunk:,} for "
+        f"{slots} worker slots: {idle} slot(s) idle during every step (a chunk of at most "
+        f"{max(1, admitted.items // slots):,} would use them all, with other parameters)",
+    )
 
 
 def local(workers: int = 0, chunk: int | None = None) -> LocalExecution:

@@ -170,19 +170,28 @@ class Calls:
         options = {"samples": samples, "steps": steps, "rate": rate, "seed": seed}
         return self._run(request_of(RegressionRequest, options, "regression"), **placement)
 
-    def _dense_fit(self, /, **arguments: Any) -> Call[DenseFit]:
-        """Train a Dense classifier (SPEC section 9) on `data` (a CSV or NPZ file, or
-        "digits") or on the procedural `teacher` set (rows, features, classes), with the
-        options of `DenseRequest`. The result carries the per-epoch history, test metrics,
-        `best_epoch`, `time_to_target_s`, per-worker accounting and `predict(X)`; with
-        `output`, the job directory also holds `model.npz`."""
+    def _dense_fit(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[DenseFit]:
+        """Train a Dense classifier (SPEC section 9) on arrays `X` (rows x features) and `y`
+        (a label per row: numbers or strings), on `data` (a CSV or NPZ file, or "digits") or
+        on the procedural `teacher` set (rows, features, classes), with the options of
+        `DenseRequest` (`hidden=64` is one layer of 64). The result carries the per-epoch
+        history, test metrics, `best_epoch`, `time_to_target_s`, per-worker accounting, the
+        row indices of each role (`train_rows`, `validation_rows`, `test_rows`),
+        `predict(X)` (labels in the classes' own type), `predict_proba(X)` and
+        `score(X, y)`; `seconds` leaves out loading the kernels, which `load_s` reports.
+        Arrays are identified by the SHA256 of a canonical encoding (`array:sha256:...`)
+        and staged to worker processes like file data; with `output`, the job directory
+        records that identity but not the arrays (such a job cannot be resumed from the
+        command line)."""
         from aner_coord.computations.dense.result import DenseFit
 
         placement, options = split_placement(arguments)
+        options = _dense_options(X, y, options)
         job = self.job(request_of(DenseRequest, options, "dense_fit"), placement)
 
         def finish(report: JobReport, interrupt: BaseException | None) -> DenseFit:
-            return DenseFit(self.finish(report, interrupt), report.run.model)
+            run = report.run
+            return DenseFit(self.finish(report, interrupt), run.model, run.roles)
 
         return Call(job, finish)
 
@@ -274,6 +283,28 @@ class OneOff(Calls):
 # -- options from a request type -------------------------------------------------------------
 
 
+def _dense_options(x: Any, y: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """`dense_fit`'s options with arrays `X`, `y` registered as its data (`data=` names
+    them) and `hidden=64` read as one layer."""
+    options = dict(options)
+    x = options.pop("X", x)
+    y = options.pop("y", y)
+    hidden = plain(options.get("hidden"))
+    if isinstance(hidden, int) and not isinstance(hidden, bool):
+        options["hidden"] = [hidden]
+    if x is None and y is None:
+        return options
+    if x is None or y is None:
+        raise RequestError("dense_fit() takes arrays as X and y together: give both")
+    if options.get("data") is not None or options.get("teacher") is not None:
+        raise RequestError("dense_fit() takes X and y, data= or teacher=: give exactly one")
+    from aner_coord.computations.dense.arrays import register
+    from aner_coord.computations.dense.computation import MAX_DATA_BYTES
+
+    options["data"] = register(x, y, limit_bytes=MAX_DATA_BYTES)
+    return options
+
+
 def split_placement(arguments: dict[str, Any]) -> tuple[Placement, dict[str, Any]]:
     """A call's keyword arguments: where it runs, and the computation's options."""
     placement = {k: v for k, v in arguments.items() if k in PLACEMENT}
@@ -327,10 +358,14 @@ def _argument_error(exc: msgspec.ValidationError, values: dict[str, Any]) -> str
     return f"{name}=: {message[0].lower()}{message[1:]}"
 
 
-def options_signature(kind: type[Any], first: str = "self") -> inspect.Signature:
+def options_signature(
+    kind: type[Any], first: str = "self", positional: tuple[str, ...] = ()
+) -> inspect.Signature:
     """The signature that a call taking `kind`'s options shows to `help()` and notebooks."""
     keyword = inspect.Parameter.KEYWORD_ONLY
-    parameters = [inspect.Parameter(first, inspect.Parameter.POSITIONAL_ONLY)]
+    only = inspect.Parameter.POSITIONAL_ONLY
+    parameters = [inspect.Parameter(first, only)]
+    parameters += [inspect.Parameter(name, only, default=None) for name in positional]
     for field in msgspec.structs.fields(kind):
         default = inspect.Parameter.empty if field.required else field.default
         parameters.append(inspect.Parameter(field.name, keyword, default=default))
@@ -340,8 +375,9 @@ def options_signature(kind: type[Any], first: str = "self") -> inspect.Signature
     return inspect.Signature(parameters)
 
 
-Calls.dense_fit.__signature__ = options_signature(DenseRequest)  # type: ignore[attr-defined]
-Calls.dense_fit_async.__signature__ = options_signature(DenseRequest)  # type: ignore[attr-defined]
+_DENSE_FIT = options_signature(DenseRequest, positional=("X", "y"))
+Calls.dense_fit.__signature__ = _DENSE_FIT  # type: ignore[attr-defined]
+Calls.dense_fit_async.__signature__ = _DENSE_FIT  # type: ignore[attr-defined]
 
 
 def _search_signature(*, grid: bool) -> inspect.Signature:

@@ -1,9 +1,14 @@
 """The hardware and software identity a worker reports at the handshake (SPEC section 10).
 
 Public facts only, all strings: CPU model, logical CPUs, memory, OS and architecture, and
-the Python, numpy, numba and aner versions. Never a hostname, a user or a path: the
-coordinator records these in job files and in the configuration registry, which people
-publish. Any change of one of them makes a new configuration revision of the worker.
+the Python, numpy, numba and aner versions, and the source fingerprint of the contract
+(`aner_worker.contract`), so that a rebuilt engine is a new revision even under an unchanged
+version string. Never a hostname, a user or a path: the coordinator records these in job
+files and in the configuration registry, which people publish. Any change of one of them
+makes a new configuration revision of the worker.
+
+`same_platform` says whether two identities compute bitwise alike (the same CPU model, OS,
+architecture and numeric stack), which is what a bitwise audit may assume.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from aner_worker.contract import source_fingerprint
 
 FIELDS = (
     "cpu_model",
@@ -24,7 +31,11 @@ FIELDS = (
     "numpy",
     "numba",
     "aner",
+    "source",
 )
+# What decides the bits of a floating-point kernel: the instructions the CPU offers and the
+# code that uses them (BLAS comes with numpy).
+PLATFORM_FIELDS = ("cpu_model", "os", "arch", "python", "numpy", "numba")
 
 
 def _cpu_model() -> str:
@@ -66,4 +77,10 @@ def machine_identity() -> dict[str, str]:
         "numpy": _version("numpy"),
         "numba": _version("numba"),
         "aner": _version("aner"),
+        "source": source_fingerprint(),
     }
+
+
+def same_platform(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Whether two machine identities compute bitwise alike (see PLATFORM_FIELDS)."""
+    return all(a.get(k) == b.get(k) for k in PLATFORM_FIELDS)

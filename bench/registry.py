@@ -18,4 +18,5 @@ BENCHMARKS: tuple[str, ...] = (
     "plan",
     "dense",
     "search",
+    "dense_workers",
 )

@@ -1,19 +1,23 @@
 """`aner parallel train` and `aner parallel predict`: thin shells over the Dense computation.
 
 `train` parses its flags into a `DenseRequest` and runs it like every other job (foreground
-or `--background`, `status`, `cancel`). `predict` reads a job directory's `model.npz` and a
-CSV or NPZ file of feature rows and writes, for each row, the predicted label and the class
-probabilities (CSV), with the model's own normalisation.
+or `--background`, `status`, `cancel`); a plan whose steps leave worker slots idle is noted
+on stderr at the start. `predict` reads a job directory's `model.npz` and a CSV or NPZ file
+of feature rows (`computations.dense.features`: a CSV's columns by the model's feature
+names) and writes, for each row, the predicted label and the class probabilities (CSV),
+with the model's own normalisation.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aner_coord.cli.arguments import (
     add_execution_arguments,
@@ -26,6 +30,8 @@ from aner_coord.requests import JobRequest
 if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
     import numpy as np
     import numpy.typing as npt
+
+    from aner_coord.computations.dense.model import DenseModel
 
     Floats = npt.NDArray[np.float64]
 
@@ -41,7 +47,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 def add_predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="JOBDIR", help="a train job's directory")
     p.add_argument("--data", required=True, metavar="FILE", help="CSV or NPZ feature rows")
-    p.add_argument("--output", metavar="FILE", help="CSV to write (default: standard output)")
+    p.add_argument(
+        "--output", metavar="FILE", help="a new CSV file to write (default: standard output)"
+    )
+    p.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="predict with the model a cancelled or failed job left (refused by default)",
+    )
 
 
 def train_request(args: argparse.Namespace) -> JobRequest:
@@ -56,6 +69,9 @@ def train_command(args: argparse.Namespace) -> int:
     from aner_coord.cli.jobs import run_foreground
 
     job = admit(train_request(args))
+    if not args.quiet:
+        for note in job.notes:  # also in status.json, for `status`
+            print(f"aner: note: {note}", file=sys.stderr)
     if args.background:
         from aner_coord.cli.background import submit
 
@@ -66,87 +82,73 @@ def train_command(args: argparse.Namespace) -> int:
 # -- predict -------------------------------------------------------------------------------
 
 
-def read_features(path: str, d: int, label: str | None) -> Floats:
-    import numpy as np
-
-    """Feature rows of a CSV (header; `d` columns, or `d + 1` with the label, which is
-    dropped: `label`, else the last) or an NPZ (array `X`). Errors name line and column."""
-    from aner_worker.kernels.dense.data import DataError
-
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise RequestError(f"--data {path}: cannot read: {exc.strerror or exc}") from None
-    if path.lower().endswith(".npz"):
-        try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-                x = np.asarray(archive["X"], dtype=np.float64)
-        except (KeyError, ValueError, OSError, EOFError) as exc:
-            raise RequestError(f"--data {path}: not an NPZ file with an array X ({exc})") from None
-        if x.ndim != 2 or x.shape[1] != d or not np.isfinite(x).all():
-            raise RequestError(f"--data {path}: X must be finite numbers of shape (n, {d})")
-        return x
-    try:
-        reader = csv.reader(io.StringIO(data.decode("utf-8").removeprefix("\ufeff"), newline=""))
-        header = [h.strip() for h in next(reader, [])]
-        if len(header) == d:
-            drop = None
-        elif len(header) == d + 1:
-            drop = len(header) - 1 if label is None else header.index(label)
-        else:
-            raise DataError(f"line 1: {len(header)} columns; the model takes {d} features")
-        rows: list[list[float]] = []
-        for fields in reader:
-            if not fields:
-                continue
-            line = reader.line_num
-            if len(fields) != len(header):
-                raise DataError(f"line {line}: expected {len(header)} values, found {len(fields)}")
-            row = []
-            for col, text in enumerate(fields):
-                if col == drop:
-                    continue
-                try:
-                    value = float(text)
-                except ValueError:
-                    value = float("nan")
-                if not np.isfinite(value):
-                    raise DataError(
-                        f"line {line}, column {col + 1} ({header[col]!r}): "
-                        f"not a finite number: {text[:40]!r}"
-                    )
-                row.append(value)
-            rows.append(row)
-    except UnicodeDecodeError:
-        raise RequestError(f"--data {path}: not valid UTF-8") from None
-    except (DataError, csv.Error) as exc:
-        raise RequestError(f"--data {path}: {exc}") from None
-    except ValueError:
-        raise RequestError(f"--data {path}: no label column named {label!r}") from None
-    if not rows:
-        raise RequestError(f"--data {path}: no data rows after the header")
-    return np.array(rows, dtype=np.float64)
-
-
 def predict_command(args: argparse.Namespace) -> int:
-    return predict(args.model, args.data, args.output)
+    return predict(args.model, args.data, args.output, allow_incomplete=args.allow_incomplete)
 
 
-def predict(model_dir: str, data: str, output: str | None) -> int:
-    import numpy as np
+def predict(
+    model_dir: str, data: str, output: str | None, *, allow_incomplete: bool = False
+) -> int:
+    """`aner parallel predict`: for each row of `data`, the predicted label and the class
+    probabilities (CSV) with the model's own normalisation, to `output` (a new file) or
+    standard output. Refuses, in one line and before writing anything: an output that
+    exists, a model file that is not a sound model, an incomplete model (a cancelled or
+    failed job's) unless `allow_incomplete`, rows that do not match the model's features,
+    and rows whose probabilities would not be finite numbers."""
+    if output is not None and os.path.lexists(output):
+        raise RequestError(f"--output {output} exists: give a new file name")
+    model, meta = _load(model_dir, allow_incomplete)
+    from aner_coord.computations.dense.features import FeatureError, read_rows
 
+    try:
+        x = read_rows(data, model, meta.get("label"))
+    except FeatureError as exc:
+        raise RequestError(str(exc)) from None
+    if model.features is None:
+        print(
+            f"aner: note: {model_dir}/model.npz records no feature names (an older aner): "
+            "the columns of --data are taken by position",
+            file=sys.stderr,
+        )
+    text = _predictions(model, x, data, model_dir)
+    if output is None:
+        return _print(text)
+    _write_new(output, text)
+    return EXIT_OK
+
+
+def _load(model_dir: str, allow_incomplete: bool) -> tuple[DenseModel, dict[str, Any]]:
     from aner_coord.computations.dense.model import ModelFileError, load_model
-    from aner_worker.kernels.dense.data import label_strings
 
-    path = Path(model_dir) / "model.npz"
-    if not path.is_file():
+    directory = Path(model_dir)
+    if not directory.is_dir():
+        raise RequestError(f"--model {model_dir}: not a job directory")
+    path = directory / "model.npz"
+    if not os.path.lexists(path):
         raise RequestError(f"--model {model_dir}: no model.npz (is it a completed train job?)")
     try:
         model, meta = load_model(path)
     except ModelFileError as exc:
-        raise RequestError(str(exc)) from None
-    x = read_features(data, model.sizes[0], meta.get("label"))
+        raise RequestError(f"--model: {exc}") from None
+    if meta.get("complete") is False and not allow_incomplete:
+        state = str(meta.get("state", "unfinished"))[:20]
+        raise RequestError(
+            f"--model {model_dir}: model.npz is the incomplete model of a {state} job (after "
+            f"{meta.get('committed_steps')} committed steps): give --allow-incomplete to use it"
+        )
+    return model, meta
+
+
+def _predictions(model: DenseModel, x: Floats, data: str, model_dir: str) -> str:
+    import numpy as np
+
+    from aner_coord.computations.dense.model import check_probabilities
+    from aner_worker.kernels.dense.data import label_strings
+
     proba = model.predict_proba(x)
+    bad = check_probabilities(proba)
+    if bad is not None:
+        _blame(model, x[bad], bad, data, model_dir)
     labels = label_strings(model.classes)
     index = np.argmax(proba, axis=1)
     out = io.StringIO()
@@ -154,11 +156,66 @@ def predict(model_dir: str, data: str, output: str | None) -> int:
     writer.writerow(["predicted", *(f"p_{name}" for name in labels)])
     for i, row in zip(index, proba, strict=True):
         writer.writerow([labels[int(i)], *(repr(float(p)) for p in row)])
-    if output is None:
-        sys.stdout.write(out.getvalue())
-    else:
-        try:
-            Path(output).write_text(out.getvalue())
-        except OSError as exc:
-            raise RequestError(f"--output {output}: cannot write: {exc.strerror}") from None
+    return out.getvalue()
+
+
+# A row within this many training standard deviations of the mean cannot overflow the
+# network of a sound model; beyond it, the row is the likelier culprit.
+FAR_OUT_STD = 1e6
+
+
+def _blame(model: DenseModel, row: Floats, index: int, data: str, model_dir: str) -> None:
+    """A row's probabilities are not finite numbers: the row's fault if its features lie
+    far outside the training data, else the model's (its parameters are out of range)."""
+    import numpy as np
+
+    z = float(np.max(np.abs((row - model.normalisation.mean) / model.normalisation.std)))
+    if z > FAR_OUT_STD:
+        raise RequestError(
+            f"--data {data}: row {index + 1} gives probabilities that are not finite numbers: "
+            f"its features lie up to {z:.3g} training standard deviations from the mean, "
+            "beyond what this model can evaluate; nothing was written"
+        )
+    raise RequestError(
+        f"--model {model_dir}: model.npz gives probabilities that are not finite numbers for "
+        f"row {index + 1} of the data, {z:.3g} standard deviations from the training mean: its "
+        "parameters are out of range; nothing was written"
+    )
+
+
+def _print(text: str) -> int:
+    """To standard output; a reader that closes the pipe early (`| head -1`) ends it
+    quietly with the command's own status."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return EXIT_OK
+
+
+def _write_new(output: str, text: str) -> None:
+    """`output`, which must not exist, complete or not at all: a temporary file beside it,
+    linked to its name (which fails if that name was taken meanwhile)."""
+    import tempfile
+
+    target = Path(output)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+    except OSError as exc:
+        raise RequestError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(tmp, target)
+    except FileExistsError:
+        raise RequestError(f"--output {output} exists: give a new file name") from None
+    except OSError as exc:
+        raise RequestError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

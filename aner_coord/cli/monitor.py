@@ -39,7 +39,14 @@ from typing import Any
 import msgspec
 
 from aner_coord import jobdir
-from aner_coord.cli.progress import describe, format_eta
+from aner_coord.cli.progress import (
+    describe,
+    eta_text,
+    pacing_text,
+    position_text,
+    rate_text,
+    work_text,
+)
 from aner_coord.errors import (
     EXIT_FAILED,
     EXIT_OFFLINE,
@@ -47,7 +54,7 @@ from aner_coord.errors import (
     AnerError,
     RequestError,
 )
-from aner_coord.jobdir.status import JobState, StatusSnapshot, WorkerAccount
+from aner_coord.jobdir.status import JobState, StatusSnapshot
 
 OFFLINE = JobState.COORDINATOR_OFFLINE
 EXIT_INTERRUPTED = 130
@@ -203,24 +210,10 @@ def _judge(directory: jobdir.JobDir, snapshot: StatusSnapshot, held: bool) -> Ob
 # --------------------------------------------------------------------------- rendering
 
 
-def _pacing(worker: WorkerAccount) -> str:
-    """A worker group's in-flight window and the estimates that sized it, if reported."""
-    if worker.window is None:
-        return ""
-    estimates = []
-    if worker.rtt_s is not None:
-        estimates.append(f"round trip {worker.rtt_s * 1000:.1f} ms")
-    if worker.task_s is not None:
-        estimates.append(f"{worker.task_s * 1000:.1f} ms per task")
-    return f", window {worker.window}" + (f" ({', '.join(estimates)})" if estimates else "")
-
-
 def render_lines(job: Path, obs: Observation) -> list[str]:
-    """The human view: state, work done of requested, throughput, ETA, workers, error."""
+    """The human view: state, work done of planned, rate, ETA, position, workers, error."""
     snap = obs.snapshot
     unit = snap.unit
-    total = snap.total_work
-    pct = 100.0 * snap.accepted / total if total else 0.0
     if obs.state is OFFLINE:
         state = (
             f"{OFFLINE.value} (last confirmed snapshot: {snap.state.value}, seq {snap.seq}, "
@@ -228,25 +221,33 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         )
     else:
         state = f"{obs.state.value} (seq {snap.seq}, updated {obs.age_s:.1f} s ago)"
-    rate = f"{snap.throughput / 1e6:,.1f} M {unit}/s" if snap.throughput else f"-- {unit}/s"
     lines = [
         f"job       {job}",
         f"state     {state}",
-        f"work      {snap.accepted:,} of {total:,} {unit} ({pct:.1f}%)",
-        f"rate      {rate}",
+        f"work      {work_text(snap)}",
+        f"rate      {rate_text(snap)}",
     ]
     if obs.state is not OFFLINE:  # nothing is working on an offline job: no ETA
-        lines.append(f"eta       {format_eta(snap.eta_s).removeprefix('ETA ')}")
+        eta = eta_text(snap.eta_s, upper_bound=snap.work_upper_bound)
+        sooner = " (early stopping may end it sooner)" if snap.work_upper_bound else ""
+        lines.append(f"eta       {eta}{sooner if snap.eta_s is not None else ''}")
     lines.append(f"elapsed   {snap.elapsed_s:.1f} s")
+    position = position_text(snap)
+    if position is not None:
+        lines.append(f"training  {position}")
     if snap.passes > 1:
-        lines.append(f"pass      {snap.pass_index} of {snap.passes} ({snap.phase})")
+        most = "at most " if snap.work_upper_bound else ""
+        done = snap.state is JobState.COMPLETED  # early stopping may have ended it sooner
+        passes = snap.pass_index if done else snap.passes
+        lines.append(f"pass      {snap.pass_index} of {most}{passes} ({snap.phase})")
         if snap.committed_steps is not None:
             lines.append(f"steps     {snap.committed_steps} committed")
+    lines.extend(f"plan      {note}" for note in snap.notes)
     for i, worker in enumerate(snap.workers):
         slots = "slot" if worker.slots == 1 else "slots"
         lines.append(
             f"{'workers' if i == 0 else '':<9} {worker.identity}: {worker.slots} {slots}, "
-            f"{worker.items:,} {unit}, {worker.chunks:,} chunks{_pacing(worker)}"
+            f"{worker.items:,} {unit}, {worker.chunks:,} chunks{pacing_text(worker)}"
         )
     lines.extend(_progress_lines(snap))
     for loss in snap.losses:

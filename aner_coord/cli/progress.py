@@ -1,53 +1,124 @@
 """Live progress on a terminal (rich), and the plain final summary.
 
-rich does the terminal work (redraw, width, ETA formatting) better than hand-written ANSI
-codes; it is used only when stderr is a terminal and the user did not ask for --quiet.
+rich does the terminal work (redraw, width) better than hand-written ANSI codes; it is used
+only when stderr is a terminal and the user did not ask for --quiet. The words (work done of
+the planned work, a training's epoch and step, rates in k/M units, the ETA and whether it is
+an upper bound) are written here once, for the bar, `status`, `--watch`, `cancel` and the log.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from aner_coord.jobdir.status import StatusSnapshot
+from aner_coord.jobdir.status import JobState, StatusSnapshot, WorkerAccount
 
 
-def format_eta(seconds: float | None) -> str:
+def format_eta(seconds: float | None, *, upper_bound: bool = False) -> str:
+    """`ETA 1:02:03`, `ETA 0:42`, `ETA --` when unknown; never negative. An upper bound
+    (early stopping may end the job sooner) reads `ETA at most 0:42`."""
+    return f"ETA {eta_text(seconds, upper_bound=upper_bound)}"
+
+
+def eta_text(seconds: float | None, *, upper_bound: bool = False) -> str:
     if seconds is None:
-        return "ETA --"
-    seconds = round(seconds)
+        return "--"
+    seconds = max(0, round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
-    return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
+    text = f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    return f"at most {text}" if upper_bound else text
 
 
-def describe(snapshot: StatusSnapshot) -> str:
-    """One line: state, phase, work done of requested, throughput, ETA."""
-    unit = snapshot.unit
+def si(value: float) -> str:
+    """A count in readable units: 950, 35.2k, 1.25M, 3.10G."""
+    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            digits = 1 if value / factor >= 10 else 2
+            return f"{value / factor:.{digits}f}{suffix}"
+    return f"{value:.0f}"
+
+
+def rate_text(snapshot: StatusSnapshot) -> str:
+    """`35.2k rows/s`, `12.5M samples/s`, `-- rows/s` before anything is measured."""
+    rate = snapshot.throughput
+    return f"{si(rate) if rate else '--'} {snapshot.unit}/s"
+
+
+def percent(snapshot: StatusSnapshot) -> float:
+    """Work done, in percent of the planned work: never above 100, and 100 only for a
+    completed job (rounding never shows an unfinished one as done)."""
     total = snapshot.total_work
-    pct = 100.0 * snapshot.accepted / total if total else 0.0
-    rate = f"{snapshot.throughput / 1e6:,.1f} M {unit}/s" if snapshot.throughput else f"-- {unit}/s"
-    phase = f" [{snapshot.phase}]" if snapshot.passes > 1 else ""
+    if snapshot.state is JobState.COMPLETED:
+        return 100.0
+    if not total:
+        return 0.0
+    return min(99.9, math.floor(1000.0 * snapshot.accepted / total) / 10)
+
+
+def work_text(snapshot: StatusSnapshot) -> str:
+    """`12,345 of 50,000 rows (24.6%)`; `of at most` while early stopping may end it sooner."""
+    bound = "at most " if snapshot.work_upper_bound else ""
     return (
-        f"{snapshot.state.value}{phase} {snapshot.accepted:,} of {total:,} {unit} ({pct:.1f}%), "
-        f"{rate}, {format_eta(snapshot.eta_s)}"
+        f"{snapshot.accepted:,} of {bound}{snapshot.total_work:,} {snapshot.unit} "
+        f"({percent(snapshot):.1f}%)"
     )
 
 
-def _si(value: float) -> str:
-    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= factor:
-            return f"{value / factor:.2f}{suffix}"
-    return f"{value:.0f}"
+def position_text(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
+    """`epoch 3 of 100, step 2 of 5, validation accuracy 0.9123` for a training job (its
+    last epoch's accuracy once one has ended); None for a job that reports no position."""
+    at = snapshot.position
+    if at is None:
+        return None
+    if short:
+        text = f"epoch {at.epoch}/{at.epochs} step {at.step}/{at.steps}"
+        if at.validation_accuracy is not None:
+            text += f" val {at.validation_accuracy:.3f}"
+        return text
+    text = f"epoch {at.epoch} of {at.epochs}, step {at.step} of {at.steps}"
+    if at.validation_accuracy is not None:
+        text += f", validation accuracy {at.validation_accuracy:.4f}"
+    return text
+
+
+def _where(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
+    position = position_text(snapshot, short=short)
+    if position is not None:
+        return position
+    return snapshot.phase if snapshot.passes > 1 else None
+
+
+def pacing_text(worker: WorkerAccount) -> str:
+    """A worker group's in-flight window and the estimates that sized it, if reported."""
+    if worker.window is None:
+        return ""
+    estimates = []
+    if worker.rtt_s is not None:
+        estimates.append(f"round trip {worker.rtt_s * 1000:.1f} ms")
+    if worker.task_s is not None:
+        estimates.append(f"{worker.task_s * 1000:.1f} ms per task")
+    return f", window {worker.window}" + (f" ({', '.join(estimates)})" if estimates else "")
+
+
+def describe(snapshot: StatusSnapshot) -> str:
+    """One line: state, where it stands, work done of planned, rate, ETA."""
+    where = _where(snapshot)
+    phase = f" [{where}]" if where else ""
+    eta = format_eta(snapshot.eta_s, upper_bound=snapshot.work_upper_bound)
+    return f"{snapshot.state.value}{phase} {work_text(snapshot)}, {rate_text(snapshot)}, {eta}"
 
 
 def compact(snapshot: StatusSnapshot) -> str:
     """The live line's detail, short enough for an 80-column terminal beside the bar."""
-    unit = snapshot.unit
-    total = snapshot.total_work
-    pct = 100.0 * snapshot.accepted / total if total else 0.0
-    rate = f"{_si(snapshot.throughput)}/s" if snapshot.throughput else "--/s"
-    phase = f"{snapshot.phase}, " if snapshot.passes > 1 else ""
-    return f"{phase}{pct:5.1f}% of {_si(total)} {unit}, {rate}, {format_eta(snapshot.eta_s)}"
+    where = _where(snapshot, short=True)
+    phase = f"{where}, " if where else ""
+    bound = "<=" if snapshot.work_upper_bound else ""
+    eta = format_eta(snapshot.eta_s, upper_bound=snapshot.work_upper_bound)
+    return (
+        f"{phase}{percent(snapshot):5.1f}% of {bound}{si(snapshot.total_work)} {snapshot.unit}, "
+        f"{si(snapshot.throughput) if snapshot.throughput else '--'}/s, {eta}"
+    )
 
 
 class LiveProgress:
@@ -79,7 +150,8 @@ class LiveProgress:
             self._task = self._progress.add_task(snapshot.state.value, total=total, detail="")
         self._progress.update(
             self._task,
-            completed=snapshot.accepted,
+            total=total,
+            completed=min(snapshot.accepted, total),
             description=snapshot.state.value,
             detail=compact(snapshot),
         )

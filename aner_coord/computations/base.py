@@ -22,9 +22,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from aner_coord.jobdir.status import JobState, StagingRecord, WorkerAccount, WorkerLoss
+from aner_coord.jobdir.status import (
+    JobState,
+    StagingRecord,
+    TrainingPosition,
+    WorkerAccount,
+    WorkerLoss,
+)
 from aner_coord.requests import ComputationRequest
 from aner_worker.kernels.base import Kernel
+
+
+def readable(value: float) -> str:
+    """A loss or a metric as a person reads it: six decimals in the usual range, else six
+    significant digits with an exponent (never the 300 digits of 1e300 in fixed point)."""
+    if value == 0 or 1e-4 <= abs(value) < 1e6:
+        return f"{value:.6f}"
+    return f"{value:.6g}"
 
 
 class Diverged(Exception):
@@ -43,12 +57,31 @@ class PassSpec:
 
 @dataclass(frozen=True)
 class Admitted:
-    """What admission learned about a request's computation."""
+    """What admission learned about a request's computation.
 
-    items: int  # per pass (samples or rows)
+    A computation whose passes all have `items` items leaves the rest at their defaults. One
+    whose passes differ (Dense: normalisation, training steps, validation, test) states its
+    planned work (the items of every pass) and its largest pass, and whether the work is an
+    upper bound (early stopping may end it sooner); one whose `items` passes are optimizer
+    steps sets `steps`, so that a plan leaving worker slots idle during them is reported."""
+
+    items: int  # per pass (samples or rows); a training step's for Dense
     passes: int  # at most
     identity: str  # the stream or fixture identity of SPEC sections 1 and 2
     describe: dict[str, Any]  # the request as the manifest records it
+    work: int | None = None  # items of every planned pass (None: items * passes)
+    largest_pass: int | None = None  # items of the largest pass (None: items)
+    upper_bound: bool = False  # `work` is at most what runs: the job may end sooner
+    steps: bool = False  # the `items` passes are steps: each should keep every slot busy
+    load_s: float = 0.0  # seconds admission spent loading the kernels (a process's first job)
+
+    @property
+    def planned_work(self) -> int:
+        return self.work if self.work is not None else self.items * self.passes
+
+    @property
+    def largest(self) -> int:
+        return self.largest_pass if self.largest_pass is not None else self.items
 
 
 @dataclass(frozen=True)
@@ -60,6 +93,8 @@ class Accounting:
     execution: dict[str, Any]
     losses: tuple[WorkerLoss, ...] = ()
     staging: tuple[StagingRecord, ...] = ()
+    ready_s: float | None = None  # of `seconds`, those before the first worker was ready
+    load_s: float = 0.0  # seconds admission spent loading kernels, before the job (`Admitted`)
 
 
 class Run(Protocol):
@@ -137,6 +172,25 @@ class ReportsProgress(Protocol):
     workers still in the job. A `detail["eta_s"]` that is not None stands for the job's ETA."""
 
     def progress(self, outstanding: Mapping[str, Sequence[int]], slots: int) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ReportsPosition(Protocol):
+    """A run that can say where it stands in terms its user knows (epoch e of E, step s of
+    S, the latest validation accuracy), for status and progress displays."""
+
+    def position(self) -> TrainingPosition | None: ...
+
+
+@runtime_checkable
+class ExplainsDifference(Protocol):
+    """A run whose statistics are too large to quote in an audit's message: it summarises
+    how two of them differ, and may accept a worker on another platform within a stated
+    tolerance (`same` stays bitwise)."""
+
+    def difference(self, worker: Any, own: Any) -> str: ...
+
+    def close(self, worker: Any, own: Any) -> bool: ...
 
 
 @runtime_checkable

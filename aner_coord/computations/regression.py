@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar
 
 from msgspec import Meta
 
-from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec
+from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec, readable
 from aner_coord.errors import RequestError
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.limits import (
@@ -57,7 +57,7 @@ class RegressionResult(ResultBase, frozen=True, tag="regression"):
     def summary(self) -> str:
         return (
             f"{self.samples:,} rows x {self.steps} steps at rate {self.rate}: loss "
-            f"{self.initial_loss:.6f} -> {self.final_loss:.6f}, fit accuracy "
+            f"{readable(self.initial_loss)} -> {readable(self.final_loss)}, fit accuracy "
             f"{self.fit_accuracy:.6f} (on the fitted rows) | {len(self.workers)} worker(s), "
             f"{self.seconds:.3f} s"
         )
@@ -90,8 +90,8 @@ class Regression:
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
         return [
-            f"loss      final_loss {float(result['final_loss']):.6f} "
-            f"(initial {float(result['initial_loss']):.6f}, {int(result['steps'])} steps)",
+            f"loss      final_loss {readable(float(result['final_loss']))} "
+            f"(initial {readable(float(result['initial_loss']))}, {int(result['steps'])} steps)",
             f"accuracy  fit_accuracy {float(result['fit_accuracy']):.6f} (on the fitted rows)",
         ]
 

@@ -28,6 +28,7 @@ from typing import Any, assert_never
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
+from aner_coord.computations.base import ExplainsDifference
 from aner_coord.job.backend import Backend
 from aner_coord.job.events import (
     AuditFailed,
@@ -35,6 +36,7 @@ from aner_coord.job.events import (
     Event,
     ResultReceived,
     ShellFailed,
+    WorkerReady,
     WorkersStopped,
 )
 from aner_coord.job.instructions import (
@@ -128,6 +130,7 @@ class Coordinator:
         self._audits: dict[int, SendTask] = {}
         self._audit_tasks: set[asyncio.Task[None]] = set()
         self._early: list[Event] | None = []  # events that came before the machine started
+        self._ready_at: float | None = None  # seconds from the start to the first WorkerReady
 
     # -- lifecycle -------------------------------------------------------------------------
     async def run(self) -> JobReport:
@@ -146,6 +149,8 @@ class Coordinator:
                 execution=self.job.describe_execution(),
                 losses=tuple(snapshot.losses),
                 staging=tuple(snapshot.staging),
+                ready_s=None if self._ready_at is None else round(self._ready_at, 6),
+                load_s=self.job.admitted.load_s,
             )
             try:
                 result = self._run.result(accounting)
@@ -245,6 +250,8 @@ class Coordinator:
             loop.call_soon_threadsafe(self._handle, event)
 
     def _handle(self, event: Event) -> None:
+        if self._ready_at is None and isinstance(event, WorkerReady):
+            self._ready_at = time.monotonic() - self._started
         if self._early is not None:
             self._early.append(event)
             return
@@ -325,23 +332,41 @@ class Coordinator:
         task.add_done_callback(self._audit_tasks.discard)
 
     async def _audit(self, sent: SendTask, event: ResultReceived) -> None:
-        """Recompute an audited task here and pass the worker's result on only if it agrees."""
+        """Recompute an audited task here and pass the worker's result on only if it agrees:
+        bitwise, or within the computation's stated tolerance for a worker that reported
+        another platform (`ExplainsDifference.close`)."""
         task = sent.task
         kernel = self.job.computation.kernel
+        run = self._run
         try:
             own = await asyncio.to_thread(
                 kernel.run, self._params[task.pass_id], task.start, task.count, None
             )
-            agrees = self._run.same(event.stats, own)
+            agrees = run.same(event.stats, own)
+            if not agrees and isinstance(run, ExplainsDifference):
+                agrees = not self._same_platform(event.worker) and run.close(event.stats, own)
         except Exception as exc:
             self._handle(ShellFailed("the audit", repr(exc)))
             return
         if agrees:
             self._handle(event)
+            if self._backend is not None:
+                self._backend.flush_soon()  # what the result let the machine send
+            return
+        if isinstance(run, ExplainsDifference):
+            detail = run.difference(event.stats, own)
         else:
-            self._handle(
-                AuditFailed(event.worker, task.task_id, f"it sent {event.stats}, expected {own}")
-            )
+            detail = f"it sent {event.stats}, expected {own}"
+        self._handle(AuditFailed(event.worker, task.task_id, detail))
+
+    def _same_platform(self, worker: str) -> bool:
+        """Whether `worker` reported this machine's platform (unknown counts as the same:
+        the strict comparison)."""
+        from aner_worker.machine import machine_identity, same_platform
+
+        backend = self._backend
+        machine = backend.timing.machine_of(worker) if backend is not None else None
+        return machine is None or same_platform(machine, machine_identity())
 
     # -- parts -------------------------------------------------------------------------------
     def _make_backend(self) -> Backend:
@@ -368,19 +393,19 @@ class Coordinator:
         now = time.time()
         elapsed = time.monotonic() - self._started
         done = progress.accepted
-        total = self.job.admitted.items * progress.passes
+        state = self._state if self._state.terminal else progress.state
+        work, upper_bound = self._work(state, done)
         throughput = done / elapsed if elapsed > 0 and done else None
         eta: float | None = None
         # ETA only once it means something: 1% of the work and half a second observed.
-        if throughput and done >= total / 100 and elapsed >= 0.5 and not progress.state.terminal:
-            eta = (total - done) / throughput
+        if throughput and done >= work / 100 and elapsed >= 0.5 and not state.terminal:
+            eta = max(0.0, (work - done) / throughput)
         own = (progress.detail or {}).get("eta_s")
-        if own is not None and not progress.state.terminal:
+        if own is not None and not state.terminal:
             # The computation's own estimate (a search's, from measured fit times), made when
             # its progress was, counts down since.
             eta = max(0.0, own - (time.monotonic() - self._progress_at))
         self._seq += 1
-        state = self._state if self._state.terminal else progress.state
         return StatusSnapshot(
             schema=STATUS_SCHEMA,
             seq=self._seq,
@@ -414,7 +439,20 @@ class Coordinator:
             recovered=progress.recovered,
             staging=list(getattr(self._backend, "staging", ())),
             detail=progress.detail,
+            work=work,
+            work_upper_bound=upper_bound,
+            position=progress.position,
+            notes=list(self.job.notes),
         )
+
+    def _work(self, state: JobState, done: int) -> tuple[int, bool]:
+        """The items of every planned pass, and whether that is an upper bound. What a
+        completed job did is its whole work (early stopping ended it sooner than planned);
+        no count ever exceeds the work."""
+        admitted = self.job.admitted
+        if state is JobState.COMPLETED:
+            return done, False
+        return max(admitted.planned_work, done), admitted.upper_bound
 
     def _publish_now(self) -> StatusSnapshot:
         snapshot = self._snapshot()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aner_coord.jobdir.status import JobState, WorkerAccount, WorkerLoss
+from aner_coord.jobdir.status import JobState, TrainingPosition, WorkerAccount, WorkerLoss
 from protocol import Task
 
 
@@ -53,6 +53,7 @@ class Progress:
     losses: tuple[WorkerLoss, ...] = ()
     recovered: int = 0  # items taken from the ledger of an earlier coordinator
     detail: dict[str, Any] | None = None  # the run's own account (`ReportsProgress`)
+    position: TrainingPosition | None = None  # where a training stands (`ReportsPosition`)
 
 
 @dataclass(frozen=True)

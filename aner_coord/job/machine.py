@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from aner_coord.computations import Diverged, PassSpec, Run
-from aner_coord.computations.base import NamesWorkers, ReportsProgress
+from aner_coord.computations.base import NamesWorkers, ReportsPosition, ReportsProgress
 from aner_coord.job.chunks import ChunkQueue
 from aner_coord.job.events import (
     AuditFailed,
@@ -155,6 +155,7 @@ class JobMachine:
         self._ledger_chunks = bool(getattr(run, "durable_chunks", True))
         self._namer = run if isinstance(run, NamesWorkers) else None
         self._reporter = run if isinstance(run, ReportsProgress) else None
+        self._position = run.position if isinstance(run, ReportsPosition) else None
         self._losses: list[WorkerLoss] = list(losses)  # earlier coordinators' count too
         self._recovered = {p: dict(c) for p, c in (recovered or {}).items()}
         self._recovered_items = 0
@@ -530,6 +531,7 @@ class JobMachine:
                 losses=tuple(self._losses),
                 recovered=self._recovered_items,
                 detail=self._detail(),
+                position=self._position() if self._position is not None else None,
             ),
             urgent,
         )

@@ -353,6 +353,12 @@ class ProcessBackend:
         self._buffered_tasks[worker] += 1
         self._unstamped[worker].append(task.task_id)
 
+    def flush_soon(self) -> None:
+        if not self._stopping:
+            task = asyncio.get_running_loop().create_task(self._flush_all())
+            self._tasks.append(task)
+            task.add_done_callback(self._tasks.remove)
+
     async def _flush_all(self) -> None:
         for identity, frames in self._outgoing.items():
             if frames and self._on_wire[identity] <= self._low_water[identity]:

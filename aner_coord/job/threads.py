@@ -155,6 +155,9 @@ class ThreadBackend:
     def send(self, worker: str, task: Task) -> None:
         self._queues[worker].put(task)
 
+    def flush_soon(self) -> None:
+        pass  # a queue's tasks are taken at once
+
     def drop(self, worker: str) -> None:
         self._queues[worker].put(None)  # its thread has already ended; nothing more for it
 

@@ -105,6 +105,18 @@ class StagingRecord(msgspec.Struct, frozen=True):
     seconds: float
 
 
+class TrainingPosition(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Where a training stands, in its user's terms: epoch `epoch` (1-based) of at most
+    `epochs`, `step` optimizer steps committed of the epoch's `steps`, and the validation
+    accuracy after the latest finished epoch (None before the first)."""
+
+    epoch: int
+    epochs: int
+    step: int
+    steps: int
+    validation_accuracy: float | None = None
+
+
 class StatusSnapshot(msgspec.Struct, frozen=True):
     schema: str
     seq: int
@@ -136,10 +148,18 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     # What the computation says of its own progress (a model search: fits running by worker,
     # the best candidate so far); None for computations that say nothing more.
     detail: dict[str, Any] | None = None
+    # Appended in aner 0.x (older files read with these defaults): the items of every pass
+    # planned (None: `requested * passes`, every pass alike), whether that is an upper
+    # bound (early stopping may end the job sooner; a completed job's is what ran), where
+    # a training stands, and notes on the plan (worker slots a step leaves idle).
+    work: int | None = None
+    work_upper_bound: bool = False
+    position: TrainingPosition | None = None
+    notes: list[str] = []
 
     @property
     def total_work(self) -> int:
-        return self.requested * self.passes
+        return self.work if self.work is not None else self.requested * self.passes
 
     @property
     def terminal(self) -> bool:

@@ -117,14 +117,13 @@ def _training(
         if r["warmup"] or not r["ok"] or not history or r["case"] in curves:
             continue
         points = []
-        elapsed = 0.0
         for epoch in history:
-            accuracy = _field(epoch, ("validation_accuracy", "val_accuracy"))
-            seconds = _field(epoch, ("seconds", "elapsed_s", "wall_s"))
+            # An epoch's `seconds` count from the job's start (result.json's history).
+            accuracy = _field(epoch, ("validation_accuracy",))
+            seconds = _field(epoch, ("seconds",))
             if accuracy is None or seconds is None:
                 break
-            elapsed = seconds if "elapsed_s" in epoch else elapsed + seconds
-            points.append((elapsed, accuracy))
+            points.append((seconds, accuracy))
         if points:
             curves[r["case"]] = points
     if not curves:

@@ -12,7 +12,7 @@
     [[case]]
     name = "local-1"
     workers = 1                         # local threads...
-    chunk = 65_536
+    chunk = 65_536                      # optional: the computation's default
 
     [[case]]
     name = "group"
@@ -20,10 +20,11 @@
     identities = ["Atlas-01", "Atlas-02"]   # optional subset of its records
     chunk = 4_000_000
 
-Unknown keys are refused; every case is admitted (as its `aner parallel` command would be)
-before the first trial starts, so a bad experiment is one line and exit 2. Limits, checked
-first: at most MAX_REPETITIONS repetitions and MAX_CASES cases (the `--auto` matrix of 256
-CPUs and 32 cluster records has 84), names of at most MAX_NAME characters.
+Unknown keys are refused; every case's trial spec is written, read back as its command
+reads it and admitted before the first trial starts, so a bad experiment is one line and
+exit 2 at once. Limits, checked first: at most MAX_REPETITIONS repetitions and MAX_CASES
+cases (the `--auto` matrix of 256 CPUs and 32 cluster records has 84), names of at most
+MAX_NAME characters.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class CaseFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     workers: int | None = None
     cluster: str | None = None
     identities: list[str] | None = None
-    chunk: int = DEFAULT_CHUNK
+    chunk: int | None = None  # the computation's default (65,536 samples; 64 Dense rows)
 
 
 class _ExperimentFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -156,7 +157,10 @@ def load_experiment(path: str) -> Experiment:
         raise RequestError(f"{source}: {exc}") from None
     _check_limits(source, spec.name, [c.name for c in spec.case], spec.repetitions)
     base = Path(path).absolute().parent
-    cases = tuple(_case(source, base, c) for c in spec.case)
+    from aner_coord.computations import computation_for
+
+    default_chunk = computation_for(computation).default_chunk
+    cases = tuple(_case(source, base, c, default_chunk) for c in spec.case)
     return checked(spec.name, computation, cases, spec.repetitions, spec.reference, source)
 
 
@@ -176,8 +180,9 @@ def _check_limits(source: str, name: str, cases: list[str], repetitions: int) ->
             )
 
 
-def _case(source: str, base: Path, spec: CaseFile) -> Case:
+def _case(source: str, base: Path, spec: CaseFile, default_chunk: int) -> Case:
     where = f"{source}: case {spec.name!r}"
+    chunk = spec.chunk if spec.chunk is not None else default_chunk
     if (spec.workers is None) == (spec.cluster is None):
         raise RequestError(f"{where}: give exactly one of workers = N or cluster = FILE")
     if spec.workers is not None:
@@ -185,7 +190,7 @@ def _case(source: str, base: Path, spec: CaseFile) -> Case:
             raise RequestError(f"{where}: identities apply to a cluster case")
         if spec.workers < 1:
             raise RequestError(f"{where}: workers must be at least 1, got {spec.workers}")
-        return Case(spec.name, spec.chunk, workers=spec.workers)
+        return Case(spec.name, chunk, workers=spec.workers)
     assert spec.cluster is not None
     cluster = str(base / os.path.expanduser(spec.cluster))
     from aner_coord.admission import load_cluster
@@ -202,7 +207,7 @@ def _case(source: str, base: Path, spec: CaseFile) -> Case:
         if not spec.identities:
             raise RequestError(f"{where}: identities is empty")
         records = tuple(known[i] for i in dict.fromkeys(spec.identities))
-    return Case(spec.name, spec.chunk, cluster=cluster, records=tuple(records))
+    return Case(spec.name, chunk, cluster=cluster, records=tuple(records))
 
 
 def checked(
@@ -233,11 +238,14 @@ def checked(
         reference = ones[0] if ones else cases[0].name
     elif reference not in names:
         raise RequestError(f"{source}: reference {reference!r} is not a case")
+    from aner_coord.scaling.trials import read_back
+
     with tempfile.TemporaryDirectory(prefix="aner-scaling-") as scratch:
         for case in cases:
             execution = execution_of(case, subset_file(case, Path(scratch)))
             try:
-                admit(JobRequest(computation=computation, execution=execution))
+                # The spec the case's trials will run, as their command will read it.
+                admit(read_back(JobRequest(computation=computation, execution=execution)))
             except RequestError as exc:
                 raise RequestError(f"{source}: case {case.name!r}: {exc}") from None
     return Experiment(name, computation, cases, repetitions, reference)

@@ -246,7 +246,9 @@ def step_break_even(probe: Probe, rows: int) -> str:
     remote = rows / sum(w.slots * w.rate_per_slot for w in group)
     link = max(w.round_trip_s + PARAMS_BYTES / (w.bandwidth_bps or math.inf) for w in group)
     verdict = "gains" if local - remote > link else "loses"
+    gain = local - remote
+    speed = f"{gain:.4f} s faster" if gain >= 0 else f"{-gain:.4f} s slower"
     return (
-        f"Per step of {rows:,} rows the group {verdict}: it computes {local - remote:.4f} s "
-        f"faster against {link:.4f} s of round trip and parameter transfer."
+        f"Per step of {rows:,} rows the group {verdict}: it computes {speed} than this "
+        f"machine, against {link:.4f} s of round trip and parameter transfer."
     )

@@ -131,7 +131,15 @@ class Probe:
 
 
 def tiny(computation: ComputationRequest, items: int = 1000) -> ComputationRequest:
-    """The same computation at a tiny size: `items` items, one step or epoch."""
+    """The same computation at a tiny size: `items` items, one step or epoch. A computation
+    may say how (`tiny` on it: Dense makes a teacher set of the data's shape, which needs
+    no staging, with one step per epoch)."""
+    from aner_coord.computations import computation_for
+
+    maker = getattr(computation_for(computation), "tiny", None)
+    if maker is not None:
+        small: ComputationRequest = maker(computation, items)
+        return small
     changes: dict[str, Any] = {}
     fields = {f.name for f in msgspec.structs.fields(computation)}
     for name, value in (("samples", items), ("rows", items), ("steps", 1), ("epochs", 1)):
@@ -140,14 +148,44 @@ def tiny(computation: ComputationRequest, items: int = 1000) -> ComputationReque
     return msgspec.structs.replace(computation, **changes)
 
 
-def _params(computation: ComputationRequest) -> tuple[Any, Any]:
-    """The kernel and its first pass's parameters for `computation`."""
+def _params(computation: ComputationRequest) -> tuple[Any, Any, int]:
+    """The kernel, the parameters of a typical pass of `computation` and its item count: the
+    first pass, or for a computation of steps (Dense) its first step, reached by computing
+    the passes before it here."""
     from aner_coord.computations import computation_for
 
     comp = computation_for(computation)
-    spec = comp.start(computation, 65536).next_pass()
+    admitted = comp.admit(computation)
+    run = comp.start(computation, max(admitted.largest, 1))
+    spec = run.next_pass()
     assert spec is not None
-    return comp.kernel, spec.params
+    while admitted.steps and spec.items != admitted.items:
+        stats = comp.kernel.run(spec.params, 0, spec.items, None)
+        problem = run.check(0, 0, spec.items, stats)
+        assert problem is None, problem
+        run.accept(0, stats)
+        run.commit()
+        spec = run.next_pass()
+        assert spec is not None
+    return comp.kernel, spec.params, spec.items
+
+
+def _worker_form(computation: ComputationRequest) -> ComputationRequest:
+    """What a worker probe computes: the computation itself, or its tiny form where the
+    computation has one (Dense: a teacher set of the data's shape, nothing to stage)."""
+    from aner_coord.computations import computation_for
+
+    if getattr(computation_for(computation), "tiny", None) is None:
+        return computation
+    return tiny(computation, TASKS_MANY)
+
+
+def _compute(kernel: Any, params: Any, count: int, limit: int) -> None:
+    """`count` items of the pass, in pieces of at most its `limit` items."""
+    while count > 0:
+        piece = min(count, limit)
+        kernel.run(params, 0, piece, None)
+        count -= piece
 
 
 # -- local -------------------------------------------------------------------------------
@@ -156,15 +194,15 @@ def probe_local(computation: ComputationRequest) -> LocalProbe:
     from aner_worker.machine import machine_identity
 
     cpus = current().effective_cpus
-    kernel, params = _params(computation)
+    kernel, params, limit = _params(computation)
     kernel.warm_up()
-    count = _calibrate(kernel, params)
+    count = _calibrate(kernel, params, limit)
     rates: dict[int, float] = {}
     p = 1
     while True:
         # The best of a few: the machine may be shared, and a rate is only ever lowered
         # by what else runs.
-        rates[p] = max(_threads_rate(kernel, params, count, p) for _ in range(RATE_REPEATS))
+        rates[p] = max(_threads_rate(kernel, params, count, p, limit) for _ in range(RATE_REPEATS))
         if p >= cpus:
             break
         p = min(cpus, p * 2)
@@ -177,25 +215,25 @@ def probe_local(computation: ComputationRequest) -> LocalProbe:
     )
 
 
-def _calibrate(kernel: Any, params: Any) -> int:
+def _calibrate(kernel: Any, params: Any, limit: int) -> int:
     """Items that take about RATE_TARGET_S on one thread."""
-    count = 1 << 14
+    count = min(1 << 14, limit)
     while True:
         began = time.perf_counter()
-        kernel.run(params, 0, count, None)
+        _compute(kernel, params, count, limit)
         took = time.perf_counter() - began
         if took >= RATE_TARGET_S / 4 or count >= 1 << 34:
             return max(count, int(count * RATE_TARGET_S / max(took, 1e-9)))
         count *= 4
 
 
-def _threads_rate(kernel: Any, params: Any, count: int, threads: int) -> float:
+def _threads_rate(kernel: Any, params: Any, count: int, threads: int, limit: int) -> float:
     """Aggregate items/s of `threads` threads each running the (nogil) kernel at once."""
     barrier = threading.Barrier(threads + 1)
 
     def work(i: int) -> None:
         barrier.wait()
-        kernel.run(params, i * count, count, None)
+        _compute(kernel, params, count, limit)
 
     pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
     for t in pool:
@@ -252,19 +290,16 @@ def _task_seconds(
     from aner_coord.job.execute import execute
     from aner_coord.runner import run_sync
 
-    passes = 1
+    work: dict[int, int] = {}
 
     def seconds(tasks: int) -> float:
-        nonlocal passes
         job = admit(JobRequest(computation=tiny(computation, tasks), execution=execution))
-        passes = job.admitted.passes
+        work[tasks] = job.admitted.planned_work  # one-item tasks of every pass
         return run_sync(execute(job)).seconds
 
     seconds(few)  # warm
-    slope = (min(seconds(many) for _ in range(2)) - min(seconds(few) for _ in range(2))) / (
-        (many - few) * passes
-    )
-    return max(slope, 1e-7)
+    longer = min(seconds(many) for _ in range(2)) - min(seconds(few) for _ in range(2))
+    return max(longer / max(1, work[many] - work[few]), 1e-7)
 
 
 def _local_task_seconds(computation: ComputationRequest) -> float:
@@ -312,7 +347,7 @@ async def probe_worker(
     from aner_worker.kernels.base import encode
     from protocol import CoordinatorConnection
 
-    kernel, params = _params(computation)
+    kernel, params, limit = _params(_worker_form(computation))
     connection = CoordinatorConnection(
         record.identity,
         record.slots,
@@ -326,8 +361,8 @@ async def probe_worker(
         startup = time.monotonic() - began
         await link.transport.write(connection.params(1, kernel.name, encode(params)))
         # Rate per slot: one task per slot of about RATE_TARGET_S at the local rate.
-        items = max(1024, int(rate_hint * RATE_TARGET_S))
-        big = await _run_tasks(link, record.slots, items)
+        items = min(limit, max(1024, int(rate_hint * RATE_TARGET_S)))
+        big = await _run_tasks(link, record.slots, items, limit)
         rate = statistics.median(items / max(busy, 1e-9) for _, busy in big)
         rtt = statistics.median([await _round_trip(link) for _ in range(PING_REPEATS)])
         # Bandwidth: a Params frame of each size, then a ping; time beyond the round trip.
@@ -354,8 +389,11 @@ async def probe_worker(
     )
 
 
-async def _run_tasks(link: WorkerLink, count: int, items: int) -> list[tuple[float, float]]:
-    """Run `count` tasks of `items` items, keeping the window full: (latency, busy) each."""
+async def _run_tasks(
+    link: WorkerLink, count: int, items: int, limit: int
+) -> list[tuple[float, float]]:
+    """Run `count` tasks of `items` items (within the pass's `limit`), keeping the window
+    full: (latency, busy) each."""
     from protocol import Answered, Result, Task
 
     connection = link.connection
@@ -369,7 +407,8 @@ async def _run_tasks(link: WorkerLink, count: int, items: int) -> list[tuple[flo
             queue.pop()
             task_id += 1
             sent[task_id] = time.monotonic()
-            frames.append(connection.task(Task(task_id, 1, task_id * items, items)))
+            start = task_id * items if task_id * items + items <= limit else 0
+            frames.append(connection.task(Task(task_id, 1, start, items)))
         if frames:
             await link.transport.write(b"".join(frames))
         event = await link.next_event()
@@ -423,9 +462,10 @@ def probe_groups(
     groups: list[tuple[WorkerRecord, ...]], computation: ComputationRequest
 ) -> tuple[GroupProbe, ...]:
     """Start and stop each group's workers all at once, as a job does."""
+    from aner_coord.computations import computation_for
     from aner_coord.runner import run_sync
 
-    kernel, _ = _params(computation)
+    kernel = computation_for(computation).kernel
 
     async def together(group: tuple[WorkerRecord, ...]) -> tuple[float, float]:
         times = await asyncio.gather(*(_start_and_stop(r, kernel.name) for r in group))

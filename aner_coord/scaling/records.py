@@ -4,7 +4,9 @@ Per case, over its finished, agreeing, non-warm-up trials: the times (hyperfine-
 `times`, `mean`, `stddev`, `median`, `min`, `max`) and every trial's exit code; speedup
 `T(reference) / T(case)` and efficiency `speedup / (slots / reference slots)` against the
 declared reference case; the medians of the measured compute, transfer and wait seconds;
-the predicted time. Unfavourable cases are kept, and the report says in plain sentences
+the predicted time; for a training, the test accuracy, the median time to the target
+accuracy and how the trials' worker processes got the data (cold: blocks sent; cached: the
+block cache held them). Unfavourable cases are kept, and the report says in plain sentences
 what did not scale. A value not measured is empty in the CSV and `N/A` in the report.
 """
 
@@ -39,6 +41,10 @@ class CaseSummary:
     wait_s: float | None
     speedup: float | None = None
     efficiency: float | None = None
+    # A training's: test accuracy, median seconds to the target accuracy, staging states.
+    test_accuracy: float | None = None
+    time_to_target_s: float | None = None
+    staged: str | None = None
 
     @property
     def median(self) -> float | None:
@@ -86,6 +92,9 @@ def summarize(
                 compute_s=_median([r["compute_s"] for r in good]),
                 transfer_s=_median([r["transfer_s"] for r in good]),
                 wait_s=_median([r["wait_s"] for r in good]),
+                test_accuracy=_median([r.get("test_accuracy") for r in good]),
+                time_to_target_s=_median([r.get("time_to_target_s") for r in good]),
+                staged=_staged(mine),
             )
         )
     ref = next(s for s in summaries if s.case.name == experiment.reference)
@@ -98,6 +107,17 @@ def summarize(
                 efficiency = speedup / (s.case.slots / ref.case.slots)
         out.append(CaseSummary(**{**s.__dict__, "speedup": speedup, "efficiency": efficiency}))
     return out
+
+
+def _staged(records: list[dict[str, Any]]) -> str | None:
+    """How the case's timed trials got their data: "cached", "cold", or "2 cold, 1 cached"."""
+    states = [r.get("staged") for r in records if r.get("staged")]
+    if not states:
+        return None
+    counts = {s: states.count(s) for s in dict.fromkeys(states)}
+    if len(counts) == 1:
+        return states[0]
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
 
 
 def write_text(path: Path, text: str) -> None:
@@ -119,6 +139,7 @@ def cases_csv(summaries: list[CaseSummary]) -> str:
             "case", "execution", "workers", "slots", "chunk", "mean", "stddev", "median",
             "min", "max", "times", "exit_codes", "failed", "speedup", "efficiency",
             "predicted_s", "internal_s", "compute_s", "transfer_s", "wait_s",
+            "test_accuracy", "time_to_target_s", "staging",
         ]
     )  # fmt: skip
     for s in summaries:
@@ -136,6 +157,7 @@ def cases_csv(summaries: list[CaseSummary]) -> str:
                 s.failed,
                 _num(s.speedup, 4), _num(s.efficiency, 4), _num(s.predicted_s),
                 _num(s.internal_s), _num(s.compute_s), _num(s.transfer_s), _num(s.wait_s),
+                _num(s.test_accuracy), _num(s.time_to_target_s), s.staged or "",
             ]
         )  # fmt: skip
     return buffer.getvalue()
@@ -188,6 +210,7 @@ def report_md(
             f"| {_na(s.efficiency, '{:.2f}')} | {_na(s.predicted_s)} | {_na(s.compute_s)} "
             f"| {_na(s.transfer_s)} | {_na(s.wait_s)} | {s.failed} |"
         )
+    lines += _training_table(summaries, records)
     singles = [s for s in summaries if s.median is not None and _single_machine(s.case)]
     if singles:
         fastest = min(singles, key=lambda s: s.median or 0.0)
@@ -215,6 +238,29 @@ def report_md(
         if chart_note:
             lines.append(chart_note)
     return "\n".join(lines) + "\n"
+
+
+def _training_table(summaries: list[CaseSummary], records: list[dict[str, Any]]) -> list[str]:
+    """For a training: each case's test accuracy, time to target and data staging."""
+    if not any(r.get("history") for r in records):
+        return []
+    lines = [
+        "",
+        "| case | test accuracy | time to target s | staging (timed trials) |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for s in summaries:
+        lines.append(
+            f"| {s.case.name} | {_na(s.test_accuracy, '{:.4f}')} | {_na(s.time_to_target_s)} "
+            f"| {s.staged or 'N/A (nothing staged)'} |"
+        )
+    warm = [r for r in records if r["warmup"] and r.get("staged")]
+    if warm:
+        lines += [
+            "",
+            "Staging: " + "; ".join(f"{r['case']} warm-up {r['staged']}" for r in warm) + ".",
+        ]
+    return lines
 
 
 def _machines(records: list[dict[str, Any]], registry: Registry) -> list[str]:

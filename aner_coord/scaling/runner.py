@@ -200,13 +200,43 @@ def trial_record(
         "result": science,
         "workers": workers,
         "compute_s": _total(workers, "compute_s"),
-        "transfer_s": _total(workers, "transfer_s"),
+        # The longest worker's link time (each is a union of intervals, at most the job's
+        # span): never more than the wall time, unlike a sum over workers.
+        "transfer_s": _longest(workers, "transfer_s"),
         "wait_s": _total(workers, "wait_s"),
         "source_fingerprint": outcome.fingerprint,
     }
-    if result is not None and result.get("history"):
-        record["history"] = result["history"]  # per-epoch metrics, for the training chart
+    record.update(_training(result))
     return record
+
+
+def _training(result: dict[str, Any] | None) -> dict[str, Any]:
+    """A training's own figures: test accuracy, time to target, the per-epoch history (for
+    the training chart), and how each worker process got the data: "cold" (blocks sent)
+    or "cached" (its block cache held them), so a seed's first trial is told apart."""
+    if result is None or not result.get("history"):
+        return {}
+    staging = [
+        {k: r.get(k) for k in ("identity", "state", "bytes", "seconds")}
+        for r in result.get("staging") or []
+    ]
+    states = {r["state"] for r in staging}
+    return {
+        "test_accuracy": result.get("test_accuracy"),
+        "time_to_target_s": result.get("time_to_target_s"),
+        "load_s": result.get("load_s"),
+        "staging": staging,
+        "staged": None if not states else states.pop() if len(states) == 1 else "mixed",
+        "history": result["history"],
+    }
+
+
+def _longest(workers: list[dict[str, Any]], key: str) -> float | None:
+    """The largest over workers, or None unless every worker measured it."""
+    values = [w[key] for w in workers]
+    if not values or any(v is None for v in values):
+        return None
+    return round(float(max(values)), 6)
 
 
 def _total(workers: list[dict[str, Any]], key: str) -> float | None:

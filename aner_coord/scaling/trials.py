@@ -1,7 +1,8 @@
 """One trial: a fresh `aner parallel` command, timed by an external monotonic clock.
 
 The trial's job is written as a spec file (`aner parallel run --spec`, which runs any
-registered computation) next to its job directory; the command's exit status, its
+registered computation) next to its job directory (`read_back` is how an experiment checks
+every case's spec before the first trial); the command's exit status, its
 `result.json` (the scientific result, the coordinator's own seconds and per-worker
 accounting with measured costs and machines) and its manifest's source fingerprint are what
 the trial records. Every trial's scientific result is compared with the experiment's first:
@@ -26,7 +27,17 @@ from aner_coord.requests import JobRequest
 
 TOLERANCE = 1e-10  # SPEC sections 2 and 9: theta and losses within 1e-10 between plans
 # result.json keys that describe how, not what: they may differ between plans.
-_ACCOUNTING = {"seconds", "execution", "workers", "schema", "history", "time_to_target_s"}
+_ACCOUNTING = {
+    "seconds",
+    "execution",
+    "workers",
+    "schema",
+    "history",
+    "time_to_target_s",
+    "staging",
+    "load_s",
+    "losses",
+}
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,15 @@ def write_spec(request: JobRequest, path: Path) -> None:
     """The request as a spec file that `aner parallel run --spec` reads: JSON (a name ending
     in `.json`), the same encoding as a job's own `request.json`."""
     path.write_bytes(msgspec.json.encode(request) + b"\n")
+
+
+def read_back(request: JobRequest) -> JobRequest:
+    """The request as a trial's command reads it from its spec file (RequestError if it
+    would refuse the file): an experiment checks every case's spec this way before its
+    first trial."""
+    from aner_coord.specfile import decode_request
+
+    return decode_request(msgspec.json.encode(request), fmt="json", source="the trial spec")
 
 
 def run_trial(request: JobRequest, spec: Path) -> Outcome:

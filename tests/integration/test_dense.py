@@ -47,10 +47,10 @@ SMALL = ["--hidden", "8", "--batch", "64", "--epochs", "2", "--patience", "2", "
 SMALL_CHUNK = 16
 
 
-def write_csv(path: Path, x: np.ndarray, y: np.ndarray) -> Path:
+def write_csv(path: Path, x: np.ndarray, y: np.ndarray, name: str = "f") -> Path:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([f"f{j}" for j in range(x.shape[1])] + ["label"])
+        writer.writerow([f"{name}{j}" for j in range(x.shape[1])] + ["label"])
         for row, label in zip(x, y, strict=True):
             writer.writerow([repr(float(v)) for v in row] + [int(label)])
     return path
@@ -126,7 +126,7 @@ def test_predict_on_the_test_rows_reproduces_the_test_accuracy(
     data = load_digits()
     test = assign_roles(0, data.n_rows).test
     x, y = data.rows(test)
-    rows = write_csv(tmp_path / "test.csv", x, data.classes[y])
+    rows = write_csv(tmp_path / "test.csv", x, data.classes[y], "pixel_")  # digits' names
     out = tmp_path / "predictions.csv"
     done = run_aner(
         "parallel", "predict", "--model", str(digits_job), "--data", str(rows),
@@ -148,11 +148,12 @@ def test_predict_refuses_a_bad_value_naming_line_and_column(
     digits_job: Path, tmp_path: Path
 ) -> None:
     bad = tmp_path / "bad.csv"
-    bad.write_text(",".join(f"p{i}" for i in range(64)) + "\n" + "1," * 10 + "x" + ",0" * 53 + "\n")
+    header = ",".join(f"pixel_{i}" for i in range(64))
+    bad.write_text(header + "\n" + "1," * 10 + "x" + ",0" * 53 + "\n")
     done = run_aner("parallel", "predict", "--model", str(digits_job), "--data", str(bad))
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
-    assert "line 2, column 11 ('p10')" in done.stderr
+    assert "line 2, column 11 ('pixel_10')" in done.stderr
 
 
 # -- the same parameters whoever computes them ---------------------------------------------
@@ -398,8 +399,9 @@ def test_background_training_shows_epochs_and_cancels_at_a_committed_step(
     with spawned([ANER, "parallel", "status", "--job", str(job), "--watch"]) as watch:
         shown = run_aner("parallel", "status", "--job", str(job))
         assert shown.returncode == 0
-        step = r"epoch \d+ step \d+/55(, validation accuracy 0\.\d{4})?"
-        assert re.search(rf"\(({step}|validation after epoch \d+)\)", shown.stdout)
+        step = r"epoch \d+ of 1000, step \d+ of 55"
+        assert re.search(rf"\(({step}|validation after epoch \d+ of 1000)\)", shown.stdout)
+        assert re.search(rf"training  {step}(, validation accuracy 0\.\d{{4}})?\n", shown.stdout)
         cancel = run_aner("parallel", "cancel", "--job", str(job))
         assert cancel.returncode in (0, 4), cancel.stderr
         code, out, _ = finish(watch, 60)
@@ -411,6 +413,19 @@ def test_background_training_shows_epochs_and_cancels_at_a_committed_step(
     flat, meta = params_of(job)
     assert meta["committed_steps"] == status.committed_steps and meta["complete"] is False
     assert np.array_equal(flat, long_reference(status.committed_steps).final_params)
+    # The incomplete model is refused by predict unless asked for explicitly.
+    rows = tmp_path / "rows.csv"
+    rows.write_text(",".join(f"x{j}" for j in range(16)) + "\n" + ",".join(["0.5"] * 16) + "\n")
+    refused = run_aner("parallel", "predict", "--model", str(job), "--data", str(rows))
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"aner: --model {job}: model.npz is the incomplete model of a CANCELLED job (after "
+        f"{status.committed_steps} committed steps): give --allow-incomplete to use it\n"
+    )
+    allowed = run_aner(
+        "parallel", "predict", "--model", str(job), "--data", str(rows), "--allow-incomplete"
+    )
+    assert allowed.returncode == 0 and allowed.stdout.startswith("predicted,p_0,"), allowed.stderr
 
 
 def test_a_diverging_fit_fails_naming_the_epoch_and_step() -> None:

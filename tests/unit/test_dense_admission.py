@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from aner_coord.admission import admit
+from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.errors import AdmissionError, RequestError, cli_name
-from aner_coord.requests import JobRequest, LocalExecution
+from aner_coord.requests import ClusterExecution, JobRequest, LocalExecution
 
 
 def request(**fields: Any) -> JobRequest:
@@ -78,3 +79,62 @@ def test_an_admitted_request_describes_roles_and_plan() -> None:
     assert describe["steps_per_epoch"] == -(-roles["train"] // 100)
     assert job.admitted.passes == 1 + 3 * (describe["steps_per_epoch"] + 1) + 1
     assert len(describe["roles_sha256"]) == 64
+
+
+def test_the_planned_work_counts_every_pass() -> None:
+    job = admit(request(batch=100, epochs=3, patience=5))
+    roles = job.admitted.describe["roles"]
+    # normalisation, three epochs of steps and validation, the test
+    assert job.admitted.planned_work == (
+        roles["train"] + 3 * (roles["train"] + roles["validation"]) + roles["test"]
+    )
+    assert job.admitted.largest == roles["train"] and not job.admitted.upper_bound
+    # With fewer patience than epochs, early stopping may end it sooner: an upper bound.
+    assert admit(request(epochs=10, patience=2)).admitted.upper_bound
+
+
+def cluster_file(tmp_path: Path, workers: int) -> str:
+    lines = ["ANER_CLUSTER 1"] + [
+        f'worker "w{i}" ssh "peer-{i}" "/opt/aner/bin/aner" 1' for i in range(workers)
+    ]
+    path = tmp_path / "cluster"
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def on_cluster(tmp_path: Path, workers: int, **fields: Any) -> JobRequest:
+    execution = ClusterExecution(config=cluster_file(tmp_path, workers))
+    computation = {"seed": 1, "teacher": (2000, 5, 3), **fields}
+    return JobRequest(computation=DenseRequest(**computation), execution=execution)
+
+
+def test_the_defaults_split_a_step_for_two_workers_without_a_note(tmp_path: Path) -> None:
+    job = admit(on_cluster(tmp_path, 2))
+    assert job.chunk == DEFAULT_CHUNK_ROWS == 128
+    assert -(-job.admitted.items // job.chunk) == 2  # a batch of 256: one chunk each
+    assert job.notes == ()
+
+
+def test_a_step_smaller_than_the_group_is_admitted_with_one_note(tmp_path: Path) -> None:
+    # Six workers for two chunks a step: every worker still takes part in the larger
+    # passes (normalisation, validation), so it is no error, but four slots idle each step.
+    job = admit(on_cluster(tmp_path, 6))
+    (note,) = job.notes
+    assert note == (
+        "a step of 256 rows makes 2 chunk(s) of 128 for 6 worker slots: 4 slot(s) idle during "
+        "every step (a chunk of at most 42 would use them all, with other parameters)"
+    )
+    local = admit(
+        JobRequest(
+            computation=DenseRequest(seed=1, teacher=(2000, 5, 3)),
+            execution=LocalExecution(2, 256),
+        )
+    )
+    assert len(local.notes) == 1 and "1 slot(s) idle" in local.notes[0]
+
+
+def test_a_group_larger_than_every_pass_is_refused(tmp_path: Path) -> None:
+    # 300 rows leave about 210 training rows: two chunks of 128 in the largest pass.
+    with pytest.raises(AdmissionError, match="fewer than the 6 configured workers"):
+        admit(on_cluster(tmp_path, 6, teacher=(300, 5, 3)))

@@ -60,7 +60,7 @@ def test_string_classes_come_back_as_labels(tmp_path: Path) -> None:
 
 def test_bad_model_files(tmp_path: Path) -> None:
     (tmp_path / "junk.npz").write_bytes(b"junk")
-    with pytest.raises(ModelFileError, match="not a readable model file"):
+    with pytest.raises(ModelFileError, match="not an NPZ archive"):
         load_model(tmp_path / "junk.npz")
     np.savez(
         tmp_path / "partial.npz",
@@ -72,3 +72,51 @@ def test_bad_model_files(tmp_path: Path) -> None:
     np.savez(tmp_path / "other.npz", meta=np.array('{"schema": "x"}'))
     with pytest.raises(ModelFileError, match="schema 'x'"):
         load_model(tmp_path / "other.npz")
+
+
+def test_feature_names_are_recorded_and_an_older_model_still_reads(tmp_path: Path) -> None:
+    data = parse_csv(b"height,weight,kind\n1,2,0\n3,4,1\n5,7,1\n", "mem")
+    sizes = [2, 2]
+    norm = Normalisation(np.zeros(2), np.ones(2))
+    named = DenseModel(sizes, init_params(1, sizes), norm, data.classes, ("height", "weight"))
+    write_atomically(tmp_path / "new.npz", encode_model(named, {}))
+    loaded, meta = load_model(tmp_path / "new.npz")
+    assert loaded.features == ("height", "weight") and meta["features"] == ["height", "weight"]
+    # A model written before feature names were recorded: readable, by position.
+    write_atomically(
+        tmp_path / "old.npz", encode_model(DenseModel(sizes, named.params, norm, data.classes), {})
+    )
+    old, meta = load_model(tmp_path / "old.npz")
+    assert old.features is None and "features" not in meta
+    # Whole-number classes come back as integers, the type the labels had.
+    assert loaded.predict(np.array([[1.0, 2.0]])).dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"W1": np.full((2, 2), np.nan)}, "W1 has a value that is not a finite number"),
+        ({"std": np.array([1.0, 0.0])}, "std has a value that is not positive"),
+        ({"std": np.array([1.0, -1.0])}, "std has a value that is not positive"),
+        ({"W1": np.zeros((3, 2))}, r"W1 has shape \(3, 2\), expected \(2, 2\)"),
+        ({"meta": np.array("[1, 2]")}, "meta must be a JSON object, got list"),
+        ({"meta": np.array("{nope")}, "meta is not JSON"),
+        ({"classes": np.array([0.0, 1.0, 2.0])}, "3 classes for 2 outputs"),
+    ],
+)
+def test_a_tampered_model_is_refused_in_one_line(
+    tmp_path: Path, change: dict[str, np.ndarray], message: str
+) -> None:
+    sizes = [2, 2]
+    model = DenseModel(
+        sizes, init_params(1, sizes), Normalisation(np.zeros(2), np.ones(2)), np.array([0.0, 1.0])
+    )
+    path = tmp_path / "model.npz"
+    write_atomically(path, encode_model(model, {}))
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    arrays.update(change)
+    np.savez(path, **arrays)
+    with pytest.raises(ModelFileError, match=message) as info:
+        load_model(path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)

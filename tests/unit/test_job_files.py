@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from support import DATA
 
+from aner_coord.cli.progress import describe
 from aner_coord.computations.montecarlo import MonteCarloResult
 from aner_coord.computations.regression import RegressionResult
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OFFLINE, EXIT_OK
@@ -18,6 +19,7 @@ from aner_coord.jobdir.results import RESULT_SCHEMA, encode_result
 from aner_coord.jobdir.status import (
     STATUS_SCHEMA,
     JobState,
+    TrainingPosition,
     WorkerAccount,
     decode_status,
     encode_status,
@@ -213,3 +215,25 @@ def test_a_status_v2_from_before_the_durable_fields_still_reads() -> None:
     status = decode_status(json.dumps(data).encode())
     assert (status.losses, status.resumes, status.recovered) == ([], 0, 0)
     assert status.state is JobState.COMPLETED and status.accepted == 10_000_000
+
+
+def test_checked_in_dense_status_reads_and_renders_its_position() -> None:
+    # Written by a Dense job in its third epoch: the planned work (an upper bound: early
+    # stopping was possible), the position and a note on the plan, all appended fields.
+    status = decode_status((DATA / "status-v2-dense.json").read_bytes())
+    assert (status.kind, status.unit, status.state) == ("dense", "rows", JobState.RUNNING)
+    assert status.total_work == status.work == 595_742 and status.work_upper_bound
+    assert status.position == TrainingPosition(3, 6, 137, 274, 0.8272800106823341)
+    assert status.notes and "1 slot(s) idle during every step" in status.notes[0]
+    line = describe(status)
+    assert line.startswith(
+        "RUNNING [epoch 3 of 6, step 137 of 274, validation accuracy 0.8273] "
+        "275,454 of at most 595,742 rows (46.2%), "
+    )
+    assert " rows/s, ETA at most 0:02" in line
+    assert decode_status(encode_status(status)) == status
+    # A status written before these fields: no position, the work of equal passes.
+    old = decode_status((DATA / "status-v2.json").read_bytes())
+    assert (old.work, old.work_upper_bound, old.position, old.notes) == (None, False, None, [])
+    assert old.total_work == old.requested * old.passes
+    assert b'"position"' not in (DATA / "status-v2.json").read_bytes()

@@ -4,6 +4,8 @@ decode; and the coordinator's per-worker cost accounts built from task stamps.""
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 
 from aner_coord.job.timing import TaskTimes
@@ -95,3 +97,20 @@ def test_unmeasured_costs_are_left_out_of_status_files() -> None:
         snapshot, workers=[msgspec.structs.replace(snapshot.workers[0], compute_s=1.5)]
     )
     assert decode_status(encode_status(measured)).workers[0].compute_s == 1.5
+
+
+def test_link_time_counts_tasks_in_flight_together_once() -> None:
+    # A hundred tasks in flight at once, each answered with no compute and no queueing:
+    # each one's link time is nearly the whole span, so a sum would be a hundred spans.
+    times = TaskTimes(link=True)
+    times.start()
+    began = time.monotonic()
+    times.dispatched("w1", range(100))
+    while time.monotonic() - began < 0.01:
+        pass
+    for task_id in range(100):
+        times.received("w1", task_id, 0.0, 0.0)
+    span = time.monotonic() - began
+    (account,) = times.annotate([WorkerAccount("w1", 1, 100, 100)])
+    assert account.transfer_s is not None
+    assert 0.01 <= account.transfer_s <= span

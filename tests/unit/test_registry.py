@@ -60,7 +60,8 @@ def test_a_dense_summary_needs_no_dense_computation() -> None:
         "test_loss": 0.9,
     }
     lines = summarize("dense", result)
-    assert lines is not None and lines[0].startswith("epochs    2 run, best 1 (validation")
+    assert lines is not None
+    assert lines[0].startswith("epochs    2 run, the best was epoch 2 (validation")
     assert summarize("no-such-kind", result) is None
 
 

@@ -27,6 +27,7 @@ MACHINE = {
     "numpy": "1.26.4",
     "numba": "0.59.1",
     "aner": "0.1.0",
+    "source": "sha256:" + "a" * 64,
 }
 
 
@@ -54,6 +55,19 @@ def test_a_changed_field_makes_the_next_revision(tmp_path: Path) -> None:
     # Each public identity numbers its own revisions.
     assert reread.revision("Atlas-01", MACHINE).label == "Atlas-01 / C01"
     assert path.stat().st_mode & 0o077 == 0
+
+
+def test_a_rebuilt_engine_under_the_same_version_is_a_new_revision(tmp_path: Path) -> None:
+    from aner_worker.contract import source_fingerprint
+
+    # What a worker reports carries this installation's source fingerprint...
+    assert machine_identity()["source"] == source_fingerprint()
+    # ...so a rebuilt engine that kept its version string is told apart.
+    registry = Registry(tmp_path / "registry.json")
+    assert registry.revision("Atlas-02", MACHINE).revision == "C01"
+    rebuilt = registry.revision("Atlas-02", {**MACHINE, "source": "sha256:" + "b" * 64})
+    assert rebuilt.revision == "C02" and not rebuilt.replaced
+    assert rebuilt.machine["aner"] == MACHINE["aner"]
 
 
 def test_a_different_machine_under_the_same_name_is_flagged(tmp_path: Path) -> None:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, ClassVar
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.base import Admitted
+from aner_coord.computations.dense import arrays, suspect
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun
+from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun, feature_names
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_positive, check_seed
@@ -34,8 +37,11 @@ from aner_worker.kernels.dense.plan import (
 )
 
 # Rows a task unless the execution says otherwise; the parameters depend on it (the order
-# of the gradient sums), never on the workers.
-DEFAULT_CHUNK_ROWS = 256
+# of the gradient sums), never on the workers. Two chunks for a default batch of 256: two
+# workers each compute half of every step. Measured (bench/dense_workers.py): a chunk costs
+# the job about 0.3 ms of coordination besides its kernel time, so 64 rows (four chunks)
+# made one worker about 40% slower than 256 and two workers no faster than 128.
+DEFAULT_CHUNK_ROWS = 128
 
 # Admission limits (SPEC section 3 asks for limits with clear errors).
 MAX_FILE_BYTES = 2 << 30  # a data file, before parsing
@@ -93,6 +99,11 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
                     "teacher",
                 )
             return TeacherDataset(rows, features, classes, request.seed)
+        if arrays.is_array_data(request.data):
+            assert request.data is not None
+            if request.label is not None:
+                raise RequestError("{label} does not apply to arrays (labels are y)", "label")
+            return arrays.held(request.data)
         key = _file_key(request)
         found = _loaded.get(key)
         if found is None:
@@ -128,6 +139,94 @@ def _check_lr(value: object) -> float:
     return float(value)
 
 
+def _check_moments(request: DenseRequest, dataset: Dataset, train: Any) -> None:
+    """Refuse features whose normalisation would overflow (`suspect`), naming the column."""
+    if not isinstance(dataset, ArrayDataset):
+        return  # a teacher set's features lie in [-1, 1)
+    names = feature_names(dataset) or [f"x{j}" for j in range(dataset.n_features)]
+    problem = suspect.overflowing_feature(dataset.x, train, names)
+    if problem is not None:
+        raise RequestError(f"{{data}} {request.data}: {problem}", "data")
+
+
+_kernels_loaded = False
+
+
+def _load_kernels(kernel: DenseKernel) -> float:
+    """Load (compile, or read from numba's cache) the kernels admission and the job use, the
+    first time this process admits a Dense job: the seconds it took, reported apart from
+    the job's compute (`DenseResult.load_s`); 0.0 once they are loaded."""
+    global _kernels_loaded
+    if _kernels_loaded:
+        return 0.0
+    began = time.perf_counter()
+    kernel.warm_up()
+    _kernels_loaded = True
+    return time.perf_counter() - began
+
+
+def _check_options(
+    request: DenseRequest,
+) -> tuple[int, tuple[int, ...], int, int, float, float | None]:
+    """The options that need no data: seed, hidden, batch, epochs, lr, target accuracy."""
+    seed = check_seed(request.seed)
+    if (request.data is None) == (request.teacher is None):
+        raise RequestError(
+            "give either {data} FILE or {teacher} ROWS,FEATURES,CLASSES (exactly one)",
+            "data",
+            "teacher",
+        )
+    hidden = _check_hidden(request.hidden)
+    batch = check_positive("batch", request.batch)
+    if batch > MAX_BATCH:
+        raise AdmissionError(f"{{batch}} is {batch:,}; the limit is {MAX_BATCH:,}", "batch")
+    epochs = check_positive("epochs", request.epochs)
+    if epochs > MAX_EPOCHS:
+        raise AdmissionError(f"{{epochs}} is {epochs}; the limit is {MAX_EPOCHS}", "epochs")
+    check_positive("patience", request.patience)
+    if request.optimizer not in ("adam", "sgd"):
+        raise RequestError(
+            f"{{optimizer}} must be adam or sgd, got {request.optimizer!r}", "optimizer"
+        )
+    lr = _check_lr(request.lr)
+    target = request.target_accuracy
+    if target is not None and (
+        isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 1
+    ):
+        raise RequestError(
+            f"{{target_accuracy}} must be in (0, 1], got {target!r}", "target_accuracy"
+        )
+    if request.teacher is not None:
+        if len(request.teacher) != 3:
+            raise RequestError("{teacher} must be ROWS,FEATURES,CLASSES", "teacher")
+        for value in request.teacher:
+            check_int("teacher", value)
+    return seed, hidden, batch, epochs, lr, target
+
+
+def _check_size(request: DenseRequest, dataset: Dataset) -> None:
+    if isinstance(dataset, ArrayDataset):
+        in_memory = dataset.n_rows * dataset.n_features * 8
+        if in_memory > MAX_DATA_BYTES:
+            raise AdmissionError(
+                f"{request.data}: {dataset.n_rows:,} x {dataset.n_features:,} features "
+                f"take {in_memory:,} bytes; the limit is {MAX_DATA_BYTES:,} ({{data}})",
+                "data",
+            )
+    for what, size in (("features", dataset.n_features), ("classes", dataset.n_classes)):
+        if size > MAX_LAYER:
+            raise AdmissionError(f"the data has {size:,} {what}; the limit is {MAX_LAYER:,}")
+
+
+def _source(request: DenseRequest, dataset: Dataset) -> dict[str, Any]:
+    """Where the data came from, for the manifest (never a path: a file's base name)."""
+    if request.teacher is not None:
+        return {"teacher": list(request.teacher)}
+    if arrays.is_array_data(request.data):
+        return {"arrays": dataset.identity}
+    return {"file": os.path.basename(request.data or ""), "label": request.label}
+
+
 class Dense:
     kind: ClassVar[str] = "dense"
     unit: ClassVar[str] = "rows"
@@ -137,50 +236,10 @@ class Dense:
     default_chunk: ClassVar[int] = DEFAULT_CHUNK_ROWS
 
     def admit(self, request: DenseRequest) -> Admitted:
-        seed = check_seed(request.seed)
-        if (request.data is None) == (request.teacher is None):
-            raise RequestError(
-                "give either {data} FILE or {teacher} ROWS,FEATURES,CLASSES (exactly one)",
-                "data",
-                "teacher",
-            )
-        hidden = _check_hidden(request.hidden)
-        batch = check_positive("batch", request.batch)
-        if batch > MAX_BATCH:
-            raise AdmissionError(f"{{batch}} is {batch:,}; the limit is {MAX_BATCH:,}", "batch")
-        epochs = check_positive("epochs", request.epochs)
-        if epochs > MAX_EPOCHS:
-            raise AdmissionError(f"{{epochs}} is {epochs}; the limit is {MAX_EPOCHS}", "epochs")
-        check_positive("patience", request.patience)
-        if request.optimizer not in ("adam", "sgd"):
-            raise RequestError(
-                f"{{optimizer}} must be adam or sgd, got {request.optimizer!r}", "optimizer"
-            )
-        lr = _check_lr(request.lr)
-        target = request.target_accuracy
-        if target is not None and (
-            isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 1
-        ):
-            raise RequestError(
-                f"{{target_accuracy}} must be in (0, 1], got {target!r}", "target_accuracy"
-            )
-        if request.teacher is not None:
-            if len(request.teacher) != 3:
-                raise RequestError("{teacher} must be ROWS,FEATURES,CLASSES", "teacher")
-            for value in request.teacher:
-                check_int("teacher", value)
+        seed, hidden, batch, epochs, lr, target = _check_options(request)
+        load_s = _load_kernels(self.kernel)
         dataset = load_dataset(request)
-        if isinstance(dataset, ArrayDataset):
-            in_memory = dataset.n_rows * dataset.n_features * 8
-            if in_memory > MAX_DATA_BYTES:
-                raise AdmissionError(
-                    f"{request.data}: {dataset.n_rows:,} x {dataset.n_features:,} features "
-                    f"take {in_memory:,} bytes; the limit is {MAX_DATA_BYTES:,} ({{data}})",
-                    "data",
-                )
-        for what, size in (("features", dataset.n_features), ("classes", dataset.n_classes)):
-            if size > MAX_LAYER:
-                raise AdmissionError(f"the data has {size:,} {what}; the limit is {MAX_LAYER:,}")
+        _check_size(request, dataset)
         sizes = layer_sizes(dataset.n_features, hidden, dataset.n_classes)
         n_params = parameter_count(sizes)
         if n_params > MAX_PARAMS:
@@ -193,20 +252,23 @@ class Dense:
             roles = assign_roles(seed, dataset.n_rows, *FRACTIONS)
         except PlanError as exc:
             raise RequestError(str(exc)) from None
-        n_train = int(roles.train.size)
+        _check_moments(request, dataset, roles.train)
+        counts = roles.counts()
+        n_train = counts["train"]
         steps = steps_per_epoch(n_train, batch)
-        source = (
-            {"teacher": list(request.teacher)}
-            if request.teacher is not None
-            else {"file": os.path.basename(request.data or ""), "label": request.label}
-        )
         return Admitted(
             items=min(batch, n_train),
             passes=1 + epochs * (steps + 1) + 1,
             identity=MODEL_ID,
+            # normalisation, every epoch's steps and validation, the test
+            work=n_train + epochs * (n_train + counts["validation"]) + counts["test"],
+            largest_pass=max(counts.values()),
+            upper_bound=epochs > request.patience,  # early stopping may end it sooner
+            steps=True,
+            load_s=load_s,
             describe={
                 "data": dataset.identity,
-                **source,
+                **_source(request, dataset),
                 "seed": seed,
                 "layer_sizes": sizes,
                 "parameters": n_params,
@@ -227,3 +289,13 @@ class Dense:
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
         return summarize(result)
+
+    def tiny(self, request: DenseRequest, rows: int) -> DenseRequest:
+        """A small request of the same shape for probes: a teacher set of `rows` rows (at
+        least 200) with the data's features and classes (nothing to stage), one epoch of
+        one step."""
+        dataset = load_dataset(request)
+        teacher = (max(200, rows), min(dataset.n_features, 256), dataset.n_classes)
+        return msgspec.structs.replace(
+            request, data=None, label=None, teacher=teacher, epochs=1, batch=MAX_BATCH
+        )

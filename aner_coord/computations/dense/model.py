@@ -1,23 +1,31 @@
 """A trained ``aner-dense/v1`` model and its ``model.npz`` file (SPEC section 9, Files).
 
 The file holds ``W1, b1, ..., W(L+1), b(L+1)``, ``mean``, ``std``, ``classes`` and ``meta``
-(a JSON string: layer sizes, data identity, seed, epoch of the model). It is written without
-pickles, atomically (temporary file in the same directory, fsync, rename, fsync of the
-directory), owner-only, so a reader never sees half a model; it is read with pickles refused.
+(a JSON string: layer sizes, data identity, seed, epoch of the model, and since this
+version the feature names, in column order, that `predict` maps a CSV's columns by). It is
+written without pickles, atomically (temporary file in the same directory, fsync, rename,
+fsync of the directory), owner-only, so a reader never sees half a model.
+
+It is read as untrusted input (`load_model`): a regular file of bounded size, members
+checked before they are decompressed (`files.npz_arrays`), a meta that is a JSON object of
+this schema, layer sizes within the training limits, every array of its exact shape and
+finite, `std` positive, classes numbers or text. Anything else is a `ModelFileError`, one
+line naming the file. A file of an older aner (no feature names) still reads: its
+`features` is None and `predict` says that columns are then taken by position.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.files import UnsafeFile, npz_arrays, read_regular
 from aner_worker.kernels.dense.network import layer_shapes, predict, predict_proba
 from aner_worker.kernels.dense.plan import Normalisation
 
@@ -25,6 +33,11 @@ Floats = npt.NDArray[np.float64]
 Classes = npt.NDArray[np.float64] | npt.NDArray[np.str_]
 
 MODEL_SCHEMA = "aner-dense/v1"
+# Bounds of a model that training could have made (computation.py's admission limits).
+MAX_LAYER = 4096
+MAX_LAYERS = 18  # input, 16 hidden layers, output
+MAX_PARAMS = 4_000_000
+MAX_MODEL_BYTES = 256 << 20  # the parameters, classes and meta of the largest such model
 
 
 class ModelFileError(ValueError):
@@ -33,12 +46,13 @@ class ModelFileError(ValueError):
 
 @dataclass(frozen=True)
 class DenseModel:
-    """Parameters with the normalisation and classes they were trained with."""
+    """Parameters with the normalisation, classes and feature names they were trained with."""
 
     sizes: list[int]
     params: list[Floats]
     normalisation: Normalisation
     classes: Classes
+    features: tuple[str, ...] | None = None  # column names, in order (None: not recorded)
 
     def predict_proba(self, x: Floats) -> Floats:
         """Class probabilities of raw feature rows, the model's own normalisation applied."""
@@ -46,15 +60,28 @@ class DenseModel:
         return predict_proba(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
 
     def predict(self, x: Floats) -> npt.NDArray[np.generic]:
-        """Labels (not indices) of raw feature rows ``x``."""
+        """Labels (not indices) of raw feature rows ``x``, in the classes' own type:
+        integers for classes that are whole numbers, else floats or strings."""
         n = self.normalisation
         index = predict(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
-        out: npt.NDArray[np.generic] = self.classes[index]
+        out: npt.NDArray[np.generic] = self.labels[index]
         return out
+
+    @property
+    def labels(self) -> npt.NDArray[np.generic]:
+        """The classes as a user wrote them: whole numbers as integers."""
+        classes = self.classes
+        if classes.dtype.kind != "f":
+            return classes
+        values = classes.astype(np.float64)
+        if np.all(values == np.round(values)) and np.all(np.abs(values) < 2**53):
+            return values.astype(np.int64)
+        return classes
 
 
 def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
-    """The bytes of ``model.npz``; ``meta`` gains ``schema`` and ``layer_sizes``."""
+    """The bytes of ``model.npz``; ``meta`` gains ``schema``, ``layer_sizes`` and the
+    feature names (when the model has them)."""
     arrays: dict[str, npt.NDArray[Any]] = {}
     for index, p in enumerate(model.params):
         arrays[f"{'W' if index % 2 == 0 else 'b'}{index // 2 + 1}"] = p
@@ -62,6 +89,8 @@ def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
     arrays["std"] = model.normalisation.std
     arrays["classes"] = model.classes
     full_meta = {"schema": MODEL_SCHEMA, "layer_sizes": list(model.sizes), **meta}
+    if model.features is not None:
+        full_meta["features"] = list(model.features)
     arrays["meta"] = np.array(json.dumps(full_meta, sort_keys=True))
     buffer = io.BytesIO()
     # Object arrays (and so pickles) are refused on the way in as on the way out.
@@ -69,34 +98,112 @@ def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def load_model(path: Path) -> tuple[DenseModel, dict[str, Any]]:
-    """Read ``model.npz`` back: the model and its ``meta``."""
+def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
+    """Read ``model.npz`` back, checking everything (see the module docstring): the model
+    and its ``meta``."""
+    where = str(path)
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            contents = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise ModelFileError(f"{path}: not a readable model file ({exc})") from None
+        contents = npz_arrays(read_regular(where, MAX_MODEL_BYTES, where), where, MAX_MODEL_BYTES)
+    except UnsafeFile as exc:
+        raise ModelFileError(f"{exc} (not a readable model file)") from None
+    meta = _meta(contents, where)
+    sizes = _sizes(meta, where)
+    params = [
+        _floats(contents, f"{'W' if i % 2 == 0 else 'b'}{i // 2 + 1}", shape, where)
+        for i, shape in enumerate(layer_shapes(sizes))
+    ]
+    mean = _floats(contents, "mean", (sizes[0],), where)
+    std = _floats(contents, "std", (sizes[0],), where)
+    if not np.all(std > 0):
+        raise ModelFileError(f"{where}: std has a value that is not positive (SPEC: 1 where 0)")
+    classes = _classes(contents, sizes[-1], where)
+    features = _features(meta, sizes[0], where)
+    return DenseModel(sizes, params, Normalisation(mean, std), classes, features), meta
+
+
+def _meta(contents: dict[str, npt.NDArray[Any]], where: str) -> dict[str, Any]:
+    raw = contents.get("meta")
+    if raw is None:
+        raise ModelFileError(f"{where}: missing 'meta'")
+    if raw.dtype.kind != "U" or raw.shape != ():
+        raise ModelFileError(f"{where}: meta must be one JSON string, got {raw.dtype} {raw.shape}")
     try:
-        meta = json.loads(str(contents["meta"]))
-        if meta.get("schema") != MODEL_SCHEMA:
-            raise ModelFileError(f"{path}: schema {meta.get('schema')!r}, expected {MODEL_SCHEMA}")
-        sizes = [int(s) for s in meta["layer_sizes"]]
-        params: list[Floats] = []
-        for index, shape in enumerate(layer_shapes(sizes)):
-            name = f"{'W' if index % 2 == 0 else 'b'}{index // 2 + 1}"
-            array = np.asarray(contents[name], dtype=np.float64)
-            if array.shape != shape:
-                raise ModelFileError(f"{path}: {name} has shape {array.shape}, expected {shape}")
-            params.append(array)
-        norm = Normalisation(
-            mean=np.asarray(contents["mean"], dtype=np.float64),
-            std=np.asarray(contents["std"], dtype=np.float64),
+        meta = json.loads(str(raw))
+    except (ValueError, RecursionError) as exc:
+        raise ModelFileError(f"{where}: meta is not JSON ({str(exc)[:80]})") from None
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{where}: meta must be a JSON object, got {type(meta).__name__}")
+    if meta.get("schema") != MODEL_SCHEMA:
+        shown = str(meta.get("schema"))[:40]
+        raise ModelFileError(f"{where}: schema {shown!r}, expected {MODEL_SCHEMA}")
+    return meta
+
+
+def _sizes(meta: dict[str, Any], where: str) -> list[int]:
+    sizes = meta.get("layer_sizes")
+    if (
+        not isinstance(sizes, list)
+        or not 2 <= len(sizes) <= MAX_LAYERS
+        or not all(type(s) is int and 1 <= s <= MAX_LAYER for s in sizes)
+    ):
+        raise ModelFileError(
+            f"{where}: layer_sizes must be 2 to {MAX_LAYERS} whole numbers in 1..{MAX_LAYER}, "
+            f"got {str(sizes)[:60]}"
         )
-        classes: Classes = contents["classes"]
-    except KeyError as exc:
-        raise ModelFileError(f"{path}: missing {exc.args[0]!r}") from None
-    if norm.mean.shape != (sizes[0],) or norm.std.shape != (sizes[0],):
-        raise ModelFileError(f"{path}: mean and std must have {sizes[0]} entries")
-    if classes.shape != (sizes[-1],):
-        raise ModelFileError(f"{path}: {classes.size} classes for {sizes[-1]} outputs")
-    return DenseModel(sizes, params, norm, classes), meta
+    if sum(a * b + b for a, b in itertools.pairwise(sizes)) > MAX_PARAMS:
+        raise ModelFileError(f"{where}: layer sizes {sizes} make more than {MAX_PARAMS:,} weights")
+    return sizes
+
+
+def _floats(
+    contents: dict[str, npt.NDArray[Any]], name: str, shape: tuple[int, ...], where: str
+) -> Floats:
+    array = contents.get(name)
+    if array is None:
+        raise ModelFileError(f"{where}: missing {name!r}")
+    if array.dtype.kind not in "fiu":
+        raise ModelFileError(f"{where}: {name} holds {array.dtype}, not numbers")
+    if array.shape != shape:
+        raise ModelFileError(f"{where}: {name} has shape {array.shape}, expected {shape}")
+    values = np.array(array, dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ModelFileError(f"{where}: {name} has a value that is not a finite number")
+    out: Floats = values
+    return out
+
+
+def _classes(contents: dict[str, npt.NDArray[Any]], k: int, where: str) -> Classes:
+    classes = contents.get("classes")
+    if classes is None:
+        raise ModelFileError(f"{where}: missing 'classes'")
+    if classes.shape != (k,):
+        raise ModelFileError(f"{where}: {classes.size} classes for {k} outputs")
+    if classes.dtype.kind in "fiu":
+        values = np.array(classes, dtype=np.float64)
+        if not np.isfinite(values).all():
+            raise ModelFileError(f"{where}: classes has a value that is not a finite number")
+        return values
+    if classes.dtype.kind != "U":
+        raise ModelFileError(f"{where}: classes holds {classes.dtype}, not numbers or text")
+    out: Classes = np.array(classes)
+    return out
+
+
+def _features(meta: dict[str, Any], d: int, where: str) -> tuple[str, ...] | None:
+    names = meta.get("features")
+    if names is None:
+        return None  # an older model: columns by position
+    if (
+        not isinstance(names, list)
+        or len(names) != d
+        or not all(isinstance(n, str) for n in names)
+        or len(set(names)) != d
+    ):
+        raise ModelFileError(f"{where}: features must be {d} distinct column names")
+    return tuple(names)
+
+
+def check_probabilities(proba: Floats) -> int | None:
+    """The first row whose probabilities are not finite numbers, or None."""
+    bad = ~np.isfinite(proba).all(axis=1)
+    return int(np.argmax(bad)) if bad.any() else None

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from aner_coord.computations.dense.model import DenseModel
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import StagingRecord
+from aner_worker.kernels.dense.plan import Roles
 
 
 class EpochRecord(msgspec.Struct, frozen=True):
@@ -50,32 +51,66 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     committed_steps: int
     rows_processed: int
     staging: list[StagingRecord] = msgspec.field(default_factory=list)
+    # What the user should know of the result (`suspect`): a run that used all its epochs
+    # with the validation loss still falling.
+    notes: list[str] = msgspec.field(default_factory=list)
+    # Seconds spent loading the kernels before computing, which `seconds` leaves out: in
+    # admission (the first Dense job of a process) and before the job's first worker was
+    # ready (for worker processes also starting them and staging the data).
+    load_s: float | None = None
 
     def summary(self) -> str:
         last = self.history[-1]
+        notes = "".join(f"\nnote: {note}" for note in self.notes)
         return (
             f"{len(self.history)} epoch(s), {self.committed_steps} steps: best epoch "
-            f"{self.best_epoch} (validation accuracy "
+            f"{self.best_epoch + 1} (validation accuracy "
             f"{self.history[self.best_epoch].validation_accuracy:.4f}), test accuracy "
             f"{self.test_accuracy:.4f}, test loss {self.test_loss:.4f} | last epoch "
             f"validation loss {last.validation_loss:.4f} | {len(self.workers)} worker(s), "
-            f"{self.seconds:.3f} s"
+            f"{self.seconds:.3f} s{notes}"
         )
 
 
 @dataclass(frozen=True)
 class DenseFit:
-    """A completed training job: its result (attributes pass through) and its model."""
+    """A completed training job: its result (attributes pass through), its model and the
+    rows of each role."""
 
     result: DenseResult
     model: DenseModel
+    split: Roles  # each row's role (`roles` passes through: the count per role)
+
+    @property
+    def train_rows(self) -> npt.NDArray[np.int64]:
+        """Positions (0-based, in data order) of the training rows."""
+        return self.split.train
+
+    @property
+    def validation_rows(self) -> npt.NDArray[np.int64]:
+        return self.split.validation
+
+    @property
+    def test_rows(self) -> npt.NDArray[np.int64]:
+        return self.split.test
 
     def predict(self, x: npt.ArrayLike) -> npt.NDArray[np.generic]:
-        """Labels of raw feature rows, with the model's own normalisation."""
+        """Labels of raw feature rows, with the model's own normalisation, in the classes'
+        own type (integers for whole-number classes, floats, or strings)."""
         return self.model.predict(np.asarray(x, dtype=np.float64))
 
     def predict_proba(self, x: npt.ArrayLike) -> npt.NDArray[np.float64]:
         return self.model.predict_proba(np.asarray(x, dtype=np.float64))
+
+    def score(self, x: npt.ArrayLike, y: npt.ArrayLike) -> float:
+        """Accuracy of `predict(x)` against the labels `y` (as scikit-learn's `score`)."""
+        labels = np.asarray(y)
+        predicted = self.predict(x)
+        if labels.shape != predicted.shape:
+            raise ValueError(f"y has shape {labels.shape}; X gives {predicted.shape[0]} rows")
+        if predicted.dtype.kind in "US":
+            labels = labels.astype(np.str_)
+        return float(np.mean(predicted == labels))
 
     def summary(self) -> str:
         return self.result.summary()

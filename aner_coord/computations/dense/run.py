@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
+from aner_coord.computations.dense import suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.dense.result import DenseResult, EpochRecord
-from aner_coord.jobdir.status import JobState
+from aner_coord.jobdir.status import JobState, TrainingPosition
 from aner_worker.blocks import split
 from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, Dataset, TeacherDataset
-from aner_worker.kernels.dense.params import DenseParams, DenseStats
+from aner_worker.kernels.dense.params import MOMENTS, DenseParams, DenseStats
 from aner_worker.kernels.dense.plan import (
     DEFAULT_TEST_FRACTION,
     DEFAULT_VALIDATION_FRACTION,
@@ -33,6 +34,7 @@ from aner_worker.kernels.dense.plan import (
     assign_roles,
 )
 from aner_worker.kernels.dense.rows import to_bytes
+from aner_worker.kernels.dense.streams import VALIDATION
 from aner_worker.kernels.dense.training import (
     Divergence,
     Training,
@@ -43,6 +45,44 @@ from aner_worker.kernels.dense.training import (
 
 MODEL_ID = "aner-dense/v1"
 FRACTIONS = (DEFAULT_TEST_FRACTION, DEFAULT_VALIDATION_FRACTION)
+
+
+# Audits across platforms (SPEC section 9 lets plans on two platforms differ by rounding):
+# each statistic within this fraction of its largest magnitude. On one platform: bitwise.
+AUDIT_TOLERANCE = 1e-9
+
+
+def _deviations(a: DenseStats, b: DenseStats) -> list[tuple[str, float]]:
+    """Each statistic's largest difference relative to its largest magnitude (inf for a
+    length mismatch or a non-finite value)."""
+    out = []
+    for name, x, y in (
+        ("gradient or moment sums", a.sums, b.sums),
+        ("squared deviations", a.m2, b.m2),
+    ):
+        u, v = np.frombuffer(x, dtype="<f8"), np.frombuffer(y, dtype="<f8")
+        out.append((name, _relative(u, v)))
+    out.append(("the loss sum", _relative(np.array([a.loss_sum]), np.array([b.loss_sum]))))
+    return out
+
+
+def _relative(u: np.ndarray[Any, Any], v: np.ndarray[Any, Any]) -> float:
+    if u.shape != v.shape:
+        return float("inf")
+    if not u.size or np.array_equal(u, v):
+        return 0.0
+    scale = max(float(np.max(np.abs(u))), float(np.max(np.abs(v))), np.finfo(float).tiny)
+    err = float(np.max(np.abs(u - v))) / scale
+    return err if np.isfinite(err) else float("inf")
+
+
+def feature_names(dataset: Dataset) -> tuple[str, ...] | None:
+    """The names `predict` maps columns by: a CSV's header (label left out), x0, x1, ...
+    for data without names; None for a header that repeats a name (columns by position)."""
+    names = getattr(dataset, "feature_names", None)
+    if names is None:
+        return tuple(f"x{j}" for j in range(dataset.n_features))
+    return tuple(names) if len(set(names)) == len(names) == dataset.n_features else None
 
 
 class DenseRun:
@@ -108,7 +148,35 @@ class DenseRun:
         spec = self.training.next_pass()
         if spec is None:
             return None
-        return PassSpec(spec.items, self._params(spec), spec.label)
+        return PassSpec(spec.items, self._params(spec), self._label(spec))
+
+    def _label(self, spec: TrainingPass) -> str:
+        """The pass in its user's terms, epochs and steps counted from 1 (the job files'
+        indices count from 0, as SPEC section 9 does)."""
+        training = self.training
+        epoch = f"epoch {training.epoch + 1} of {training.options.epochs}"
+        if spec.step == MOMENTS:
+            return "normalisation (training rows)"
+        if spec.role < 0:
+            return f"{epoch}, step {training.step + 1} of {training.steps_per_epoch}"
+        if spec.role == VALIDATION:
+            return f"validation after {epoch}"
+        return f"test of the best model (epoch {training.best_epoch + 1})"
+
+    def position(self) -> TrainingPosition | None:
+        """Epoch e of E and step s of S (both from 1 as shown; `step` counts committed
+        steps), with the latest validation accuracy; None while normalising."""
+        training = self.training
+        if training.normalisation is None:
+            return None
+        last = training.history[-1].validation_accuracy if training.history else None
+        return TrainingPosition(
+            epoch=training.epoch + 1,
+            epochs=training.options.epochs,
+            step=training.step,
+            steps=training.steps_per_epoch,
+            validation_accuracy=last,
+        )
 
     def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
         if not isinstance(stats, DenseStats):
@@ -122,13 +190,48 @@ class DenseRun:
         self.training.accept(chunk, stats)
 
     def commit(self) -> None:
+        training = self.training
+        normalising = training.normalisation is None
         try:
-            self.training.commit()
+            training.commit()
         except Divergence as exc:
             raise Diverged(str(exc)) from None
+        norm = training.normalisation
+        if normalising and norm is not None:
+            names = feature_names(self._dataset) or [str(j) for j in range(norm.mean.size)]
+            problem = suspect.bad_normalisation(norm, names)
+        else:
+            problem = suspect.divergence(training.history, training.test, self._n_classes)
+        if problem is not None:
+            raise Diverged(problem)
+
+    @property
+    def _n_classes(self) -> int:
+        return self.sizes[-1]
 
     def same(self, a: DenseStats, b: DenseStats) -> bool:
-        return a == b  # one chunk, one thread: the same bits wherever it ran
+        return a == b  # one chunk, one thread: the same bits on one platform
+
+    def close(self, worker: DenseStats, own: DenseStats) -> bool:
+        """Agreement across platforms (another CPU, OS or numpy may round a sum of products
+        differently): equal counts, and each statistic within `AUDIT_TOLERANCE` of its
+        largest magnitude. A worker on this platform must agree bitwise (`same`)."""
+        if (worker.valid, worker.correct) != (own.valid, own.correct):
+            return False
+        return all(err <= AUDIT_TOLERANCE for _, err in _deviations(worker, own))
+
+    def difference(self, worker: DenseStats, own: DenseStats) -> str:
+        """How a worker's chunk statistics differ from the coordinator's, in one short line."""
+        parts = []
+        if worker.valid != own.valid or worker.correct != own.correct:
+            parts.append(
+                f"{worker.valid} valid and {worker.correct} correct rows where the coordinator "
+                f"counts {own.valid} and {own.correct}"
+            )
+        for name, err in _deviations(worker, own):
+            if err:
+                parts.append(f"{name} off by {err:.3g} of its magnitude")
+        return "; ".join(parts) or "the same values in other bits"
 
     @property
     def committed_steps(self) -> int | None:
@@ -153,7 +256,9 @@ class DenseRun:
         norm = self.training.normalisation
         assert norm is not None
         params = self.training.parameters(flat)
-        return DenseModel(list(self.sizes), params, norm, self._dataset.classes)
+        return DenseModel(
+            list(self.sizes), params, norm, self._dataset.classes, feature_names(self._dataset)
+        )
 
     def files(self, state: JobState) -> dict[str, bytes]:
         """`model.npz`: the final (best) model of a completed run; of any other, the model
@@ -179,6 +284,8 @@ class DenseRun:
         training = self.training
         assert training.test is not None
         request = self._request
+        note = suspect.still_improving(training.history, training.best_epoch, request.epochs)
+        notes = [note] if note is not None else []
         history = [
             EpochRecord(
                 h.epoch,
@@ -208,11 +315,14 @@ class DenseRun:
             test_loss=training.test[0],
             test_accuracy=training.test[1],
             time_to_target_s=training.time_to_target,
+            notes=notes,
             committed_steps=training.committed,
             rows_processed=training.rows_processed,
             staging=list(accounting.staging),
             losses=list(accounting.losses),
-            seconds=accounting.seconds,
+            # the job's compute: without the time before its first worker was ready
+            seconds=round(accounting.seconds - (accounting.ready_s or 0.0), 6),
+            load_s=round(accounting.load_s + (accounting.ready_s or 0.0), 6),
             execution=accounting.execution,
             workers=list(accounting.workers),
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
 from aner_coord.computations.dense.model import DenseModel
 from aner_worker.kernels.dense.data import Dataset
 from aner_worker.kernels.dense.fit import fit_whole
@@ -62,7 +63,7 @@ def train_single(
     optimizer: OptimizerName = "adam",
     lr: float = 1e-3,
     patience: int = 5,
-    chunk: int = 256,
+    chunk: int = DEFAULT_CHUNK_ROWS,
     target_accuracy: float | None = None,
     threads: int = 1,
     on_epoch: Callable[[EpochRecord], None] | None = None,

@@ -1,5 +1,6 @@
 """What `status` shows of a completed Dense training job, from its `result.json`: kept apart
-from `dense`, which imports numpy and the kernels, so that a monitor never does."""
+from `dense`, which imports numpy and the kernels, so that a monitor never does. Epochs are
+counted from 1 here, as every display counts them; `result.json` indexes them from 0."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ def summarize(result: dict[str, Any]) -> list[str]:
     history = result["history"]
     best = result["best_epoch"]
     lines = [
-        f"epochs    {len(history)} run, best {best} (validation accuracy "
+        f"epochs    {len(history)} run, the best was epoch {best + 1} (validation accuracy "
         f"{history[best]['validation_accuracy']:.4f})",
         f"test      accuracy {result['test_accuracy']:.4f}, loss {result['test_loss']:.4f}",
     ]
     if result.get("time_to_target_s") is not None:
         lines.append(f"target    reached after {result['time_to_target_s']:.3f} s")
+    lines.extend(f"note      {note}" for note in result.get("notes") or [])
     for record in result.get("staging") or []:
         lines.append(
             f"staging   {record['identity']}: {record['state']}, {record['bytes']:,} bytes "

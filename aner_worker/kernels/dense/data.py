@@ -90,6 +90,7 @@ class ArrayDataset(Dataset):
         y: Ints,
         classes: Classes,
         identity: str,
+        feature_names: tuple[str, ...] | None = None,  # a CSV's header, label left out
     ) -> None:
         if x.ndim != 2 or y.shape != (x.shape[0],):
             raise ValueError(f"X must be (n, d) and y (n,), got {x.shape} and {y.shape}")
@@ -98,6 +99,7 @@ class ArrayDataset(Dataset):
         self.classes = classes
         self.identity = identity
         self.n_rows, self.n_features = (int(s) for s in self.x.shape)
+        self.feature_names = feature_names
 
     def rows(self, positions: Ints) -> tuple[Floats, Ints]:
         pos = self._positions(positions)
@@ -248,7 +250,8 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
             f"not a finite number: {x[r, j]!r}"
         )
     classes, y = _classes_of(labels, where)
-    return ArrayDataset(x, y, classes, identity)
+    names = tuple(header[:label_col] + header[label_col + 1 :])
+    return ArrayDataset(x, y, classes, identity, names)
 
 
 def _raise_bad_row(
@@ -347,7 +350,11 @@ def load_digits() -> ArrayDataset:
     body = gzip.decompress(data)
     parsed = parse_csv(header + b"\n" + body, str(path))
     return ArrayDataset(
-        parsed.x, parsed.y, parsed.classes, "sha256:" + hashlib.sha256(data).hexdigest()
+        parsed.x,
+        parsed.y,
+        parsed.classes,
+        "sha256:" + hashlib.sha256(data).hexdigest(),
+        parsed.feature_names,
     )
 
 

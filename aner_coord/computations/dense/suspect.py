@@ -1,0 +1,95 @@
+"""When a Dense result is suspect, and what is said about it (issue 16, item 7).
+
+- Features whose moments would overflow binary64 (magnitudes near 1e300: the squared
+  deviations of the training rows exceed the largest float) are refused at admission,
+  naming the column (`overflowing_feature`), so no model ever stores a non-finite `std`;
+  a normalisation that is not finite all the same is a divergence (`bad_normalisation`).
+- A fit diverged when the mean loss of an epoch (training or validation) or the final
+  model's test loss exceeds `DIVERGED_FACTOR` times the loss of a uniform guess, `ln k`
+  for `k` classes: every fit starts near that loss (small initial weights), so this is a
+  loss that grew by two orders of magnitude. The job then fails (exit 3) with a hint to
+  lower the learning rate (`divergence`).
+- A run that used all of `--epochs` while its validation loss was still falling (the best
+  epoch is the last) gets a note, printed and recorded in `result.json`
+  (`still_improving`): more epochs would probably give a better model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from aner_worker.kernels.dense.plan import Normalisation
+from aner_worker.kernels.dense.training import EpochRecord
+
+DIVERGED_FACTOR = 100.0
+LARGEST = float(np.finfo(np.float64).max)
+
+
+def overflowing_feature(
+    x: npt.NDArray[np.float64], train: npt.NDArray[np.int64], names: Sequence[str]
+) -> str | None:
+    """The first feature whose training rows' moments would overflow, described for the
+    user, or None. Columns whose range cannot overflow are passed on their range alone;
+    the others are computed as the workers compute them, over the training rows."""
+    low, high = x.min(axis=0), x.max(axis=0)
+    with np.errstate(all="ignore"):
+        spread = (high - low) ** 2 * max(1, int(train.size))
+    for j in (int(c) for c in np.flatnonzero(~(spread < LARGEST))):
+        column = x[train, j]
+        with np.errstate(all="ignore"):
+            mean = column.sum() / column.size
+            m2 = float(((column - mean) ** 2).sum())
+        if not (math.isfinite(float(mean)) and math.isfinite(m2)):
+            peak = float(np.max(np.abs(column)))
+            return (
+                f"feature {names[j]!r} (column {j + 1} of the features) reaches {peak:.3g}: "
+                "its mean and standard deviation overflow binary64; rescale it"
+            )
+    return None
+
+
+def bad_normalisation(norm: Normalisation, names: Sequence[str]) -> str | None:
+    bad = ~(np.isfinite(norm.mean) & np.isfinite(norm.std))
+    if not bad.any():
+        return None
+    j = int(np.argmax(bad))
+    return f"the normalisation of feature {names[j]!r} is not finite: rescale it"
+
+
+def divergence(
+    history: Sequence[EpochRecord], test: tuple[float, float] | None, n_classes: int
+) -> str | None:
+    """Why the fit diverged (see the module docstring), or None."""
+    guess = math.log(n_classes)
+    limit = DIVERGED_FACTOR * guess
+    reference = f"more than {DIVERGED_FACTOR:g} times a uniform guess's {guess:.3g}"
+    if history:
+        last = history[-1]
+        for what, loss in (
+            ("training", last.train_loss),
+            ("validation", last.validation_loss),
+        ):
+            if loss is not None and loss > limit:
+                return (
+                    f"the mean {what} loss of epoch {last.epoch + 1} is {loss:.3g}, "
+                    f"{reference}: the fit diverged; lower --lr"
+                )
+    if test is not None and test[0] > limit:
+        return f"the test loss is {test[0]:.3g}, {reference}: the fit diverged; lower --lr"
+    return None
+
+
+def still_improving(history: Sequence[EpochRecord], best_epoch: int, epochs: int) -> str | None:
+    """The note for a run that used all its epochs with the validation loss still falling."""
+    if len(history) < epochs or best_epoch != epochs - 1 or epochs < 2:
+        return None
+    if history[-1].validation_loss is None:
+        return None
+    return (
+        f"training reached --epochs {epochs} while the validation loss was still falling "
+        f"(the best epoch is the last): more epochs may give a better model"
+    )

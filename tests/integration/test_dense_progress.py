@@ -1,0 +1,120 @@
+"""Dense progress is true (issue 16, item 3): the work counts every pass (normalisation,
+steps, validation, test), the percentage never exceeds 100 and reaches it only at
+completion, the position is epoch e of E and step s of S with the latest validation
+accuracy, the rate reads in k/M units and the ETA is never negative and says when it is an
+upper bound. Asserted on every snapshot a real job publishes, on what `status` and the
+cancel message print, and at completion."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from support import read_status, result_of, run_aner, wait_for
+
+from aner_coord.admission import admit
+from aner_coord.cli.progress import compact, describe, percent, rate_text, work_text
+from aner_coord.computations.dense.request import DenseRequest
+from aner_coord.job.execute import execute
+from aner_coord.jobdir.status import JobState, StatusSnapshot
+from aner_coord.requests import JobRequest, LocalExecution
+from aner_coord.runner import run_sync
+
+RATE = re.compile(r"(--|\d+(\.\d+)?[kMGT]?) rows/s")
+
+
+def test_every_snapshot_of_a_training_job_tells_the_truth(tmp_path: Path) -> None:
+    epochs, patience = 6, 2
+    job = admit(
+        JobRequest(
+            computation=DenseRequest(
+                seed=3, teacher=(3000, 8, 3), hidden=(16,), epochs=epochs, patience=patience
+            ),
+            execution=LocalExecution(workers=2),
+            output=str(tmp_path / "job"),
+        )
+    )
+    roles = job.admitted.describe["roles"]
+    steps = job.admitted.describe["steps_per_epoch"]
+    planned = roles["train"] + epochs * (roles["train"] + roles["validation"]) + roles["test"]
+    seen: list[StatusSnapshot] = []
+    report = run_sync(execute(job, observers=[seen.append]))
+    assert report.state is JobState.COMPLETED
+    result = result_of(tmp_path / "job")
+    ran = len(result["history"])
+
+    running = [s for s in seen if s.state is not JobState.COMPLETED]
+    assert seen[: len(running)] == running  # then only COMPLETED snapshots
+    for snap in running:
+        assert snap.total_work == planned and snap.work_upper_bound  # patience < epochs
+        assert 0 <= snap.accepted <= planned
+        assert percent(snap) < 100.0
+        assert snap.eta_s is None or snap.eta_s >= 0
+        assert RATE.search(rate_text(snap)), rate_text(snap)
+        assert work_text(snap).startswith(f"{snap.accepted:,} of at most {planned:,} rows (")
+        if snap.eta_s is not None:
+            assert "ETA at most " in describe(snap)
+        if snap.position is not None:
+            at = snap.position
+            assert 1 <= at.epoch <= ran and at.epochs == epochs
+            assert 0 <= at.step <= at.steps == steps
+            assert f"epoch {at.epoch} of {epochs}, step {at.step} of {steps}" in describe(snap)
+            assert compact(snap).startswith(f"epoch {at.epoch}/{epochs} step {at.step}/{steps}")
+    # Several points: every epoch and every step of each was reported, accuracies once known.
+    positions = {(s.position.epoch, s.position.step) for s in seen if s.position is not None}
+    assert {(e, s) for e in range(1, ran + 1) for s in range(steps + 1)} <= positions
+    accuracies = [s.position.validation_accuracy for s in seen if s.position is not None]
+    history = [h["validation_accuracy"] for h in result["history"]]
+    assert [a for a in dict.fromkeys(accuracies) if a is not None] == list(dict.fromkeys(history))
+    accepted = [s.accepted for s in seen]
+    assert accepted == sorted(accepted)
+
+    # What ran is the whole work of a completed job (early stopping may have ended it sooner).
+    ran_work = roles["train"] + ran * (roles["train"] + roles["validation"]) + roles["test"]
+    for final in seen[len(running) :]:
+        assert percent(final) == 100.0 and final.eta_s is None
+        assert final.accepted == final.total_work == ran_work and not final.work_upper_bound
+        assert work_text(final) == f"{ran_work:,} of {ran_work:,} rows (100.0%)"
+
+
+def test_status_watch_and_cancel_show_epochs_steps_and_readable_rates(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    started = run_aner(
+        "parallel", "train", "--teacher", "200000,32,5", "--seed", "1", "--epochs", "500",
+        "--patience", "500", "--workers", "1", "--output", str(job), "--background",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    try:
+
+        def an_epoch_done() -> StatusSnapshot | None:
+            snap = read_status(job)
+            ok = snap is not None and snap.position is not None
+            return snap if ok and snap.position.validation_accuracy is not None else None  # type: ignore[union-attr]
+
+        wait_for(an_epoch_done, 300, "the first epoch's validation")
+        status = run_aner("parallel", "status", "--job", str(job))
+        assert status.returncode == 0, status.stderr
+        lines = {line[:9].strip(): line[10:] for line in status.stdout.splitlines()}
+        assert re.fullmatch(
+            r"epoch \d+ of 500, step \d+ of \d+, validation accuracy 0\.\d{4}", lines["training"]
+        ), lines["training"]
+        assert re.fullmatch(r"[\d,]+ of [\d,]+ rows \(\d+\.\d%\)", lines["work"]), lines["work"]
+        assert RATE.fullmatch(lines["rate"]), lines["rate"]
+        assert re.fullmatch(r"(\d+:)?\d+:\d\d|--", lines["eta"]), lines["eta"]  # no bound here
+    finally:
+        cancelled = run_aner("parallel", "cancel", "--job", str(job), timeout=120)
+    assert cancelled.returncode == 4, cancelled.stderr
+    message = cancelled.stdout.strip().splitlines()[-1]
+    assert re.search(
+        r"CANCELLED; partial counts are diagnostic only: CANCELLED \[epoch \d+ of 500, step \d+ "
+        r"of \d+(, validation accuracy 0\.\d+)?\] [\d,]+ of [\d,]+ rows \(\d+\.\d%\), "
+        r"(--|\d+(\.\d+)?[kMG]?) rows/s, ETA --",
+        message,
+    ), message
+    watched = run_aner("parallel", "status", "--job", str(job), "--watch")  # not a terminal
+    assert watched.returncode == 4, watched.stderr
+    assert re.fullmatch(
+        r"CANCELLED \[epoch \d+ of 500, step \d+ of \d+, validation accuracy 0\.\d{4}\] [\d,]+ "
+        r"of [\d,]+ rows \(\d+\.\d%\), (\d+(\.\d+)?[kMG]?) rows/s, ETA --\n",
+        watched.stdout,
+    ), watched.stdout
