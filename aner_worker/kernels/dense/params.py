@@ -6,7 +6,8 @@ A pass's `DenseParams` name the data set, the step kind and everything frozen fo
 [start, start + count) of the pass's row positions. Those positions are the batch's own
 (carried in the parameters, in epoch order) for a training step, and the ascending
 positions of a role (computed by the worker from the seed, never sent) for the
-normalisation and the evaluation passes. Tasks never carry row data.
+normalisation and the evaluation passes. Tasks never carry row data. Parameters and
+statistics travel in binary64 whatever the pass's compute precision.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class DenseParams(msgspec.Struct, frozen=True, array_like=True):
     params: bytes  # flat binary64 parameters (TRAIN, EVALUATE)
     mean: bytes  # normalisation (TRAIN, EVALUATE)
     std: bytes
+    # The compute precision of the training (`network.PRECISIONS`): float32 computes the
+    # chunk in binary32 from a binary32 copy of `params`; statistics come back in binary64.
+    precision: str = "float64"
 
 
 class DenseStats(msgspec.Struct, frozen=True, array_like=True):
