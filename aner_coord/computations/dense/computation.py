@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.base import Admitted
-from aner_coord.computations.dense.request import DenseRequest
+from aner_coord.computations.dense.request import PRECISIONS, DenseRequest
 from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
@@ -119,6 +119,13 @@ def _check_lr(value: object) -> float:
     return float(value)
 
 
+def _check_precision(value: object) -> None:
+    if value not in PRECISIONS:
+        raise RequestError(
+            f"{{precision}} must be {' or '.join(PRECISIONS)}, got {value!r}", "precision"
+        )
+
+
 class Dense:
     kind: ClassVar[str] = "dense"
     unit: ClassVar[str] = "rows"
@@ -147,6 +154,7 @@ class Dense:
             raise RequestError(
                 f"{{optimizer}} must be adam or sgd, got {request.optimizer!r}", "optimizer"
             )
+        _check_precision(request.precision)
         lr = _check_lr(request.lr)
         target = request.target_accuracy
         if target is not None and (
@@ -205,6 +213,7 @@ class Dense:
                 "epochs": epochs,
                 "steps_per_epoch": steps,
                 "optimizer": request.optimizer,
+                "precision": request.precision,
                 "lr": lr,
                 "patience": request.patience,
                 "target_accuracy": target,

@@ -1,7 +1,8 @@
 """A trained ``aner-dense/v1`` model and its ``model.npz`` file (SPEC section 9, Files).
 
 The file holds ``W1, b1, ..., W(L+1), b(L+1)``, ``mean``, ``std``, ``classes`` and ``meta``
-(a JSON string: layer sizes, data identity, seed, epoch of the model). It is written without
+(a JSON string: layer sizes, data identity, seed, epoch of the model, and the compute
+precision it was trained in, which `predict` computes in too). It is written without
 pickles, atomically (temporary file in the same directory, fsync, rename, fsync of the
 directory), owner-only, so a reader never sees half a model; it is read with pickles refused.
 """
@@ -18,7 +19,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aner_worker.kernels.dense.network import layer_shapes, predict, predict_proba
+from aner_worker.kernels.dense.network import (
+    DEFAULT_PRECISION,
+    PRECISIONS,
+    layer_shapes,
+    predict,
+    predict_proba,
+)
 from aner_worker.kernels.dense.plan import Normalisation
 
 Floats = npt.NDArray[np.float64]
@@ -39,16 +46,20 @@ class DenseModel:
     params: list[Floats]
     normalisation: Normalisation
     classes: Classes
+    precision: str = "float64"  # the compute precision it was trained in, and predicts in
 
     def predict_proba(self, x: Floats) -> Floats:
-        """Class probabilities of raw feature rows, the model's own normalisation applied."""
+        """Class probabilities of raw feature rows, the model's own normalisation applied,
+        computed in the model's precision."""
         n = self.normalisation
-        return predict_proba(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
+        rows = np.asarray(x, dtype=np.float64)
+        return predict_proba(self.params, n.mean, n.std, rows, self.precision)
 
     def predict(self, x: Floats) -> npt.NDArray[np.generic]:
-        """Labels (not indices) of raw feature rows ``x``."""
+        """Labels (not indices) of raw feature rows ``x``, in the model's precision."""
         n = self.normalisation
-        index = predict(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
+        rows = np.asarray(x, dtype=np.float64)
+        index = predict(self.params, n.mean, n.std, rows, self.precision)
         out: npt.NDArray[np.generic] = self.classes[index]
         return out
 
@@ -61,7 +72,12 @@ def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
     arrays["mean"] = model.normalisation.mean
     arrays["std"] = model.normalisation.std
     arrays["classes"] = model.classes
-    full_meta = {"schema": MODEL_SCHEMA, "layer_sizes": list(model.sizes), **meta}
+    full_meta = {
+        "schema": MODEL_SCHEMA,
+        "layer_sizes": list(model.sizes),
+        "precision": model.precision,
+        **meta,
+    }
     arrays["meta"] = np.array(json.dumps(full_meta, sort_keys=True))
     buffer = io.BytesIO()
     # Object arrays (and so pickles) are refused on the way in as on the way out.
@@ -93,10 +109,16 @@ def load_model(path: Path) -> tuple[DenseModel, dict[str, Any]]:
             std=np.asarray(contents["std"], dtype=np.float64),
         )
         classes: Classes = contents["classes"]
+        # A model written before precisions were declared was trained in float64.
+        precision = meta.get("precision", DEFAULT_PRECISION)
+        if precision not in PRECISIONS:
+            raise ModelFileError(
+                f"{path}: precision {precision!r}, expected one of {', '.join(PRECISIONS)}"
+            )
     except KeyError as exc:
         raise ModelFileError(f"{path}: missing {exc.args[0]!r}") from None
     if norm.mean.shape != (sizes[0],) or norm.std.shape != (sizes[0],):
         raise ModelFileError(f"{path}: mean and std must have {sizes[0]} entries")
     if classes.shape != (sizes[-1],):
         raise ModelFileError(f"{path}: {classes.size} classes for {sizes[-1]} outputs")
-    return DenseModel(sizes, params, norm, classes), meta
+    return DenseModel(sizes, params, norm, classes, precision), meta

@@ -50,6 +50,7 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     committed_steps: int
     rows_processed: int
     staging: list[StagingRecord] = msgspec.field(default_factory=list)
+    precision: str = "float64"  # the chunks' compute precision (older results: float64)
 
     def summary(self) -> str:
         last = self.history[-1]
