@@ -1,6 +1,10 @@
 """Benchmark of ``aner-dense/v1`` pieces, standalone (not yet wired to the job machine).
 
-Three measurements, printed as one JSON document:
+Measurements, printed as one JSON document:
+
+- ``gemm_limit``: the single-core GEMM limit at a model's own layer shapes (``gemm_limit``,
+  also used by the ``dense`` benchmark of ``make bench``) next to the kernel's own rows/s,
+  float64 and float32.
 
 - ``kernel_choice``: rows/s of one chunk's forward + backward with numpy on single-threaded
   BLAS (the product kernel) against an equivalent numba kernel written with vectorisable
@@ -37,14 +41,17 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import itertools
+
 from aner_coord.computations.dense.single import fit_normalisation, train_single
 from aner_worker.kernels.dense.data import Dataset, TeacherDataset, load_digits
 from aner_worker.kernels.dense.network import (
     ChunkStats,
+    Model,
     chunk_stats,
     flatten,
+    prepare,
     single_thread_blas,
-    unflatten,
 )
 from aner_worker.kernels.dense.optimizers import initial_state, step
 from aner_worker.kernels.dense.plan import (
@@ -184,7 +191,8 @@ def kernel_choice(quick: bool) -> list[dict[str, Any]]:
         x = rng.normal(size=(chunk, sizes[0]))
         y = rng.integers(0, sizes[-1], size=chunk)
         mean, std = np.zeros(sizes[0]), np.ones(sizes[0])
-        a = chunk_stats(params, mean, std, x, y)
+        model = prepare(flatten(params), sizes)
+        a = chunk_stats(model, mean, std, x, y)
         b = numba_chunk_stats(params, mean, std, x, y)
         seconds = 0.3 if quick else 1.5
         out.append(
@@ -192,7 +200,7 @@ def kernel_choice(quick: bool) -> list[dict[str, Any]]:
                 "sizes": sizes,
                 "chunk": chunk,
                 "numpy_rows_per_s": round(
-                    _rate(partial(chunk_stats, params, mean, std, x, y), chunk, seconds)
+                    _rate(partial(chunk_stats, model, mean, std, x, y), chunk, seconds)
                 ),
                 "numba_rows_per_s": round(
                     _rate(partial(numba_chunk_stats, params, mean, std, x, y), chunk, seconds)
@@ -201,6 +209,71 @@ def kernel_choice(quick: bool) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# The single-core GEMM limit at a model's own layer shapes
+
+
+def gemm_flops(sizes: list[int]) -> int:
+    """FLOPs per row of one training row's matrix products: forward ``x @ W.T`` and weight
+    gradients ``dz.T @ a`` at every layer, input gradients ``dz @ W`` at all but the first;
+    2 per multiply-add."""
+    pairs = list(itertools.pairwise(sizes))
+    return 2 * (2 * sum(a * b for a, b in pairs) + sum(a * b for a, b in pairs[1:]))
+
+
+def gemm_limit(sizes: list[int], rows: int, precision: str, rounds: int) -> dict[str, Any]:
+    """Rows per second that this machine's single-thread BLAS gives for the matrix products
+    of one chunk of ``rows`` rows at ``sizes`` in ``precision``: each product timed alone at
+    its exact shape and call form (``W.T`` and ``dz.T`` as transposed views, ``out=``
+    preallocated, as the kernel calls them), interleaved round by round, medians summed.
+    Everything else a training does (softmax, bias sums, the ReLU mask, rows, the
+    optimizer) is on top: the limit is what the arithmetic alone would allow."""
+    single_thread_blas()
+    dtype = np.dtype(precision)
+    rng = np.random.default_rng(0)
+    calls: dict[str, Callable[[], Any]] = {}
+    for layer, (a_n, b_n) in enumerate(itertools.pairwise(sizes)):
+        a = rng.normal(size=(rows, a_n)).astype(dtype)
+        w = rng.normal(size=(b_n, a_n)).astype(dtype)
+        dz = rng.normal(size=(rows, b_n)).astype(dtype)
+        z, gw, da = np.empty((rows, b_n), dtype), np.empty((b_n, a_n), dtype), np.empty_like(a)
+        calls[f"forward {layer + 1}"] = partial(np.matmul, a, w.T, out=z)
+        calls[f"dW {layer + 1}"] = partial(np.matmul, dz.T, a, out=gw)
+        if layer:
+            calls[f"da {layer + 1}"] = partial(np.matmul, dz, w, out=da)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():
+        call()
+    for _ in range(rounds):
+        for name, call in calls.items():
+            reps, started = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - started) < 0.004 or reps < 3:
+                call()
+                reps += 1
+            times[name].append(elapsed / reps)
+    seconds = sum(float(np.median(t)) for t in times.values())
+    return {
+        "sizes": sizes,
+        "rows": rows,
+        "precision": precision,
+        "rows_per_s": rows / seconds,
+        "gflop_per_s": gemm_flops(sizes) * rows / seconds / 1e9,
+        "seconds_per_chunk": {name: float(np.median(t)) for name, t in times.items()},
+    }
+
+
+def kernel_rate(sizes: list[int], rows: int, precision: str, seconds: float) -> float:
+    """Rows per second of one chunk's forward and backward (``chunk_stats``) on this thread,
+    parameters prepared once, rows already in memory."""
+    single_thread_blas()
+    rng = np.random.default_rng(1)
+    model = prepare(flatten(init_params(3, sizes)), sizes, precision)
+    x = rng.normal(size=(rows, sizes[0]))
+    y = rng.integers(0, sizes[-1], size=rows)
+    mean, std = np.zeros(sizes[0]), np.ones(sizes[0])
+    return _rate(partial(chunk_stats, model, mean, std, x, y), rows, seconds)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -304,7 +377,7 @@ def _steps(
     flat = flatten(init_params(seed, sizes))
     state = initial_state("adam", flat.size)
 
-    def run(params: list[Floats], start: int, stop: int) -> ChunkStats:
+    def run(params: Model, start: int, stop: int) -> ChunkStats:
         if pregenerated is not None:
             x, y = pregenerated[start]
         else:
@@ -318,7 +391,7 @@ def _steps(
         list(pool.map(lambda _: single_thread_blas(), range(threads)))
         started = time.perf_counter()
         for (b0, b1), chunks in zip(batches, pieces, strict=True):
-            params = unflatten(flat, sizes)
+            params = prepare(flat, sizes)
             starts, stops = zip(*chunks, strict=True)
             results = list(pool.map(partial(run, params), starts, stops))
             totals = reduce_chunks(results, b1 - b0)
@@ -418,6 +491,12 @@ def main() -> None:
             "cpus": os.cpu_count(),
         },
         "machine_scaling": machine_scaling(),
+        "gemm_limit": [
+            {**gemm_limit(sizes, rows, p, 3 if args.quick else 15), "kernel_rows_per_s": rate}
+            for sizes, rows in (([64, 64, 64, 10], 256), ([64, 256, 256, 10], 1024))
+            for p in ("float64", "float32")
+            for rate in [kernel_rate(sizes, rows, p, 0.3 if args.quick else 1.5)]
+        ],
         "kernel_choice": kernel_choice(args.quick),
         "digits": digits(10 if args.quick else 100, 1 if args.quick else 3),
         "teacher": teacher(10**6, 2 if args.quick else 8, 2048, 1 if args.quick else 3),
