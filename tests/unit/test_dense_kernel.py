@@ -439,3 +439,24 @@ def test_float32_predictions_are_computed_in_float32() -> None:
     assert np.array_equal(low.astype(np.float32).astype(np.float64), low)
     assert np.max(np.abs(low - predict_proba(params, mean, std, x))) < 1e-5
     assert np.array_equal(predict(params, mean, std, x, "float32"), np.argmax(low, axis=1))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 10), (1024, 256), (37, 7)])
+def test_the_bias_loops_are_numpys_sums_and_mask(shape: tuple[int, int]) -> None:
+    from aner_worker.kernels.dense.loops import column_sums, relu_mask
+
+    rng = np.random.default_rng(shape[0])
+    dz = (rng.normal(size=shape) * 10.0 ** rng.integers(-8, 8, size=shape)).astype(np.float32)
+    out = np.empty(shape[1])
+    column_sums(dz, out)
+    assert np.array_equal(out, np.sum(dz, axis=0, dtype=np.float64))
+    for dtype in (np.float64, np.float32):
+        a = rng.normal(size=shape).astype(dtype)
+        a.flat[:3] = [0.0, -0.0, np.nan][: a.size]
+        da = rng.normal(size=shape).astype(dtype)
+        da.flat[-2:] = [-0.0, np.inf][-da.size :]
+        with np.errstate(invalid="ignore"):  # inf * 0 is NaN, as the mask must make it
+            expected = da * (a > 0.0)
+        relu_mask(da, a)
+        assert np.array_equal(da, expected, equal_nan=True)
+        assert np.array_equal(np.signbit(da), np.signbit(expected))

@@ -31,7 +31,8 @@ What is not a product is kept small: every intermediate array lives in a per-thr
 uses its leading rows, still C-contiguous), every numpy call writes into its destination
 (``out=``; ``W.T`` and ``dz.T`` are views that BLAS transposes by flag), weight gradients are
 written by the GEMM straight into their slice of the flat gradient vector, and the ReLU mask
-is one numba loop (`relu`). The returned gradient is never a workspace buffer.
+and the float32 bias sums are numba loops (`loops`). The returned gradient is never a
+workspace buffer.
 
 Parameters are a list ``[W1, b1, ..., W(L+1), b(L+1)]`` with ``W_l`` of shape
 ``(fan_out, fan_in)`` (SPEC's ``W_l[o][i]``); ``flatten`` / ``unflatten`` give the single
@@ -76,7 +77,7 @@ def single_thread_blas() -> None:
     if getattr(_blas_state, "limited", False):
         return
     # Loading a numba function also loads scipy's own OpenBLAS when scipy is installed: load
-    # the backward pass's numba loop first, so that the limit covers that library too.
+    # the backward pass's numba loops first, so that the limit covers that library too.
     warm_up()
     threadpool_limits(limits=1, user_api="blas")
     _blas_state.limited = True
@@ -341,7 +342,7 @@ def _softmax_loss(ws: Workspace, z: Compute, y: npt.NDArray[np.intp]) -> tuple[f
 
 def _backward(model: Model, ws: Workspace, dz: Compute, grad: Floats) -> None:
     """Write the gradient sums of the chunk into ``grad`` (binary64, flat), last layer first."""
-    from aner_worker.kernels.dense.relu import relu_mask
+    from aner_worker.kernels.dense.loops import column_sums, relu_mask
 
     m = dz.shape[0]
     _, offsets = _layout(model.sizes)
@@ -353,7 +354,10 @@ def _backward(model: Model, ws: Workspace, dz: Compute, grad: Floats) -> None:
             staged = ws.grad_w[layer]
             np.matmul(dz.T, a, out=staged)  # sgemm
             np.copyto(gw, staged)  # exact widening
-            np.sum(dz, axis=0, dtype=np.float64, out=grad[b0:b1])
+            if m:  # np.sum(dz, axis=0, dtype=np.float64), the same order, 3-4x faster
+                column_sums(dz, grad[b0:b1])
+            else:
+                grad[b0:b1] = 0.0
         else:
             np.matmul(dz.T, a, out=gw)  # dgemm straight into the flat vector
             np.sum(dz, axis=0, out=grad[b0:b1])
@@ -475,7 +479,7 @@ def moment_sums(x: Floats) -> tuple[Floats, Floats]:
 
 
 def warm_up() -> None:
-    """Load the backward pass's numba loop now, not during the first chunk."""
-    from aner_worker.kernels.dense.relu import warm_up as warm_relu
+    """Load the backward pass's numba loops now, not during the first chunk."""
+    from aner_worker.kernels.dense.loops import warm_up as warm_loops
 
-    warm_relu()
+    warm_loops()
