@@ -3,7 +3,7 @@ with what a researcher would use instead, and against the machine's own limit.
 
 - **GEMM limit.** The single-core rows per second that this machine's BLAS gives for the
   matrix products of a training row (forward, weight and input gradients) at the model's own
-  layer shapes, float64 and float32 (`dense_bench.gemm_limit`; for the 256-wide model the
+  layer shapes, float64 and float32 (`dense_limit.gemm_limit`; for the 256-wide model the
   better of chunks of 1,024 and 8,192 rows), next to aner's chunk kernel alone; measured
   again in every round of the comparisons below, so that a fit's share of the limit compares
   figures taken in the same minutes of a shared machine.
@@ -33,7 +33,7 @@ import numpy as np
 
 from aner_coord import parallel
 from bench.calls import write_cluster
-from bench.dense_bench import gemm_limit, kernel_rate
+from bench.dense_limit import gemm_limit, kernel_rate
 from bench.dense_rivals import TorchFits, rows_of, sklearn_fit, torch_python
 from bench.runner import Benchmark, goal, interleave, note, ratio, scratch_dir, secs, table
 

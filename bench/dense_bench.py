@@ -2,9 +2,9 @@
 
 Measurements, printed as one JSON document:
 
-- ``gemm_limit``: the single-core GEMM limit at a model's own layer shapes (``gemm_limit``,
-  also used by the ``dense`` benchmark of ``make bench``) next to the kernel's own rows/s,
-  float64 and float32.
+- ``gemm_limit``: the single-core GEMM limit at a model's own layer shapes
+  (``bench/dense_limit.py``, also used by the ``dense`` benchmark of ``make bench``) next to
+  the kernel's own rows/s, float64 and float32.
 
 - ``kernel_choice``: rows/s of one chunk's forward + backward with numpy on single-threaded
   BLAS (the product kernel) against an equivalent numba kernel written with vectorisable
@@ -41,7 +41,6 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import itertools
 
 from aner_coord.computations.dense.single import fit_normalisation, train_single
 from aner_worker.kernels.dense.data import Dataset, TeacherDataset, load_digits
@@ -62,6 +61,7 @@ from aner_worker.kernels.dense.plan import (
     layer_sizes,
     reduce_chunks,
 )
+from bench.dense_limit import gemm_limit, kernel_rate
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -209,71 +209,6 @@ def kernel_choice(quick: bool) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# The single-core GEMM limit at a model's own layer shapes
-
-
-def gemm_flops(sizes: list[int]) -> int:
-    """FLOPs per row of one training row's matrix products: forward ``x @ W.T`` and weight
-    gradients ``dz.T @ a`` at every layer, input gradients ``dz @ W`` at all but the first;
-    2 per multiply-add."""
-    pairs = list(itertools.pairwise(sizes))
-    return 2 * (2 * sum(a * b for a, b in pairs) + sum(a * b for a, b in pairs[1:]))
-
-
-def gemm_limit(sizes: list[int], rows: int, precision: str, rounds: int) -> dict[str, Any]:
-    """Rows per second that this machine's single-thread BLAS gives for the matrix products
-    of one chunk of ``rows`` rows at ``sizes`` in ``precision``: each product timed alone at
-    its exact shape and call form (``W.T`` and ``dz.T`` as transposed views, ``out=``
-    preallocated, as the kernel calls them), interleaved round by round, medians summed.
-    Everything else a training does (softmax, bias sums, the ReLU mask, rows, the
-    optimizer) is on top: the limit is what the arithmetic alone would allow."""
-    single_thread_blas()
-    dtype = np.dtype(precision)
-    rng = np.random.default_rng(0)
-    calls: dict[str, Callable[[], Any]] = {}
-    for layer, (a_n, b_n) in enumerate(itertools.pairwise(sizes)):
-        a = rng.normal(size=(rows, a_n)).astype(dtype)
-        w = rng.normal(size=(b_n, a_n)).astype(dtype)
-        dz = rng.normal(size=(rows, b_n)).astype(dtype)
-        z, gw, da = np.empty((rows, b_n), dtype), np.empty((b_n, a_n), dtype), np.empty_like(a)
-        calls[f"forward {layer + 1}"] = partial(np.matmul, a, w.T, out=z)
-        calls[f"dW {layer + 1}"] = partial(np.matmul, dz.T, a, out=gw)
-        if layer:
-            calls[f"da {layer + 1}"] = partial(np.matmul, dz, w, out=da)
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for call in calls.values():
-        call()
-    for _ in range(rounds):
-        for name, call in calls.items():
-            reps, started = 0, time.perf_counter()
-            while (elapsed := time.perf_counter() - started) < 0.004 or reps < 3:
-                call()
-                reps += 1
-            times[name].append(elapsed / reps)
-    seconds = sum(float(np.median(t)) for t in times.values())
-    return {
-        "sizes": sizes,
-        "rows": rows,
-        "precision": precision,
-        "rows_per_s": rows / seconds,
-        "gflop_per_s": gemm_flops(sizes) * rows / seconds / 1e9,
-        "seconds_per_chunk": {name: float(np.median(t)) for name, t in times.items()},
-    }
-
-
-def kernel_rate(sizes: list[int], rows: int, precision: str, seconds: float) -> float:
-    """Rows per second of one chunk's forward and backward (``chunk_stats``) on this thread,
-    parameters prepared once, rows already in memory."""
-    single_thread_blas()
-    rng = np.random.default_rng(1)
-    model = prepare(flatten(init_params(3, sizes)), sizes, precision)
-    x = rng.normal(size=(rows, sizes[0]))
-    y = rng.integers(0, sizes[-1], size=rows)
-    mean, std = np.zeros(sizes[0]), np.ones(sizes[0])
-    return _rate(partial(chunk_stats, model, mean, std, x, y), rows, seconds)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
