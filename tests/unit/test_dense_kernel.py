@@ -460,3 +460,19 @@ def test_the_bias_loops_are_numpys_sums_and_mask(shape: tuple[int, int]) -> None
         relu_mask(da, a)
         assert np.array_equal(da, expected, equal_nan=True)
         assert np.array_equal(np.signbit(da), np.signbit(expected))
+
+
+def test_a_thread_keeps_its_buffers_but_not_huge_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aner_worker.kernels.dense import network
+
+    params, mean, std, x, y = _problem(9, [6, 9, 4], 400)
+    model = prepare(flatten(params), [6, 9, 4])
+    assert network.workspace(model, 100) is network.workspace(model, 50)
+    grown = network.workspace(model, 300)
+    assert grown.capacity == 300 and network.workspace(model, 10) is grown
+    monkeypatch.setattr(network, "KEEP_BYTES", 1000)  # this model's 400 rows take more
+    assert network.workspace(model, 400) is not network.workspace(model, 400)
+    expected = chunk_stats(params, mean, std, x, y)  # fresh buffers, the same bits
+    monkeypatch.undo()
+    again = chunk_stats(model, mean, std, x, y)
+    assert np.array_equal(expected.grad, again.grad) and expected.loss_sum == again.loss_sum

@@ -235,7 +235,16 @@ class Workspace:
 
 
 _local = threading.local()
-_KEEP_SHAPES = 4  # a worker serves one job at a time: a few model shapes at most
+_KEEP_SHAPES = 2  # a worker serves one job at a time: its model, in one or two precisions
+# A workspace larger than this is not kept between chunks (a huge chunk pays its allocation
+# each time, as every chunk did before workspaces), so a thread holds at most about twice it.
+KEEP_BYTES = 256 << 20
+
+
+def _bytes_per_row(sizes: tuple[int, ...], dtype: np.dtype[np.floating]) -> int:
+    activations = sum(sizes[:-1]) + sizes[-1] + sum(sizes[1:-1])
+    extra = sizes[0] * 8 if dtype == np.float32 else 0  # the binary64 quotient
+    return activations * dtype.itemsize + extra + 6 * 8  # and the per-row scratch
 
 
 def workspace(model: Model, rows: int) -> Workspace:
@@ -245,11 +254,15 @@ def workspace(model: Model, rows: int) -> Workspace:
         cache = _local.cache = {}
     key = (model.sizes, model.precision)
     found = cache.get(key)
-    if found is None or found.capacity < rows:
-        if found is None and len(cache) >= _KEEP_SHAPES:
-            cache.clear()
-        found = cache[key] = Workspace(model.sizes, model.dtype, max(rows, 1))
-    return found
+    if found is not None and found.capacity >= rows:
+        return found
+    made = Workspace(model.sizes, model.dtype, max(rows, 1))
+    if rows * _bytes_per_row(model.sizes, model.dtype) > KEEP_BYTES:
+        return made
+    if found is None and len(cache) >= _KEEP_SHAPES:
+        cache.clear()
+    cache[key] = made
+    return made
 
 
 # ---------------------------------------------------------------------------------------
