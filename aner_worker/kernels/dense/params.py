@@ -35,8 +35,11 @@ class DenseParams(msgspec.Struct, frozen=True, array_like=True):
 
 
 class DenseStats(msgspec.Struct, frozen=True, array_like=True):
-    sums: bytes  # TRAIN: the gradient sum; MOMENTS: the feature sums (binary64)
-    m2: bytes  # MOMENTS: squared deviations about the chunk's own mean
+    # Byte views (format "B"), never copied: of the kernel's own result arrays where they
+    # are computed, of the received frame where they are decoded (msgspec decodes a
+    # memoryview field in place). On the wire they are MessagePack bin, as bytes would be.
+    sums: memoryview  # TRAIN: the gradient sum; MOMENTS: the feature sums (binary64)
+    m2: memoryview  # MOMENTS: squared deviations about the chunk's own mean
     loss_sum: float
     correct: int
     valid: int

@@ -53,6 +53,15 @@ def to_bytes(array: npt.NDArray[Any], dtype: np.dtype[Any] = _F8) -> bytes:
     return np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
+def as_view(array: npt.NDArray[Any]) -> memoryview:
+    """The bytes of a binary64 result array, without a copy (it must not be reused)."""
+    contiguous: Any = np.ascontiguousarray(array, dtype=_F8)  # a buffer (numpy's stubs say not)
+    return memoryview(contiguous).cast("B")
+
+
+_NONE = memoryview(b"")
+
+
 # ---------------------------------------------------------------------------------------
 # Staged blobs
 
@@ -212,15 +221,16 @@ def statistics(step: str, dataset: Dataset, positions: Ints, pass_: Frozen) -> D
     count = int(positions.size)
     if step == MOMENTS:
         total, m2 = moment_sums(x)
-        return DenseStats(to_bytes(total), to_bytes(m2), 0.0, 0, count)
+        return DenseStats(as_view(total), as_view(m2), 0.0, 0, count)
     if pass_.model is None:
         raise ValueError(f"a {step} pass needs parameters")
     if step == TRAIN:
         stats = chunk_stats(pass_.model, pass_.mean, pass_.std, x, y)
-        return DenseStats(to_bytes(stats.grad), b"", stats.loss_sum, stats.correct, stats.valid)
+        grad = as_view(stats.grad)  # a fresh array of this chunk's, never a workspace buffer
+        return DenseStats(grad, _NONE, stats.loss_sum, stats.correct, stats.valid)
     if step == EVALUATE:
         loss_sum, correct = evaluate(pass_.model, pass_.mean, pass_.std, x, y)
-        return DenseStats(b"", b"", loss_sum, correct, count)
+        return DenseStats(_NONE, _NONE, loss_sum, correct, count)
     raise ValueError(f"unknown dense step {step!r}")
 
 

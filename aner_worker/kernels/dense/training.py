@@ -322,7 +322,7 @@ class Training:
         return [p.copy() for p in unflatten(flat, self.sizes)]
 
 
-def _floats(data: bytes) -> Floats:
+def _floats(data: bytes | memoryview) -> Floats:
     out: Floats = np.frombuffer(data, dtype="<f8")
     return out
 
