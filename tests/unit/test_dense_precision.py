@@ -129,3 +129,35 @@ def test_a_worker_process_decodes_a_pass_once() -> None:
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_received_gradient_sums_are_views_that_later_frames_leave_alone() -> None:
+    # DenseStats are decoded in place (memoryview fields): they must stay what they were
+    # while the frame decoder goes on buffering and trimming later frames.
+    from aner_worker.kernels.base import decode, encode
+    from aner_worker.kernels.dense.params import DenseStats
+    from protocol import Result
+    from protocol.framing import FrameDecoder, FrameEncoder
+
+    grads = [np.arange(9000.0) * (i + 1) for i in range(3)]
+    frames = b"".join(
+        FrameEncoder().encode(
+            Result(
+                i,
+                0,
+                8,
+                msgspec.Raw(encode(DenseStats(rows.as_view(g), memoryview(b""), 1.0, 2, 8))),
+            )
+        )
+        for i, g in enumerate(grads)
+    )
+    decoder = FrameDecoder("w1")
+    kept = []
+    for start in range(0, len(frames), 7001):  # frames cut across reads
+        for message in decoder.feed(frames[start : start + 7001]):
+            assert isinstance(message, Result)
+            kept.append(decode(DenseStats, message.body))
+    assert len(kept) == 3
+    for stats, grad in zip(kept, grads, strict=True):
+        assert isinstance(stats.sums, memoryview)
+        assert np.array_equal(np.frombuffer(stats.sums), grad)
