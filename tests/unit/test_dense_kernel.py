@@ -442,8 +442,8 @@ def test_float32_predictions_are_computed_in_float32() -> None:
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 10), (1024, 256), (37, 7)])
-def test_the_bias_loops_are_numpys_sums_and_mask(shape: tuple[int, int]) -> None:
-    from aner_worker.kernels.dense.loops import column_sums, relu_mask
+def test_the_numba_loops_are_numpys_sums_maximum_and_mask(shape: tuple[int, int]) -> None:
+    from aner_worker.kernels.dense.loops import column_sums, relu, relu_mask
 
     rng = np.random.default_rng(shape[0])
     dz = (rng.normal(size=shape) * 10.0 ** rng.integers(-8, 8, size=shape)).astype(np.float32)
@@ -460,6 +460,12 @@ def test_the_bias_loops_are_numpys_sums_and_mask(shape: tuple[int, int]) -> None
         relu_mask(da, a)
         assert np.array_equal(da, expected, equal_nan=True)
         assert np.array_equal(np.signbit(da), np.signbit(expected))
+        z = rng.normal(size=shape).astype(dtype)
+        z.flat[:5] = [-0.0, 0.0, np.nan, -np.nan, -np.inf][: z.size]
+        z.flat[-1:] = 5e-324 if dtype == np.float64 else 1e-45  # the smallest subnormal
+        expected = np.maximum(z, 0.0)
+        relu(z)
+        assert np.array_equal(z.view(np.uint8), expected.view(np.uint8))  # NaN payloads too
 
 
 def test_a_thread_keeps_its_buffers_but_not_huge_ones(monkeypatch: pytest.MonkeyPatch) -> None:

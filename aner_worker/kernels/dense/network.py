@@ -30,8 +30,8 @@ What is not a product is kept small: every intermediate array lives in a per-thr
 `Workspace` (per layer sizes and precision, grown to the largest chunk seen; a smaller chunk
 uses its leading rows, still C-contiguous), every numpy call writes into its destination
 (``out=``; ``W.T`` and ``dz.T`` are views that BLAS transposes by flag), weight gradients are
-written by the GEMM straight into their slice of the flat gradient vector, and the ReLU mask
-and the float32 bias sums are numba loops (`loops`). The returned gradient is never a
+written by the GEMM straight into their slice of the flat gradient vector, and the ReLU, its
+mask and the float32 bias sums are numba loops (`loops`). The returned gradient is never a
 workspace buffer.
 
 Parameters are a list ``[W1, b1, ..., W(L+1), b(L+1)]`` with ``W_l`` of shape
@@ -304,8 +304,11 @@ def _quiet() -> np.errstate:
     return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
-def _forward(model: Model, ws: Workspace, mean: Floats, std: Floats, x: Floats) -> Compute:
-    """Fill the activations of rows ``x`` (raw features) and return their logits."""
+def _forward(
+    model: Model, ws: Workspace, mean: Floats, std: Floats, x: Floats, fast: bool = True
+) -> Compute:
+    """Fill the activations of rows ``x`` (raw features) and return their logits. ``fast``:
+    the ReLU as a numba loop (`loops.relu`, the same bits as numpy's maximum)."""
     m = x.shape[0]
     h = ws.acts[0][:m]
     if ws.quotient is None:
@@ -323,7 +326,12 @@ def _forward(model: Model, ws: Workspace, mean: Floats, std: Floats, x: Floats) 
         if layer < last:
             # The backward pass needs only a > 0, which equals z > 0; the derivative at
             # exactly 0 is taken as 0.
-            np.maximum(z, 0.0, out=z)
+            if fast:
+                from aner_worker.kernels.dense.loops import relu
+
+                relu(z)
+            else:
+                np.maximum(z, 0.0, out=z)
         h = z
     return h
 
@@ -442,7 +450,7 @@ def _logit_blocks(
     with _quiet():
         for start in range(0, x.shape[0], PREDICT_BLOCK):
             part = x[start : start + PREDICT_BLOCK]
-            blocks.append(_forward(model, ws, mean, std, part).copy())
+            blocks.append(_forward(model, ws, mean, std, part, fast=False).copy())
     return blocks or [np.empty((0, model.sizes[-1]), model.dtype)]
 
 
