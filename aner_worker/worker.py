@@ -7,7 +7,8 @@ fingerprint, slots against this machine's effective CPUs, kernels) and every lat
 `slots` long-lived threads (the kernels release the GIL) take tasks from one queue and write
 each result as it completes; results that complete while another is being written go out
 together in the next write, and the result of a very short task may wait up to a couple of
-milliseconds for company (see HOLD_TASK_S). Pings are answered by the reading thread at
+milliseconds for company (see HOLD_TASK_S). A pass's parameters are decoded once, by the
+first of its tasks, and shared by the rest. Pings are answered by the reading thread at
 once, whatever the slots are doing.
 
 A job on file data first stages it (`_Stager`): the worker names the blocks its user cache
@@ -30,14 +31,15 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import assert_never
+from typing import Any, assert_never
 
 from aner_worker.blocks import BlockCache, expected_sizes
 from aner_worker.kernels import KERNELS
-from aner_worker.kernels.base import StagesData, Stopped, decode, encode
+from aner_worker.kernels.base import PRECISIONS, StagesData, Stopped, decode, encode
 from protocol import (
     BlockReceived,
     HelloReceived,
+    Params,
     ParamsReceived,
     PingReceived,
     ProtocolError,
@@ -227,6 +229,19 @@ class _Serving:
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
         self.stager = _Stager()
+        # The latest pass's Params message and its decoded body: every task of a pass
+        # shares one decoding (a Dense pass's frozen parameters are the size of the model).
+        self._decoded: tuple[Params, Any] | None = None
+        self._decoding = threading.Lock()
+
+    def _params_of(self, params: Params, kind: type[Any]) -> Any:
+        """`params.body` decoded as `kind`, once per Params message (a new pass is a new
+        message, even when the coordinator reuses its pass id for another job)."""
+        with self._decoding:
+            last = self._decoded
+            if last is None or last[0] is not params:
+                last = self._decoded = (params, decode(kind, params.body))
+            return last[1]
 
     def handle(self, events: Sequence[WorkerEvent]) -> bool:
         """Carry out what the connection saw; True once the worker should stop."""
@@ -283,7 +298,7 @@ class _Serving:
             kernel = KERNELS[params.kernel]
             try:
                 stats = kernel.run(
-                    decode(kernel.params_type, params.body),
+                    self._params_of(params, kernel.params_type),
                     task.start,
                     task.count,
                     stopping.is_set,
@@ -322,6 +337,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
         platform_identity(),
         KERNELS,
         machine=machine_identity(),
+        precisions=PRECISIONS,
     )
     out = _Output(stdout_fd, connection)
     serving = _Serving(connection, out)

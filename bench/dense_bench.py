@@ -1,6 +1,10 @@
 """Benchmark of ``aner-dense/v1`` pieces, standalone (not yet wired to the job machine).
 
-Three measurements, printed as one JSON document:
+Measurements, printed as one JSON document:
+
+- ``gemm_limit``: the single-core GEMM limit at a model's own layer shapes
+  (``bench/dense_limit.py``, also used by the ``dense`` benchmark of ``make bench``) next to
+  the kernel's own rows/s, float64 and float32.
 
 - ``kernel_choice``: rows/s of one chunk's forward + backward with numpy on single-threaded
   BLAS (the product kernel) against an equivalent numba kernel written with vectorisable
@@ -37,14 +41,16 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+
 from aner_coord.computations.dense.single import fit_normalisation, train_single
 from aner_worker.kernels.dense.data import Dataset, TeacherDataset, load_digits
 from aner_worker.kernels.dense.network import (
     ChunkStats,
+    Model,
     chunk_stats,
     flatten,
+    prepare,
     single_thread_blas,
-    unflatten,
 )
 from aner_worker.kernels.dense.optimizers import initial_state, step
 from aner_worker.kernels.dense.plan import (
@@ -55,6 +61,7 @@ from aner_worker.kernels.dense.plan import (
     layer_sizes,
     reduce_chunks,
 )
+from bench.dense_limit import gemm_limit, kernel_rate
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -184,7 +191,8 @@ def kernel_choice(quick: bool) -> list[dict[str, Any]]:
         x = rng.normal(size=(chunk, sizes[0]))
         y = rng.integers(0, sizes[-1], size=chunk)
         mean, std = np.zeros(sizes[0]), np.ones(sizes[0])
-        a = chunk_stats(params, mean, std, x, y)
+        model = prepare(flatten(params), sizes)
+        a = chunk_stats(model, mean, std, x, y)
         b = numba_chunk_stats(params, mean, std, x, y)
         seconds = 0.3 if quick else 1.5
         out.append(
@@ -192,7 +200,7 @@ def kernel_choice(quick: bool) -> list[dict[str, Any]]:
                 "sizes": sizes,
                 "chunk": chunk,
                 "numpy_rows_per_s": round(
-                    _rate(partial(chunk_stats, params, mean, std, x, y), chunk, seconds)
+                    _rate(partial(chunk_stats, model, mean, std, x, y), chunk, seconds)
                 ),
                 "numba_rows_per_s": round(
                     _rate(partial(numba_chunk_stats, params, mean, std, x, y), chunk, seconds)
@@ -304,7 +312,7 @@ def _steps(
     flat = flatten(init_params(seed, sizes))
     state = initial_state("adam", flat.size)
 
-    def run(params: list[Floats], start: int, stop: int) -> ChunkStats:
+    def run(params: Model, start: int, stop: int) -> ChunkStats:
         if pregenerated is not None:
             x, y = pregenerated[start]
         else:
@@ -318,7 +326,7 @@ def _steps(
         list(pool.map(lambda _: single_thread_blas(), range(threads)))
         started = time.perf_counter()
         for (b0, b1), chunks in zip(batches, pieces, strict=True):
-            params = unflatten(flat, sizes)
+            params = prepare(flat, sizes)
             starts, stops = zip(*chunks, strict=True)
             results = list(pool.map(partial(run, params), starts, stops))
             totals = reduce_chunks(results, b1 - b0)
@@ -418,6 +426,12 @@ def main() -> None:
             "cpus": os.cpu_count(),
         },
         "machine_scaling": machine_scaling(),
+        "gemm_limit": [
+            {**gemm_limit(sizes, rows, p, 3 if args.quick else 15), "kernel_rows_per_s": rate}
+            for sizes, rows in (([64, 64, 64, 10], 256), ([64, 256, 256, 10], 1024))
+            for p in ("float64", "float32")
+            for rate in [kernel_rate(sizes, rows, p, 0.3 if args.quick else 1.5)]
+        ],
         "kernel_choice": kernel_choice(args.quick),
         "digits": digits(10 if args.quick else 100, 1 if args.quick else 3),
         "teacher": teacher(10**6, 2 if args.quick else 8, 2048, 1 if args.quick else 3),

@@ -318,9 +318,11 @@ class WorkerConnection(_Side):
         *,
         max_frame: int = MAX_FRAME_BYTES,
         machine: dict[str, str] | None = None,
+        precisions: Collection[str] = ("float64",),
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
         self.machine = dict(machine or {})
+        self.precisions = tuple(precisions)
         self.fingerprint = fingerprint
         self.effective_cpus = effective_cpus
         self.platform = platform
@@ -369,6 +371,7 @@ class WorkerConnection(_Side):
                 self.effective_cpus,
                 hello.slots,
                 self.machine,
+                self.precisions,
             )
         )
 

@@ -48,6 +48,9 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     # CPUs, memory, OS and architecture, Python, numpy, numba and aner versions. Never a
     # hostname: it feeds the public configuration registry.
     machine: dict[str, str] = {}
+    # The compute precisions its kernels offer (SPEC section 9). A worker that does not say
+    # (one older than the choice) computes in float64 only.
+    precisions: tuple[str, ...] = ("float64",)
 
 
 class Refused(_Wire, frozen=True, tag="refused"):

@@ -129,11 +129,21 @@ def row(weights: list[F], biases: list[F], x: F, y: int) -> RowResult:
 
 
 def batch_sums(
-    weights: list[F], biases: list[F], xn: F, y: I
+    weights: list[F], biases: list[F], xn: F, y: I, precision: str = "float64"
 ) -> tuple[list[F], list[F], float, int]:
-    """Gradient sums, loss sum and correct count over normalised rows, one row at a time."""
-    gw = [np.zeros_like(w) for w in weights]
-    gb = [np.zeros_like(b) for b in biases]
+    """Gradient sums, loss sum and correct count over normalised rows, one row at a time.
+
+    ``precision="float32"`` is the declared compute precision of the product (not in SPEC
+    section 9's text, which is binary64): each row's forward and backward pass in binary32
+    from the parameters rounded once to binary32, the normalised row (a binary64 quotient)
+    rounded once; each row's terms are added to binary64 sums, the loss too.
+    """
+    if precision == "float32":
+        weights = [w.astype(np.float32) for w in weights]
+        biases = [b.astype(np.float32) for b in biases]
+        xn = xn.astype(np.float32)
+    gw = [np.zeros(w.shape) for w in weights]
+    gb = [np.zeros(b.shape) for b in biases]
     loss = 0.0
     correct = 0
     for r in range(xn.shape[0]):
@@ -178,9 +188,18 @@ class EpochResult:
 
 
 def train(
-    x: F, y: I, k: int, seed: int, hidden: list[int], batch: int, epochs: int, lr: float
+    x: F,
+    y: I,
+    k: int,
+    seed: int,
+    hidden: list[int],
+    batch: int,
+    epochs: int,
+    lr: float,
+    precision: str = "float64",
 ) -> EpochResult:
-    """Adam training for ``epochs`` epochs exactly as SPEC section 9 describes it."""
+    """Adam training for ``epochs`` epochs exactly as SPEC section 9 describes it, the rows
+    computed in ``precision`` (see `batch_sums`); sums, Adam and parameters in binary64."""
     role = roles(seed, x.shape[0])
     train_rows = np.flatnonzero(role == 0)
     validation_rows = np.flatnonzero(role == 1)
@@ -192,12 +211,14 @@ def train(
         order = epoch_order(seed, epoch, train_rows)
         for start in range(0, order.size, batch):
             rows = order[start : start + batch]
-            gw, gb, _, _ = batch_sums(weights, biases, xn[rows], y[rows])
+            gw, gb, _, _ = batch_sums(weights, biases, xn[rows], y[rows], precision)
             adam.t += 1
             for index in range(len(weights)):
                 weights[index] = adam.update(2 * index, weights[index], gw[index] / rows.size)
                 biases[index] = adam.update(2 * index + 1, biases[index], gb[index] / rows.size)
-    _, _, loss, correct = batch_sums(weights, biases, xn[validation_rows], y[validation_rows])
+    _, _, loss, correct = batch_sums(
+        weights, biases, xn[validation_rows], y[validation_rows], precision
+    )
     return EpochResult(
         weights,
         biases,

@@ -194,6 +194,15 @@ class ExplainsDifference(Protocol):
 
 
 @runtime_checkable
+class DeclaresPrecision(Protocol):
+    """A run computed in a declared precision (Dense: float64 or float32): every worker of
+    its group must offer it at the handshake, or is refused before any task."""
+
+    @property
+    def precision(self) -> str: ...
+
+
+@runtime_checkable
 class WritesFiles(Protocol):
     """A run that leaves files in its job directory (a model, say) however the job ended:
     their names and bytes; the job directory writes them, before `result.json`."""

@@ -52,6 +52,7 @@ from aner_coord.job.instructions import (
     StopWorkers,
     WriteStatus,
 )
+from aner_coord.job.link import precision_of
 from aner_coord.job.machine import JobMachine
 from aner_coord.job.pool import WorkerPool
 from aner_coord.job.processes import ProcessBackend
@@ -385,6 +386,7 @@ class Coordinator:
             seconds_per_task=seconds_per_task,
             stage=plan_of(self._run),
             pool=self._pool,
+            precision=precision_of(self._run),
         )
 
     def _snapshot(self) -> StatusSnapshot:

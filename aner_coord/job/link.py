@@ -4,7 +4,8 @@ and the events its bytes make.
 Every part of the coordinator that talks to a worker (the process backend, a session's pool,
 staging, the scaling probe) goes through here: `worker_argv` is the one command line that
 starts a worker, `start` opens a record's transport, `handshake` says Hello and waits for
-the answer, and `connect` does both. A `WorkerLink` then turns what the transport reads
+the answer, and `connect` does both; `require_precision` refuses a worker whose Welcome did
+not offer the job's compute precision. A `WorkerLink` then turns what the transport reads
 into `protocol.CoordinatorConnection` events; events read but not yet wanted wait in its
 `pending` list, so that a caller that expects one kind of event loses none of the others.
 """
@@ -14,8 +15,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from aner_coord.clusterfile import WorkerRecord
+from aner_coord.computations.base import DeclaresPrecision
 from aner_coord.errors import WorkerFailure
 from aner_coord.transports.base import Transport
 from aner_coord.transports.registry import open_transport
@@ -56,6 +59,8 @@ class WorkerLink:
     connection: CoordinatorConnection
     machine: dict[str, str] = field(default_factory=dict)
     pending: list[CoordinatorEvent] = field(default_factory=list)
+    # The compute precisions its Welcome offered (float64 only for a worker that did not say).
+    precisions: tuple[str, ...] = ("float64",)
 
     @property
     def identity(self) -> str:
@@ -86,6 +91,24 @@ class WorkerLink:
         return self.pending.pop(0)
 
 
+def precision_of(run: Any) -> str | None:
+    """The compute precision a run declares (`DeclaresPrecision`), None if it declares none."""
+    return run.precision if isinstance(run, DeclaresPrecision) else None
+
+
+def require_precision(link: WorkerLink, precision: str | None) -> None:
+    """Refuse `link`'s worker for a job that declares `precision` (None: none declared) if
+    its Welcome did not offer it: `WorkerRefused`, naming the worker, before any task."""
+    if precision is None or precision in link.precisions:
+        return
+    offered = " and ".join(link.precisions) or "no precision"
+    raise WorkerRefused(
+        link.identity,
+        f"it computes in {offered} only and the job declares {precision} "
+        "(update aner there, or leave it out of the group)",
+    )
+
+
 async def start(record: WorkerRecord, *, env: Mapping[str, str] | None = None) -> Transport:
     """Start `record`'s worker over the transport it names."""
     return await open_transport(record, worker_argv(record), env=env)
@@ -113,6 +136,7 @@ async def handshake(
     match first:
         case Accepted(welcome=welcome):
             link.machine = dict(welcome.machine)
+            link.precisions = tuple(welcome.precisions)
             return link
         case Rejected(reason=reason):
             raise WorkerRefused(record.identity, reason)

@@ -25,7 +25,14 @@ from aner_coord.computations.base import StagePlan
 from aner_coord.errors import WorkerFailure
 from aner_coord.job.backend import Deliver
 from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
-from aner_coord.job.link import HANDSHAKE_TIMEOUT_S, LinkClosed, WorkerLink, handshake, start
+from aner_coord.job.link import (
+    HANDSHAKE_TIMEOUT_S,
+    LinkClosed,
+    WorkerLink,
+    handshake,
+    require_precision,
+    start,
+)
 from aner_coord.job.pacing import Pacer, Window
 from aner_coord.job.pool import LostBetweenJobs, WorkerPool
 from aner_coord.job.staging import StagingLost, stage_worker
@@ -91,8 +98,10 @@ class ProcessBackend:
         seconds_per_task: float,
         stage: StagePlan | None = None,
         pool: WorkerPool | None = None,
+        precision: str | None = None,
     ) -> None:
         self._records = list(records)
+        self._precision = precision  # the job's compute precision, which each worker must offer
         self._pool = pool  # a session's kept workers: taken at the start, given back at the end
         self._links: dict[str, WorkerLink] = {}  # past their handshake
         self._phases: dict[str, str] = {}  # what each worker is doing, for a loss's message
@@ -192,6 +201,7 @@ class ProcessBackend:
         self._transports[identity] = link.transport
         self._connections[identity] = link.connection
         self._links[identity] = link
+        require_precision(link, self._precision)  # a kept worker too, before any task
         # Each job paces afresh: its chunks, and so its task time, are its own.
         pacer = Pacer(link.record.slots, self._seconds_per_task, link.connection.limit)
         link.connection.resize(pacer.window.size)

@@ -19,6 +19,10 @@ import msgspec
 
 StopCheck = Callable[[], bool]
 
+# The compute precisions this worker's kernels offer, stated in its Welcome: binary64
+# always, binary32 where a kernel lets a job declare it (Dense, `kernels.dense.network`).
+PRECISIONS: tuple[str, ...] = ("float64", "float32")
+
 
 class Stopped(Exception):
     """A kernel was asked to stop between two sub-ranges; its partial sums are discarded."""

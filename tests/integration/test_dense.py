@@ -6,6 +6,7 @@ cancel. Sizes are tiny: every figure asserted is a count, a file or a bit patter
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import signal
@@ -187,6 +188,91 @@ def test_threads_and_a_pipe_group_equal_train_single_bitwise(
         ]
     workers = {w["identity"]: w for w in result_of(runs["pipe group"][1])["workers"]}
     assert set(workers) == {"w1", "w2"} and all(w["chunks"] > 0 for w in workers.values())
+
+
+def test_float32_threads_a_pipe_group_and_fit_whole_are_bitwise_equal_and_say_so(
+    tmp_path: Path, small_csv: Path
+) -> None:
+    reference = train_single(
+        load_csv(small_csv), seed=SEED, hidden=(8,), batch=64, epochs=2, patience=2,
+        lr=0.01, chunk=SMALL_CHUNK, precision="float32",
+    )  # fmt: skip
+    expected = flatten(reference.model.params)
+    group = write_pipe_pair(tmp_path / "c")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    common = ["--data", str(small_csv), "--seed", str(SEED), *SMALL, "--chunk", "16"]
+    common += ["--precision", "float32"]
+    runs = {
+        "2 threads": train(tmp_path, *common, "--workers", "2"),
+        "pipe group": train(tmp_path, *common, "--cluster", str(group), env=env),
+    }
+    for what, (proc, job) in runs.items():
+        assert proc.returncode == 0, f"{what}: {proc.stderr}"
+        flat, meta = params_of(job)
+        assert np.array_equal(flat, expected), what
+        assert meta["precision"] == "float32", what
+        result = result_of(job)
+        assert result["precision"] == "float32", what
+        assert result["test_accuracy"] == reference.test_accuracy, what
+        manifest = json.loads((job / "run-manifest.json").read_text())
+        assert manifest["request"]["precision"] == "float32", what
+    # The float64 job of the same plan is another computation, close to this one.
+    exact = flatten(train_single(
+        load_csv(small_csv), seed=SEED, hidden=(8,), batch=64, epochs=2, patience=2,
+        lr=0.01, chunk=SMALL_CHUNK,
+    ).model.params)  # fmt: skip
+    assert not np.array_equal(exact, expected)
+    assert np.max(np.abs(exact - expected)) < 1e-4
+    # predict computes in the model's precision: the float32 probabilities, bit for bit.
+    job = runs["2 threads"][1]
+    x, _ = load_csv(small_csv).rows(np.arange(50))
+    rows = write_csv(tmp_path / "rows.csv", x, np.zeros(50, dtype=np.int64))
+    out = tmp_path / "predictions.csv"
+    done = run_aner(
+        "parallel", "predict", "--model", str(job), "--data", str(rows), "--output", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    with out.open() as f:
+        table = list(csv.reader(f))[1:]
+    proba = np.array([[float(v) for v in r[1:]] for r in table])
+    assert np.array_equal(proba, reference.model.predict_proba(x))
+    assert np.array_equal(proba, proba.astype(np.float32).astype(np.float64))
+
+
+def test_a_group_member_that_cannot_compute_float32_is_refused_naming_it(
+    tmp_path: Path, small_csv: Path
+) -> None:
+    # A worker from before the choice: a real handshake that states no precision (so float64
+    # only), then it would serve; the job must refuse it before giving it any task.
+    script = tmp_path / "older-aner"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import os, time\n"
+        "from aner_worker.contract import source_fingerprint\n"
+        "from aner_worker.kernels import KERNELS\n"
+        "from protocol import WorkerConnection\n"
+        "conn = WorkerConnection(source_fingerprint(), 2, 'older', KERNELS)\n"
+        "events = []\n"
+        "while not events:\n"
+        "    events = conn.receive(os.read(0, 65536))\n"
+        "os.write(1, conn.reply())\n"
+        "while os.read(0, 65536):\n"
+        "    pass\n"
+    )
+    script.chmod(0o755)
+    group = write_cluster(
+        tmp_path / "c", [("w1", "local", "-", ANER, 1), ("older-1", "local", "-", str(script), 1)]
+    )
+    common = ["--data", str(small_csv), "--seed", str(SEED), *SMALL, "--chunk", "16"]
+    proc, job = train(tmp_path, *common, "--precision", "float32", "--cluster", str(group))
+    assert proc.returncode == 3, proc.stderr
+    assert (
+        'worker "older-1" failed during handshake: it computes in float64 only and the job '
+        "declares float32 (update aner there, or leave it out of the group)"
+    ) in proc.stderr
+    assert not (job / "result.json").exists()
+    workers = {w.identity: w for w in status_of(job).workers}
+    assert workers["older-1"].items == 0
 
 
 def test_an_ssh_group_equals_train_single_bitwise(

@@ -161,6 +161,7 @@ def test_hello_gets_welcome(worker: Worker) -> None:
         effective_cpus=current().effective_cpus,
         slots=1,
         machine=machine_identity(),  # what configuration revisions are made of
+        precisions=("float64", "float32"),  # what a Dense job may declare
     )
 
 

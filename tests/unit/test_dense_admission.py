@@ -36,6 +36,11 @@ def request(**fields: Any) -> JobRequest:
         ({"epochs": 0}, RequestError, "--epochs must be positive"),
         ({"epochs": 10_001}, AdmissionError, "--epochs is 10001; the limit is 10000"),
         ({"optimizer": "rmsprop"}, RequestError, "--optimizer must be adam or sgd"),
+        (
+            {"precision": "float16"},
+            RequestError,
+            "--precision must be float64 or float32, got 'float16'",
+        ),
         ({"lr": float("nan")}, RequestError, "--lr must be a finite number"),
         ({"lr": -1.0}, RequestError, "--lr must be positive"),
         ({"target_accuracy": 1.5}, RequestError, "--target-accuracy must be in (0, 1]"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import stat
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from aner_coord.computations.dense.model import DenseModel, ModelFileError, enco
 from aner_coord.computations.dense.single import train_single
 from aner_worker.files import write_atomically
 from aner_worker.kernels.dense.data import TeacherDataset, parse_csv
+from aner_worker.kernels.dense.network import predict_proba
 from aner_worker.kernels.dense.plan import Normalisation, init_params
 
 
@@ -27,6 +30,7 @@ def test_roundtrip_predicts_the_same(tmp_path: Path) -> None:
     assert meta == {
         "schema": "aner-dense/v1",
         "layer_sizes": [5, 9, 3],
+        "precision": "float64",
         "data": data.identity,
         "seed": 6,
         "epoch": fit.best_epoch,
@@ -40,6 +44,42 @@ def test_roundtrip_predicts_the_same(tmp_path: Path) -> None:
     x, _ = data.rows(np.arange(100, dtype=np.int64))
     assert np.array_equal(model.predict_proba(x), fit.model.predict_proba(x))
     assert np.array_equal(model.predict(x), fit.model.predict(x))
+
+
+def test_a_float32_model_predicts_in_float32_and_an_older_file_in_float64(
+    tmp_path: Path,
+) -> None:
+    data = TeacherDataset(800, 5, 3, 6)
+    fit = train_single(data, seed=6, hidden=(9,), batch=64, epochs=2, precision="float32")
+    assert fit.model.precision == "float32"
+    path = tmp_path / "model.npz"
+    write_atomically(path, encode_model(fit.model, {"seed": 6}))
+    model, meta = load_model(path)
+    assert meta["precision"] == model.precision == "float32"
+    x, _ = data.rows(np.arange(300, dtype=np.int64))
+    n = model.normalisation
+    expected = predict_proba(model.params, n.mean, n.std, x, "float32")
+    assert np.array_equal(model.predict_proba(x), expected)
+    # float32 probabilities are float32 numbers widened: not those of float64.
+    as64 = predict_proba(model.params, n.mean, n.std, x, "float64")
+    assert not np.array_equal(expected, as64)
+    assert np.max(np.abs(expected - as64)) < 1e-5
+    assert np.array_equal(expected.astype(np.float32).astype(np.float64), expected)
+    # A file without a precision (written before there was a choice) is float64.
+    older = dataclasses.replace(model, precision="float64")
+    arrays = dict(np.load(path, allow_pickle=False))
+    stored = json.loads(str(arrays["meta"]))
+    del stored["precision"]
+    arrays["meta"] = np.array(json.dumps(stored))
+    np.savez(tmp_path / "old.npz", allow_pickle=False, **arrays)
+    old, old_meta = load_model(tmp_path / "old.npz")
+    assert "precision" not in old_meta and old.precision == "float64"
+    assert np.array_equal(old.predict_proba(x), older.predict_proba(x))
+    stored["precision"] = "float16"
+    arrays["meta"] = np.array(json.dumps(stored))
+    np.savez(tmp_path / "bad.npz", allow_pickle=False, **arrays)
+    with pytest.raises(ModelFileError, match="precision 'float16'"):
+        load_model(tmp_path / "bad.npz")
 
 
 def test_string_classes_come_back_as_labels(tmp_path: Path) -> None:

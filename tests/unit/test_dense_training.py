@@ -142,3 +142,62 @@ def test_digits_reaches_095_with_defaults() -> None:
     proba = fit.model.predict_proba(x)
     assert proba.shape == (roles.test.size, 10)
     assert np.allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+
+
+# -- float32: chunks in binary32, sums, Adam and parameters in binary64 ----------------------
+
+# Tolerance of a float32 training against the float32 reference and against float64, on these
+# problems: |difference| <= 1e-3 * lr * steps for every parameter. Each step's mean gradient
+# carries binary32 rounding (~1e-7 relative, see test_dense_kernel's F32_CHUNK); Adam turns it
+# into an update error of about lr times that relative error for an element whose gradient
+# stands above its rounding noise, but an element whose gradient is at that noise may step
+# the other way, up to ~lr per step, so the bound is a fraction of lr * steps (no SPEC 1e-9
+# here). Measured on these problems: at most 4e-7 * lr * steps; the prototype measured up to
+# 5e-3 * lr * steps on the 256-wide teacher model, where many more gradients sit at the noise.
+F32_STEPS = 1e-3
+
+
+@pytest.mark.parametrize(("epochs", "chunk"), [(1, 37), (3, 16)])
+def test_float32_training_agrees_with_the_float32_reference(epochs: int, chunk: int) -> None:
+    n, d, k, seed, lr = 900, 6, 3, 13, 0.01
+    data = TeacherDataset(n, d, k, seed)
+    fit = train_single(
+        data, seed=seed, hidden=(7, 5), batch=64, epochs=epochs, lr=lr, patience=epochs,
+        chunk=chunk, precision="float32",
+    )  # fmt: skip
+    x, y = ref.teacher(n, d, k, seed)
+    bound = F32_STEPS * lr * fit.committed_steps
+    for precision in ("float32", "float64"):
+        expected = ref.train(x, y, k, seed, [7, 5], 64, epochs, lr, precision)
+        assert np.max(np.abs(fit.final_params - _reference_flat(expected))) <= bound, precision
+        assert abs(fit.history[-1].validation_loss - expected.validation_loss) < 1e-6
+    exact = train_single(
+        data, seed=seed, hidden=(7, 5), batch=64, epochs=epochs, lr=lr, patience=epochs,
+        chunk=chunk,
+    )  # fmt: skip
+    # A float32 training is not the float64 one, only close to it.
+    assert not np.array_equal(fit.final_params, exact.final_params)
+    assert np.max(np.abs(fit.final_params - exact.final_params)) <= bound
+    assert fit.model.precision == "float32" and exact.model.precision == "float64"
+
+
+def test_float32_thread_count_does_not_change_a_bit() -> None:
+    data = TeacherDataset(3000, 10, 4, 77)
+    options = {"seed": 77, "hidden": (16, 16), "batch": 256, "epochs": 2, "patience": 2}
+    fits = [
+        train_single(data, **options, chunk=37, threads=threads, precision="float32")  # type: ignore[arg-type]
+        for threads in (1, 2)
+    ]
+    assert np.array_equal(fits[0].final_params, fits[1].final_params)
+    assert [h.validation_loss for h in fits[0].history] == [
+        h.validation_loss for h in fits[1].history
+    ]
+
+
+def test_float32_digits_accuracy_within_001_of_float64() -> None:
+    data = load_digits()
+    test = {
+        p: train_single(data, seed=0, epochs=15, patience=15, precision=p).test_accuracy
+        for p in ("float64", "float32")
+    }
+    assert test["float64"] > 0.9 and abs(test["float32"] - test["float64"]) <= 0.01

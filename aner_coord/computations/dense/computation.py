@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from aner_coord.computations.base import Admitted
 from aner_coord.computations.dense import arrays, suspect
-from aner_coord.computations.dense.request import DenseRequest
+from aner_coord.computations.dense.request import PRECISIONS, DenseRequest
 from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun, feature_names
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
@@ -184,6 +184,7 @@ def _check_options(
     if epochs > MAX_EPOCHS:
         raise AdmissionError(f"{{epochs}} is {epochs}; the limit is {MAX_EPOCHS}", "epochs")
     check_positive("patience", request.patience)
+    _check_precision(request.precision)
     if request.optimizer not in ("adam", "sgd"):
         raise RequestError(
             f"{{optimizer}} must be adam or sgd, got {request.optimizer!r}", "optimizer"
@@ -225,6 +226,13 @@ def _source(request: DenseRequest, dataset: Dataset) -> dict[str, Any]:
     if arrays.is_array_data(request.data):
         return {"arrays": dataset.identity}
     return {"file": os.path.basename(request.data or ""), "label": request.label}
+
+
+def _check_precision(value: object) -> None:
+    if value not in PRECISIONS:
+        raise RequestError(
+            f"{{precision}} must be {' or '.join(PRECISIONS)}, got {value!r}", "precision"
+        )
 
 
 class Dense:
@@ -276,6 +284,7 @@ class Dense:
                 "epochs": epochs,
                 "steps_per_epoch": steps,
                 "optimizer": request.optimizer,
+                "precision": request.precision,
                 "lr": lr,
                 "patience": request.patience,
                 "target_accuracy": target,

@@ -1,10 +1,11 @@
 """A trained ``aner-dense/v1`` model and its ``model.npz`` file (SPEC section 9, Files).
 
 The file holds ``W1, b1, ..., W(L+1), b(L+1)``, ``mean``, ``std``, ``classes`` and ``meta``
-(a JSON string: layer sizes, data identity, seed, epoch of the model, and since this
-version the feature names, in column order, that `predict` maps a CSV's columns by). It is
-written without pickles, atomically (temporary file in the same directory, fsync, rename,
-fsync of the directory), owner-only, so a reader never sees half a model.
+(a JSON string: layer sizes, data identity, seed, epoch of the model, the compute precision
+it was trained in, which `predict` computes in too, and the feature names, in column order,
+that `predict` maps a CSV's columns by). It is written without pickles, atomically
+(temporary file in the same directory, fsync, rename, fsync of the directory), owner-only,
+so a reader never sees half a model.
 
 It is read as untrusted input (`load_model`): a regular file of bounded size, members
 checked before they are decompressed (`files.npz_arrays`), a meta that is a JSON object of
@@ -26,7 +27,13 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.files import UnsafeFile, npz_arrays, read_regular
-from aner_worker.kernels.dense.network import layer_shapes, predict, predict_proba
+from aner_worker.kernels.dense.network import (
+    DEFAULT_PRECISION,
+    PRECISIONS,
+    layer_shapes,
+    predict,
+    predict_proba,
+)
 from aner_worker.kernels.dense.plan import Normalisation
 
 Floats = npt.NDArray[np.float64]
@@ -53,17 +60,22 @@ class DenseModel:
     normalisation: Normalisation
     classes: Classes
     features: tuple[str, ...] | None = None  # column names, in order (None: not recorded)
+    precision: str = "float64"  # the compute precision it was trained in, and predicts in
 
     def predict_proba(self, x: Floats) -> Floats:
-        """Class probabilities of raw feature rows, the model's own normalisation applied."""
+        """Class probabilities of raw feature rows, the model's own normalisation applied,
+        computed in the model's precision."""
         n = self.normalisation
-        return predict_proba(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
+        rows = np.asarray(x, dtype=np.float64)
+        return predict_proba(self.params, n.mean, n.std, rows, self.precision)
 
     def predict(self, x: Floats) -> npt.NDArray[np.generic]:
         """Labels (not indices) of raw feature rows ``x``, in the classes' own type:
-        integers for classes that are whole numbers, else floats or strings."""
+        integers for classes that are whole numbers, else floats or strings; computed in the
+        model's precision."""
         n = self.normalisation
-        index = predict(self.params, n.mean, n.std, np.asarray(x, dtype=np.float64))
+        rows = np.asarray(x, dtype=np.float64)
+        index = predict(self.params, n.mean, n.std, rows, self.precision)
         out: npt.NDArray[np.generic] = self.labels[index]
         return out
 
@@ -88,7 +100,12 @@ def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
     arrays["mean"] = model.normalisation.mean
     arrays["std"] = model.normalisation.std
     arrays["classes"] = model.classes
-    full_meta = {"schema": MODEL_SCHEMA, "layer_sizes": list(model.sizes), **meta}
+    full_meta = {
+        "schema": MODEL_SCHEMA,
+        "layer_sizes": list(model.sizes),
+        "precision": model.precision,
+        **meta,
+    }
     if model.features is not None:
         full_meta["features"] = list(model.features)
     arrays["meta"] = np.array(json.dumps(full_meta, sort_keys=True))
@@ -118,7 +135,16 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
         raise ModelFileError(f"{where}: std has a value that is not positive (SPEC: 1 where 0)")
     classes = _classes(contents, sizes[-1], where)
     features = _features(meta, sizes[0], where)
-    return DenseModel(sizes, params, Normalisation(mean, std), classes, features), meta
+    # A model written before precisions were declared was trained in float64.
+    precision = meta.get("precision", DEFAULT_PRECISION)
+    if precision not in PRECISIONS:
+        raise ModelFileError(
+            f"{where}: precision {precision!r}, expected one of {', '.join(PRECISIONS)}"
+        )
+    model = DenseModel(
+        sizes, params, Normalisation(mean, std), classes, features=features, precision=precision
+    )
+    return model, meta
 
 
 def _meta(contents: dict[str, npt.NDArray[Any]], where: str) -> dict[str, Any]:

@@ -58,6 +58,7 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     # admission (the first Dense job of a process) and before the job's first worker was
     # ready (for worker processes also starting them and staging the data).
     load_s: float | None = None
+    precision: str = "float64"  # the chunks' compute precision (older results: float64)
 
     def summary(self) -> str:
         last = self.history[-1]

@@ -5,7 +5,9 @@ Each pass of the training becomes a pass of the job: its rows are the items, and
 parameters travel as `DenseParams` (the batch's positions for a training step; for a pass
 over a whole role only the role's code, from which a worker derives the rows). Chunks come
 back from any workers, are checked, kept in their slots and committed in chunk order by the
-training itself, so the parameters are bitwise those of `train_single` for the same chunk.
+training itself, so the parameters are bitwise those of `train_single` for the same chunk
+and precision. The precision travels with each pass's parameters; the run declares it to the
+backend (`precision`), which refuses a worker that cannot compute it.
 
 Worker processes receive file data once per job (`staging`); local threads share it
 (`aner_worker.kernels.dense.rows.share`). A teacher set is generated where it is used.
@@ -26,6 +28,7 @@ from aner_coord.jobdir.status import JobState, TrainingPosition
 from aner_worker.blocks import split
 from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, Dataset, TeacherDataset
+from aner_worker.kernels.dense.network import check_precision
 from aner_worker.kernels.dense.params import MOMENTS, DenseParams, DenseStats
 from aner_worker.kernels.dense.plan import (
     DEFAULT_TEST_FRACTION,
@@ -105,6 +108,7 @@ class DenseRun:
             patience=request.patience,
             target_accuracy=request.target_accuracy,
             chunk=chunk,
+            precision=check_precision(request.precision),
         )
         rows = TrainingRows(self.roles.train, self.roles.validation, self.roles.test)
         self.training = Training(options, rows, dataset.n_features, dataset.n_classes)
@@ -118,6 +122,11 @@ class DenseRun:
             self._data_name = dense_rows.blob_digest(dataset.x, dataset.y)
             self._teacher = ()
             dense_rows.share(self._data_name, dataset)  # local threads read it in place
+
+    @property
+    def precision(self) -> str:
+        """The compute precision every worker of the job must offer (`DeclaresPrecision`)."""
+        return self.training.options.precision
 
     @property
     def sizes(self) -> list[int]:
@@ -139,6 +148,7 @@ class DenseRun:
             spec.flat.tobytes() if spec.flat is not None else b"",
             self._mean,
             self._std,
+            self.training.options.precision,
         )
 
     def next_pass(self) -> PassSpec | None:
@@ -257,7 +267,12 @@ class DenseRun:
         assert norm is not None
         params = self.training.parameters(flat)
         return DenseModel(
-            list(self.sizes), params, norm, self._dataset.classes, feature_names(self._dataset)
+            list(self.sizes),
+            params,
+            norm,
+            self._dataset.classes,
+            features=feature_names(self._dataset),
+            precision=self.training.options.precision,
         )
 
     def files(self, state: JobState) -> dict[str, bytes]:
@@ -307,6 +322,7 @@ class DenseRun:
             epochs=request.epochs,
             patience=request.patience,
             chunk=self._chunk,
+            precision=self.training.options.precision,
             target_accuracy=request.target_accuracy,
             roles=self.roles.counts(),
             roles_sha256=self.roles.sha256,

@@ -19,7 +19,7 @@ from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
 from aner_coord.computations.dense.model import DenseModel
 from aner_worker.kernels.dense.data import Dataset
 from aner_worker.kernels.dense.fit import fit_whole
-from aner_worker.kernels.dense.network import flatten
+from aner_worker.kernels.dense.network import Precision, check_precision, flatten
 from aner_worker.kernels.dense.optimizers import OptimizerName
 from aner_worker.kernels.dense.params import EVALUATE, MOMENTS
 from aner_worker.kernels.dense.plan import Normalisation, assign_roles, bounds, combine_moments
@@ -68,10 +68,12 @@ def train_single(
     threads: int = 1,
     on_epoch: Callable[[EpochRecord], None] | None = None,
     max_steps: int | None = None,
+    precision: Precision = "float64",
 ) -> SingleFit:
     """Train a Dense classifier on ``dataset`` as SPEC section 9 prescribes.
 
     ``threads`` local threads compute a pass's chunks; the result does not depend on it.
+    ``precision``: the chunks' compute precision (float64 or float32).
     ``max_steps`` stops after that many committed steps (``final_params`` are then those of a
     job stopped there, for comparison with an interrupted distributed run).
     """
@@ -80,7 +82,16 @@ def train_single(
     started = time.perf_counter()
     roles = assign_roles(seed, dataset.n_rows)
     options = TrainingOptions(
-        seed, tuple(hidden), batch, epochs, optimizer, lr, patience, target_accuracy, chunk
+        seed,
+        tuple(hidden),
+        batch,
+        epochs,
+        optimizer,
+        lr,
+        patience,
+        target_accuracy,
+        chunk,
+        check_precision(precision),
     )
     rows = TrainingRows(roles.train, roles.validation, roles.test)
     training = Training(options, rows, dataset.n_features, dataset.n_classes)
@@ -92,6 +103,7 @@ def train_single(
         training.parameters(training.best_flat),
         training.normalisation,
         dataset.classes,
+        precision=training.options.precision,
     )
     return SingleFit(
         model=model,

@@ -29,6 +29,7 @@ import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
 from aner_coord.computations.dense.model import DenseModel
+from aner_coord.computations.dense.run import feature_names
 from aner_coord.computations.search import aggregate
 from aner_coord.computations.search.files import completed_files, partial_files, warm_charts
 from aner_coord.computations.search.plan import Prepared, plain
@@ -297,7 +298,14 @@ class SearchRun:
             mean=np.frombuffer(fit.mean, dtype="<f8").copy(),
             std=np.frombuffer(fit.std, dtype="<f8").copy(),
         )
-        return DenseModel(list(sizes), params, norm, self._dataset.classes)
+        return DenseModel(
+            list(sizes),
+            params,
+            norm,
+            self._dataset.classes,
+            features=feature_names(self._dataset),
+            precision=self.prepared.options[self.selected].get("precision", "float64"),
+        )
 
     def files(self, state: JobState) -> dict[str, bytes]:
         """The tables, histories, chart and model of a completed search; of any other, the

@@ -4,7 +4,9 @@ numerics both halves share.
 - `kernel`: the "dense" kernel a worker runs per task; `params`: what a task carries;
 - `rows`: where a chunk's rows come from (a staged file, the teacher set) and one chunk's
   statistics;
-- `network`: the forward and backward pass of one chunk (where a gradient is computed);
+- `network`: the forward and backward pass of one chunk (where a gradient is computed), in
+  the training's compute precision (float64 or float32), with per-thread buffers; `loops`:
+  its numba loops;
 - `data`: data sets (CSV, NPZ, the digits, the procedural teacher); `streams`: the Philox
   streams of roles, epochs and initial weights;
 - `plan`: roles, normalisation, initial weights, epoch order, batches, the chunk reduction

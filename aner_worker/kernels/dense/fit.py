@@ -2,6 +2,9 @@
 chunk by chunk, each chunk computed exactly as a worker's task computes it (`rows`), so the
 parameters are bitwise those of any worker group with the same chunk.
 
+The frozen parameters of each pass are prepared once (rounded once in float32) and shared
+by the threads that compute its chunks, as a worker shares them between its slots.
+
 It is the reference the tests compare every plan with (`aner_coord.computations.dense.single`
 wraps it), and it is how one worker slot trains a whole fit of a model search.
 """
@@ -15,9 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_worker.kernels.dense.data import Dataset
+from aner_worker.kernels.dense.network import prepare
 from aner_worker.kernels.dense.params import TRAIN, DenseStats
 from aner_worker.kernels.dense.plan import bounds
-from aner_worker.kernels.dense.rows import chunk_statistics
+from aner_worker.kernels.dense.rows import Frozen, statistics
 from aner_worker.kernels.dense.training import EpochRecord, Training, TrainingPass
 
 Ints = npt.NDArray[np.int64]
@@ -44,9 +48,10 @@ def fit_whole(
             if spec.step == TRAIN and max_steps is not None and training.committed >= max_steps:
                 break
             pieces = [spec.rows[c0:c1] for c0, c1 in bounds(spec.items, training.options.chunk)]
+            frozen = _frozen(training, spec)
 
-            def one(rows: Ints, spec: TrainingPass = spec) -> DenseStats:
-                return _chunk(training, dataset, spec, rows)
+            def one(rows: Ints, step: str = spec.step, frozen: Frozen = frozen) -> DenseStats:
+                return statistics(step, dataset, rows, frozen)
 
             # map() returns results in submission order: each chunk lands in its slot. One
             # thread needs no hand-off; the bits are the same either way.
@@ -63,9 +68,11 @@ def fit_whole(
     return training
 
 
-def _chunk(training: Training, dataset: Dataset, spec: TrainingPass, rows: Ints) -> DenseStats:
-    # The normalisation pass needs no parameters and no normalisation.
-    flat = spec.flat if spec.flat is not None else _EMPTY
+def _frozen(training: Training, spec: TrainingPass) -> Frozen:
+    """The pass's frozen parameters in the training's precision, prepared once per pass.
+    The normalisation pass needs no parameters and no normalisation."""
     norm = training.normalisation
     mean, std = (norm.mean, norm.std) if norm is not None else (_EMPTY, _EMPTY)
-    return chunk_statistics(spec.step, dataset, rows, flat, training.sizes, mean, std)
+    if spec.flat is None:
+        return Frozen(None, mean, std)
+    return Frozen(prepare(spec.flat, training.sizes, training.options.precision), mean, std)

@@ -18,10 +18,12 @@ class DenseKernel:
 
     def warm_up(self) -> None:
         from aner_worker.kernels.dense.data import warm_up as warm_data
+        from aner_worker.kernels.dense.network import warm_up as warm_network
         from aner_worker.kernels.dense.streams import warm_up as warm_streams
 
         warm_streams()
         warm_data()
+        warm_network()
 
     def has_staged(self, dataset: str) -> bool:
         from aner_worker.kernels.dense.rows import has

@@ -6,7 +6,8 @@ A pass's `DenseParams` name the data set, the step kind and everything frozen fo
 [start, start + count) of the pass's row positions. Those positions are the batch's own
 (carried in the parameters, in epoch order) for a training step, and the ascending
 positions of a role (computed by the worker from the seed, never sent) for the
-normalisation and the evaluation passes. Tasks never carry row data.
+normalisation and the evaluation passes. Tasks never carry row data. Parameters and
+statistics travel in binary64 whatever the pass's compute precision.
 """
 
 from __future__ import annotations
@@ -28,11 +29,17 @@ class DenseParams(msgspec.Struct, frozen=True, array_like=True):
     params: bytes  # flat binary64 parameters (TRAIN, EVALUATE)
     mean: bytes  # normalisation (TRAIN, EVALUATE)
     std: bytes
+    # The compute precision of the training (`network.PRECISIONS`): float32 computes the
+    # chunk in binary32 from a binary32 copy of `params`; statistics come back in binary64.
+    precision: str = "float64"
 
 
 class DenseStats(msgspec.Struct, frozen=True, array_like=True):
-    sums: bytes  # TRAIN: the gradient sum; MOMENTS: the feature sums (binary64)
-    m2: bytes  # MOMENTS: squared deviations about the chunk's own mean
+    # Byte views (format "B"), never copied: of the kernel's own result arrays where they
+    # are computed, of the received frame where they are decoded (msgspec decodes a
+    # memoryview field in place). On the wire they are MessagePack bin, as bytes would be.
+    sums: memoryview  # TRAIN: the gradient sum; MOMENTS: the feature sums (binary64)
+    m2: memoryview  # MOMENTS: squared deviations about the chunk's own mean
     loss_sum: float
     correct: int
     valid: int

@@ -8,7 +8,8 @@ Where rows come from, by the data set's name in the parameters:
   (`share`); a worker process assembles it from its block cache (`stage`).
 
 One chunk is one call of `chunk_stats` on one thread with BLAS held to one thread, so its bits
-do not depend on who computed it.
+do not depend on who computed it. The frozen parameters of a pass are decoded (and, in
+float32, rounded) once per pass and process (`frozen`), never per chunk.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ import hashlib
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from aner_worker.kernels.dense.data import TEACHER_ID, ArrayDataset, Dataset, TeacherDataset
-from aner_worker.kernels.dense.network import chunk_stats, evaluate, moment_sums, unflatten
+from aner_worker.kernels.dense.network import (
+    DEFAULT_PRECISION,
+    Model,
+    chunk_stats,
+    evaluate,
+    moment_sums,
+    prepare,
+)
 from aner_worker.kernels.dense.params import EVALUATE, MOMENTS, TRAIN, DenseParams, DenseStats
 from aner_worker.kernels.dense.streams import role_codes
 
@@ -42,6 +51,15 @@ def floats(data: bytes) -> Floats:
 
 def to_bytes(array: npt.NDArray[Any], dtype: np.dtype[Any] = _F8) -> bytes:
     return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+def as_view(array: npt.NDArray[Any]) -> memoryview:
+    """The bytes of a binary64 result array, without a copy (it must not be reused)."""
+    contiguous: Any = np.ascontiguousarray(array, dtype=_F8)  # a buffer (numpy's stubs say not)
+    return memoryview(contiguous).cast("B")
+
+
+_NONE = memoryview(b"")
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,10 +176,62 @@ def compute(params: DenseParams, start: int, count: int) -> DenseStats:
     """The statistics of items [start, start + count) of a pass: one chunk, one thread."""
     dataset = dataset_for(params)
     positions = _positions(params, dataset, start, count)
-    flat = floats(params.params)
-    return chunk_statistics(
-        params.step, dataset, positions, flat, params.sizes, floats(params.mean), floats(params.std)
-    )
+    return statistics(params.step, dataset, positions, frozen(params))
+
+
+@dataclass(frozen=True, eq=False)
+class Frozen:
+    """What a pass holds fixed, decoded from its parameters: the model in the pass's compute
+    precision (None for the normalisation pass) and the normalisation."""
+
+    model: Model | None
+    mean: Floats
+    std: Floats
+
+
+_last_pass: tuple[DenseParams, Frozen] | None = None
+
+
+def frozen(params: DenseParams) -> Frozen:
+    """The frozen parameters of `params`' pass, decoded once per pass and process.
+
+    Every task of a pass holds the same `DenseParams` object (local threads share the
+    coordinator's; a worker process decodes a pass's Params once), so the last pass's
+    decoding is kept by the object's identity: the float32 copy of the parameters is made
+    once per pass, not per chunk. A new pass, or another job's, is a new object.
+    """
+    global _last_pass
+    with _lock:
+        last = _last_pass
+    if last is not None and last[0] is params:
+        return last[1]
+    model = None
+    if params.step != MOMENTS:
+        model = prepare(floats(params.params), params.sizes, params.precision)
+    made = Frozen(model, floats(params.mean), floats(params.std))
+    with _lock:
+        _last_pass = (params, made)
+    return made
+
+
+def statistics(step: str, dataset: Dataset, positions: Ints, pass_: Frozen) -> DenseStats:
+    """One chunk's statistics over the rows at `positions`: what a task computes, and what
+    an in-process training (`fit`) computes for the same chunk, with the same bits."""
+    x, y = dataset.rows(positions)
+    count = int(positions.size)
+    if step == MOMENTS:
+        total, m2 = moment_sums(x)
+        return DenseStats(as_view(total), as_view(m2), 0.0, 0, count)
+    if pass_.model is None:
+        raise ValueError(f"a {step} pass needs parameters")
+    if step == TRAIN:
+        stats = chunk_stats(pass_.model, pass_.mean, pass_.std, x, y)
+        grad = as_view(stats.grad)  # a fresh array of this chunk's, never a workspace buffer
+        return DenseStats(grad, _NONE, stats.loss_sum, stats.correct, stats.valid)
+    if step == EVALUATE:
+        loss_sum, correct = evaluate(pass_.model, pass_.mean, pass_.std, x, y)
+        return DenseStats(_NONE, _NONE, loss_sum, correct, count)
+    raise ValueError(f"unknown dense step {step!r}")
 
 
 def chunk_statistics(
@@ -172,19 +242,8 @@ def chunk_statistics(
     sizes: Sequence[int],
     mean: Floats,
     std: Floats,
+    precision: str = DEFAULT_PRECISION,
 ) -> DenseStats:
-    """One chunk's statistics over the rows at `positions`: what a task computes, and what
-    an in-process training (`fit`) computes for the same chunk, with the same bits."""
-    x, y = dataset.rows(positions)
-    count = int(positions.size)
-    if step == MOMENTS:
-        total, m2 = moment_sums(x)
-        return DenseStats(to_bytes(total), to_bytes(m2), 0.0, 0, count)
-    model = unflatten(flat, sizes)
-    if step == TRAIN:
-        stats = chunk_stats(model, mean, std, x, y)
-        return DenseStats(to_bytes(stats.grad), b"", stats.loss_sum, stats.correct, stats.valid)
-    if step == EVALUATE:
-        loss_sum, correct = evaluate(model, mean, std, x, y)
-        return DenseStats(b"", b"", loss_sum, correct, count)
-    raise ValueError(f"unknown dense step {step!r}")
+    """`statistics` from plain arrays (the model prepared here, for this one chunk)."""
+    model = None if step == MOMENTS else prepare(flat, sizes, precision)
+    return statistics(step, dataset, positions, Frozen(model, mean, std))

@@ -10,6 +10,10 @@ frozen parameters and committed only when every chunk is in its slot:
 - per epoch, a validation pass, which drives early stopping and the time to target;
 - a final test pass with the best validation epoch's model.
 
+Chunks are computed in the declared precision (`TrainingOptions.precision`, float64 or
+float32); what they return, the sums in chunk order, the optimizer and the parameters kept
+here are binary64 either way, so a float32 training is as reproducible as a float64 one.
+
 Whoever computes the chunks drives it the same way: the coordinator's job machine (chunks on
 any workers, `aner_coord.computations.dense`), or `fit.fit_whole` in one thread (the
 reference the tests compare every plan with, and a whole fit on one worker slot). The
@@ -32,7 +36,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from aner_worker.kernels.dense.network import ChunkStats, flatten, unflatten
+from aner_worker.kernels.dense.network import (
+    DEFAULT_PRECISION,
+    ChunkStats,
+    Precision,
+    flatten,
+    unflatten,
+)
 from aner_worker.kernels.dense.optimizers import OptimizerName, initial_state, step
 from aner_worker.kernels.dense.params import EVALUATE, MOMENTS, TRAIN, DenseStats
 from aner_worker.kernels.dense.plan import (
@@ -70,6 +80,9 @@ class TrainingOptions:
     patience: int | None = 5  # None: no early stopping (a refit)
     target_accuracy: float | None = None
     chunk: int = 256
+    # The precision the chunks are computed in (`network.PRECISIONS`); the reduction, the
+    # optimizer and the parameters kept here are binary64 whatever it is.
+    precision: Precision = DEFAULT_PRECISION
 
 
 @dataclass(frozen=True)
@@ -309,7 +322,7 @@ class Training:
         return [p.copy() for p in unflatten(flat, self.sizes)]
 
 
-def _floats(data: bytes) -> Floats:
+def _floats(data: bytes | memoryview) -> Floats:
     out: Floats = np.frombuffer(data, dtype="<f8")
     return out
 
