@@ -185,7 +185,9 @@ def load_grouped_csv(path: str, label: str | None, group: str) -> tuple[ArrayDat
     feature = group_col if group_col < label_col else group_col - 1
     x = np.delete(parsed.x, feature, axis=1)
     identity = "sha256:" + hashlib.sha256(data).hexdigest()
-    return ArrayDataset(x, parsed.y, parsed.classes, identity), groups
+    names = parsed.feature_names
+    features = None if names is None else names[:feature] + names[feature + 1 :]
+    return ArrayDataset(x, parsed.y, parsed.classes, identity, features), groups
 
 
 def _rows(text: str, where: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
