@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.errors import WorkerFailure
-from aner_coord.transports.base import Transport
+from aner_coord.transports.base import Transport, TransportError
 from aner_coord.transports.registry import open_transport
 from protocol import Accepted, CoordinatorConnection, CoordinatorEvent, Rejected
 
 HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
+# After a Hello that could not be written, how long the worker's output may take to say why.
+HELLO_FAILED_WAIT_S = 2.0
 
 
 def worker_argv(record: WorkerRecord) -> list[str]:
@@ -101,15 +103,22 @@ async def handshake(
     (TimeoutError). A refusal raises `WorkerRefused`; a worker that hangs up first raises
     `WorkerFailure` in phase "handshake"."""
     link = WorkerLink(record, transport, connection)
-    await transport.write(connection.hello())
+    try:
+        await transport.write(connection.hello())
+    except TransportError as failed:
+        # Its input is closed: it exited, or never started. Its output says which (an exit
+        # status of 127 or 126, or its end of file), as it does when it is read first.
+        try:
+            await asyncio.wait_for(link.next_event(), HELLO_FAILED_WAIT_S)
+        except LinkClosed:
+            raise _closed_in_handshake(record) from None
+        except TimeoutError:
+            pass
+        raise WorkerFailure(record.identity, "handshake", failed.detail) from None
     try:
         first = await asyncio.wait_for(link.next_event(), timeout_s)
     except LinkClosed:
-        raise WorkerFailure(
-            record.identity,
-            "handshake",
-            "the worker closed its connection before the handshake completed",
-        ) from None
+        raise _closed_in_handshake(record) from None
     match first:
         case Accepted(welcome=welcome):
             link.machine = dict(welcome.machine)
@@ -118,6 +127,14 @@ async def handshake(
             raise WorkerRefused(record.identity, reason)
         case _:  # a connection in its handshake yields nothing else
             raise AssertionError(f"handshake answered with {first!r}")
+
+
+def _closed_in_handshake(record: WorkerRecord) -> WorkerFailure:
+    return WorkerFailure(
+        record.identity,
+        "handshake",
+        "the worker closed its connection before the handshake completed",
+    )
 
 
 async def connect(
