@@ -19,6 +19,7 @@ from aner_coord.errors import JobFailed
 
 __all__ = ["short_silence"]  # a fixture, used by name
 
+
 def test_a_silent_worker_fails_the_job_naming_it(tmp_path: Path, short_silence: float) -> None:
     exe = fake_worker(tmp_path, "silent", "time.sleep(3600)\n")
     with pytest.raises(JobFailed) as failure:
