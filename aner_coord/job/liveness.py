@@ -39,6 +39,7 @@ Every verdict is one line that says what the worker did, for `WorkerLost`'s deta
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -51,12 +52,17 @@ RESULT_FACTOR = 20.0
 UNMEASURED_FACTOR = 4.0
 
 
+MAX_BOUND_S = 86_400.0  # a day: beyond it a bound means "never", which none may
+
+
 def _seconds_from_env(name: str, default: float, minimum: float) -> float:
     try:
         value = float(os.environ.get(name, default))
     except ValueError:
         return default
-    return max(minimum, value) if value == value else default  # NaN: the default
+    if not math.isfinite(value):
+        return default
+    return min(MAX_BOUND_S, max(minimum, value))
 
 
 def silence_timeout() -> float:
