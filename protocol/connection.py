@@ -42,7 +42,7 @@ from collections.abc import Collection, Mapping
 
 import msgspec
 
-from protocol.errors import LocalProtocolError, RemoteProtocolError
+from protocol.errors import LocalProtocolError, RemoteProtocolError, one_line
 from protocol.events import (
     Accepted,
     Answered,
@@ -301,8 +301,9 @@ class CoordinatorConnection(_Side):
                     "(duplicate or unknown)"
                 )
             if isinstance(message, TaskFailed):
-                if len(message.reason) > MAX_REASON_CHARS:
-                    message = TaskFailed(message.task_id, message.reason[:MAX_REASON_CHARS])
+                reason = one_line(message.reason[:MAX_REASON_CHARS])
+                if reason != message.reason:
+                    message = TaskFailed(message.task_id, reason)
                 return Answered(message, task)
             if message.start != task.start or message.count != task.count:
                 raise self._remote(
@@ -342,7 +343,7 @@ class CoordinatorConnection(_Side):
     def _on_handshake(self, message: Message) -> CoordinatorEvent:
         if isinstance(message, Refused):
             self.phase = Phase.CLOSED
-            return Rejected(f"refused by the worker: {message.reason[:MAX_REASON_CHARS]}")
+            return Rejected(f"refused by the worker: {one_line(message.reason[:MAX_REASON_CHARS])}")
         if not isinstance(message, Welcome):
             raise self._remote(f"expected Welcome, got {type(message).__name__}")
         problem = _machine_problem(message)

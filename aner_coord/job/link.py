@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.errors import WorkerFailure
+from aner_coord.job.liveness import frame_bound, frame_stalled, silence_timeout
 from aner_coord.transports.base import Transport, TransportError
 from aner_coord.transports.registry import open_transport
 from protocol import Accepted, CoordinatorConnection, CoordinatorEvent, Rejected
@@ -116,7 +117,7 @@ async def handshake(
             pass
         raise WorkerFailure(record.identity, "handshake", failed.detail) from None
     try:
-        first = await asyncio.wait_for(link.next_event(), timeout_s)
+        first = await _first_event(link, timeout_s)
     except LinkClosed:
         raise _closed_in_handshake(record) from None
     match first:
@@ -127,6 +128,35 @@ async def handshake(
             raise WorkerRefused(record.identity, reason)
         case _:  # a connection in its handshake yields nothing else
             raise AssertionError(f"handshake answered with {first!r}")
+
+
+async def _first_event(link: WorkerLink, timeout_s: float) -> CoordinatorEvent:
+    """The first event, within `timeout_s` (TimeoutError); a frame that has begun must also
+    be complete within its own bound (see `aner_coord.job.liveness`), which is far shorter
+    than a first start's: half a Welcome is not worth two minutes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    silence_s = silence_timeout()
+    opened: float | None = None  # when a frame was first seen begun
+    while not link.pending:
+        now = loop.time()
+        received, size = link.connection.receiving
+        limit = deadline
+        if received:
+            opened = now if opened is None else opened
+            bound = frame_bound(silence_s, size)
+            if now - opened >= bound:
+                detail = frame_stalled(received, size, bound)
+                raise WorkerFailure(link.identity, "handshake", detail)
+            limit = min(deadline, opened + bound)
+        if now >= deadline:
+            raise TimeoutError
+        try:
+            link.pending.extend(await asyncio.wait_for(link.receive(), limit - now))
+        except TimeoutError:
+            if loop.time() >= deadline:
+                raise
+    return link.pending.pop(0)
 
 
 def _closed_in_handshake(record: WorkerRecord) -> WorkerFailure:

@@ -7,16 +7,18 @@ time and asks `verdict()` on every tick of the worker's watchdog (a third of the
 bound, the pace of its pings); this module reads no clock and does no I/O.
 
 The rules, each with its bound (`silence_s` is ANER_WORKER_SILENCE_S, default 30 s;
-`result_floor_s` is ANER_WORKER_RESULT_S, default 30 s):
+`result_floor_s` is ANER_WORKER_RESULT_S, default 30 s; before them, the handshake has
+ANER_WORKER_HANDSHAKE_S, default 120 s, to be answered):
 
 - **Silence.** No complete frame for `silence_s` while no frame is open. Pings go out every
   `silence_s / 3` and a worker answers them from its reading thread whatever its slots do,
   so a live worker never falls silent that long.
 - **An open frame** must be complete within `frame_bound(silence_s, size)` of its first
-  byte: `silence_s` for a small frame, plus `silence_s` per `FRAME_GRACE_BYTES` of its
-  announced size (a 64 MiB frame gets 17 times the bound: at the default that is a floor of
-  about 140 kB/s, below any working link; slower links raise ANER_WORKER_SILENCE_S). A frame
-  whose header is not even complete gets the plain `silence_s`.
+  byte (the handshake's Welcome too, see `aner_coord.job.link`): `silence_s` for a small
+  frame, plus `silence_s` per `FRAME_GRACE_BYTES` of its announced size (a 64 MiB frame
+  gets 17 times the bound: at the default that is a floor of about 140 kB/s, below any
+  working link; slower links raise ANER_WORKER_SILENCE_S). A frame whose header is not
+  even complete gets the plain `silence_s`.
 - **Results.** A worker with tasks outstanding must answer one within `result_bound` of its
   previous answer (or of the write that gave it tasks when it had none): at least
   `result_floor_s`, and `RESULT_FACTOR` (20) times its measured task time. Until a task has
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 
 DEFAULT_SILENCE_S = 30.0
 DEFAULT_RESULT_FLOOR_S = 30.0
+DEFAULT_HANDSHAKE_S = 120.0  # a first start on a host may compile the kernels
 MIN_SILENCE_S = 0.5
 MIN_RESULT_FLOOR_S = 0.5
 FRAME_GRACE_BYTES = 4 << 20  # bytes per extra silence period an open frame may take
@@ -77,9 +80,24 @@ def result_floor() -> float:
     return _seconds_from_env("ANER_WORKER_RESULT_S", DEFAULT_RESULT_FLOOR_S, MIN_RESULT_FLOOR_S)
 
 
+def handshake_timeout() -> float:
+    """ANER_WORKER_HANDSHAKE_S: how long a started worker may take to answer the Hello
+    (and each step of staging); a first start on a host compiles the kernels."""
+    return _seconds_from_env("ANER_WORKER_HANDSHAKE_S", DEFAULT_HANDSHAKE_S, MIN_SILENCE_S)
+
+
 def frame_bound(silence_s: float, size: int | None) -> float:
     """Seconds a frame (or a write) of `size` bytes may take; None: size not yet known."""
     return silence_s * (1.0 + (size or 0) / FRAME_GRACE_BYTES)
+
+
+def frame_stalled(received: int, size: int | None, bound: float) -> str:
+    """The verdict on a frame still incomplete after its bound."""
+    of = f"of a {size:,}-byte frame" if size else "of a frame"
+    return (
+        f"sent {received:,} bytes {of} and not the rest within {bound:.4g} s "
+        "(stalled mid-frame, or a corrupted length)"
+    )
 
 
 def result_bound(floor_s: float, task_s: float, measured: bool) -> float:
@@ -138,17 +156,13 @@ class Liveness:
             if now - self.writing_since > bound:
                 return (
                     f"did not take the {self.writing_bytes:,} bytes written to it within "
-                    f"{bound:g} s (it stopped reading its input)"
+                    f"{bound:.4g} s (it stopped reading its input)"
                 )
             return None  # a write in progress: its own bound applies, not the others
         if self.frame_opened is not None:
             bound = frame_bound(self.silence_s, self.frame_size)
             if now - self.frame_opened > bound:
-                of = f"of a {self.frame_size:,}-byte frame" if self.frame_size else "of a frame"
-                return (
-                    f"sent {self.frame_bytes:,} bytes {of} and not the rest within {bound:g} s "
-                    "(stalled mid-frame, or a corrupted length)"
-                )
+                return frame_stalled(self.frame_bytes, self.frame_size, bound)
             return None  # a frame in progress: its own bound applies, not the others
         if now - self.heard > self.silence_s:
             return (
@@ -159,7 +173,7 @@ class Liveness:
             bound = result_bound(self.result_floor_s, task_s, measured)
             if now - self.progress > bound:
                 return (
-                    f"answered pings but returned no result for {bound:g} s with "
+                    f"answered pings but returned no result for {bound:.4g} s with "
                     f"{outstanding} task(s) outstanding (its tasks take about {task_s:.3g} s; "
                     "stalled)"
                 )

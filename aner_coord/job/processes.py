@@ -35,8 +35,14 @@ from aner_coord.computations.base import StagePlan
 from aner_coord.errors import WorkerFailure
 from aner_coord.job.backend import Deliver
 from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
-from aner_coord.job.link import HANDSHAKE_TIMEOUT_S, LinkClosed, WorkerLink, handshake, start
-from aner_coord.job.liveness import Liveness, frame_bound, result_floor, silence_timeout
+from aner_coord.job.link import LinkClosed, WorkerLink, handshake, start
+from aner_coord.job.liveness import (
+    Liveness,
+    frame_bound,
+    handshake_timeout,
+    result_floor,
+    silence_timeout,
+)
 from aner_coord.job.pacing import Pacer, Window
 from aner_coord.job.pool import LostBetweenJobs, WorkerPool
 from aner_coord.job.staging import StagingLost, stage_worker
@@ -100,6 +106,7 @@ class ProcessBackend:
         self._seconds_per_task = seconds_per_task
         self._silence_s = silence_timeout()
         self._result_floor_s = result_floor()
+        self._handshake_s = handshake_timeout()
         self._liveness: dict[str, Liveness] = {}
         # A connection attempt's number: what an earlier attempt's reader or watchdog still
         # reports after its worker was dropped is ignored.
@@ -195,7 +202,7 @@ class ProcessBackend:
             identity, record.slots, self._fingerprint, (self._kernel.name,)
         )
         self._connections[identity] = connection
-        return await handshake(record, transport, connection, HANDSHAKE_TIMEOUT_S)
+        return await handshake(record, transport, connection, self._handshake_s)
 
     async def _run(self, link: WorkerLink, deliver: Deliver, generation: int) -> None:
         """Pace, stage and serve a worker past its handshake until its job stops."""
@@ -210,9 +217,9 @@ class ProcessBackend:
         self.timing.machine(identity, link.machine)
         if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
             self._phases[identity] = "staging"
-            bound = HANDSHAKE_TIMEOUT_S + frame_bound(self._silence_s, self._stage.size)
+            bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)
             async with asyncio.timeout(bound):
-                self.staging.append(await stage_worker(link, self._stage, HANDSHAKE_TIMEOUT_S))
+                self.staging.append(await stage_worker(link, self._stage, self._handshake_s))
         watch = Liveness(self._silence_s, self._result_floor_s, heard=time.monotonic())
         watch.read(watch.heard, 0, *link.connection.receiving)  # a frame begun already
         self._liveness[identity] = watch

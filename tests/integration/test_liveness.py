@@ -274,3 +274,33 @@ def test_a_worker_that_closes_its_input_is_lost_naming_it(tmp_path: Path) -> Non
         'worker "bad-1" failed during run: sent nothing for 1 s, not even an answer to a ping '
         "(stalled, or its link is cut)",
     }
+
+
+def test_half_a_welcome_fails_the_handshake_within_the_frame_bound(tmp_path: Path) -> None:
+    # The handshake may take minutes (a first start compiles the kernels), but a Welcome
+    # that has begun must be whole within the bound of a frame of its size.
+    exe = fake_worker(
+        tmp_path,
+        "stammer",
+        """
+        import os
+        from aner_worker.contract import source_fingerprint
+        from protocol import WorkerConnection
+        conn = WorkerConnection(source_fingerprint(), 2, "fake", {"monte-carlo"})
+        events = []
+        while not events:
+            events = conn.receive(os.read(0, 65536))
+        reply = conn.reply()
+        os.write(1, reply[: len(reply) // 2])
+        while os.read(0, 65536):
+            pass
+        """,
+        prologue="",
+    )
+    with pytest.raises(JobFailed) as failure:
+        parallel.monte_carlo(samples=10**6, seed=1, execution=group(tmp_path, exe))
+    assert re.fullmatch(
+        r'worker "bad-1" failed during handshake: sent \d+ bytes of a \d+-byte frame and not '
+        r"the rest within 1 s \(stalled mid-frame, or a corrupted length\)",
+        str(failure.value),
+    ), str(failure.value)

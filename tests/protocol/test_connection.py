@@ -419,3 +419,21 @@ def test_the_frame_in_progress_is_visible_for_its_deadline() -> None:
     assert coordinator.receiving == (2, None)  # the header is not even complete
     coordinator.receive(b"\x00\x00" + b"\x00" * 100)
     assert coordinator.receiving == (104, 16 << 20)
+
+
+def test_what_a_worker_says_stays_on_one_line() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(5, 0, 0, 10))
+    [event] = coordinator.receive(frame(TaskFailed(5, "bad\nline\x1b[31m red")))
+    assert isinstance(event, Answered) and isinstance(event.message, TaskFailed)
+    assert event.message.reason == "bad\\nline\\x1b[31m red"
+    refusing, _ = pair()
+    refusing.hello()
+    [rejected] = refusing.receive(frame(Refused("no\r\nway", PROTOCOL_VERSION, FP)))
+    assert (
+        isinstance(rejected, Rejected) and rejected.reason == "refused by the worker: no\\r\\nway"
+    )
+    error = RemoteProtocolError('worker "w1"', "Invalid value 're\nult'")
+    assert str(error) == "protocol error from worker \"w1\": Invalid value 're\\nult'"
