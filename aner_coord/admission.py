@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aner_coord import posix
 from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord, load_cluster_file
 from aner_coord.computations import Admitted, Computation, computation_for
 from aner_coord.errors import AdmissionError, RequestError
@@ -89,7 +90,13 @@ def admit(request: JobRequest) -> Job:
     if chunk is None:
         chunk = computation.default_chunk
     notes = _check_plan(admitted, chunk, workers, computation.unit)
-    output = jobdir.check_new_output(request.output) if request.output is not None else None
+    output = None
+    if request.output is not None:
+        posix.require(
+            "job directories ({output}, and so background jobs, status, cancel and resume)",
+            "output",
+        )
+        output = jobdir.check_new_output(request.output)
     return Job(request, computation, admitted, workers, output, chunk, notes)
 
 
@@ -145,6 +152,7 @@ def load_cluster(path: str) -> ClusterConfig:
 
 
 def _admit_cluster(execution: ClusterExecution) -> Workers:
+    posix.require("worker groups (local pipes, SSH, Slurm)")
     config = load_cluster(execution.config)
     local_slots = sum(w.slots for w in config.workers if w.transport == "local")
     effective = _effective_cpus()

@@ -6,12 +6,15 @@ coroutine then runs on a fresh loop in a helper thread, and the caller blocks un
 `run_interruptible` is for jobs: an interrupt of the calling thread (Ctrl-C, a Jupyter kernel
 interrupt) does not abandon the coordinator and its workers to run on, it sets the job's
 cancel event, waits for the graceful cancel (workers stop at their kernels' next sub-range
-boundary, within milliseconds) and hands back the interrupt for the caller to chain.
+boundary, within milliseconds) and hands back the interrupt for the caller to chain. Where
+an event loop cannot handle signals (Windows), the job runs on a helper thread's loop and
+the calling thread takes the interrupt, as it does in a notebook.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import threading
 from collections.abc import Callable, Coroutine
@@ -20,8 +23,10 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # What a coordinator takes as a request to cancel gracefully: SIGHUP too, since a lost
-# terminal or a logged-out session sends it.
-CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# terminal or a logged-out session sends it (those that exist here: Windows has no SIGHUP).
+CANCEL_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -67,11 +72,30 @@ def run_interruptible(
         in_loop = True
     except RuntimeError:
         in_loop = False
-    if not in_loop and threading.current_thread() is threading.main_thread():
+    if (
+        not in_loop
+        and threading.current_thread() is threading.main_thread()
+        and _loops_take_signals()
+    ):
         return _run_on_main_thread(make)
     # A loop already runs here (a notebook), or this is not the main thread: the job runs on
     # a loop of its own in a helper thread, and this thread waits for it interruptibly.
     return _run_in_helper_thread(make)
+
+
+@functools.cache
+def _loops_take_signals() -> bool:
+    """Whether this platform's event loops handle signals (not on Windows)."""
+    factory = loop_factory()
+    loop = factory() if factory is not None else asyncio.new_event_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, lambda: None)
+        loop.remove_signal_handler(signal.SIGINT)
+    except (NotImplementedError, RuntimeError):
+        return False
+    finally:
+        loop.close()
+    return True
 
 
 def _run_on_main_thread(

@@ -14,10 +14,16 @@ byte of the protocol can be tested without starting anything.
 
 from protocol.connection import (
     MAX_ITEMS,
+    MAX_MACHINE_FIELDS,
+    MAX_MACHINE_KEY_CHARS,
+    MAX_MACHINE_VALUE_CHARS,
     MAX_QUEUED_PER_SLOT,
+    MAX_REASON_CHARS,
+    MAX_SECONDS,
     CoordinatorConnection,
     Phase,
     WorkerConnection,
+    bounded_machine,
 )
 from protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from protocol.events import (
@@ -63,7 +69,12 @@ __all__ = [
     "CONTRACT_PACKAGES",
     "MAX_FRAME_BYTES",
     "MAX_ITEMS",
+    "MAX_MACHINE_FIELDS",
+    "MAX_MACHINE_KEY_CHARS",
+    "MAX_MACHINE_VALUE_CHARS",
     "MAX_QUEUED_PER_SLOT",
+    "MAX_REASON_CHARS",
+    "MAX_SECONDS",
     "MAX_STAGE_BLOCKS",
     "PROTOCOL_VERSION",
     "Accepted",
@@ -104,6 +115,7 @@ __all__ = [
     "Welcome",
     "WorkerConnection",
     "WorkerEvent",
+    "bounded_machine",
     "contract_files",
     "fingerprint_sources",
     "sha256_hex",

@@ -37,11 +37,12 @@ them from several threads holds one lock around them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+import math
+from collections.abc import Collection, Mapping
 
 import msgspec
 
-from protocol.errors import LocalProtocolError, RemoteProtocolError
+from protocol.errors import LocalProtocolError, RemoteProtocolError, one_line
 from protocol.events import (
     Accepted,
     Answered,
@@ -84,6 +85,53 @@ from protocol.version import PROTOCOL_VERSION
 MAX_QUEUED_PER_SLOT = 64
 # No task may reach beyond the largest job the coordinator admits (SPEC section 3).
 MAX_ITEMS = 10_000_000_000
+# No task computes or queues for 116 days: a timing field beyond this is garbage.
+MAX_SECONDS = 1e7
+# A worker's machine description (SPEC section 10; nine fields today) and its platform are
+# a few hundred bytes; these bounds leave room for new fields and long CPU names.
+MAX_MACHINE_FIELDS = 32
+MAX_MACHINE_KEY_CHARS = 64
+MAX_MACHINE_VALUE_CHARS = 256
+MAX_PLATFORM_CHARS = 256
+# A refusal's or a failed task's reason is shown to people and kept in status.json.
+MAX_REASON_CHARS = 2000
+
+
+def bounded_machine(machine: Mapping[str, str]) -> dict[str, str]:
+    """`machine` within the bounds a coordinator accepts: the first MAX_MACHINE_FIELDS
+    fields, keys and values cut to their maximum (what a worker sends of itself)."""
+    fields = list(machine.items())[:MAX_MACHINE_FIELDS]
+    return {k[:MAX_MACHINE_KEY_CHARS]: v[:MAX_MACHINE_VALUE_CHARS] for k, v in fields}
+
+
+def _machine_problem(welcome: Welcome) -> str | None:
+    machine = welcome.machine
+    if len(machine) > MAX_MACHINE_FIELDS:
+        return f"machine description of {len(machine)} fields (at most {MAX_MACHINE_FIELDS})"
+    for key, value in machine.items():
+        if len(key) > MAX_MACHINE_KEY_CHARS or len(value) > MAX_MACHINE_VALUE_CHARS:
+            return (
+                f"machine description field {key[:MAX_MACHINE_KEY_CHARS]!r} longer than "
+                f"{MAX_MACHINE_KEY_CHARS} characters (key) or {MAX_MACHINE_VALUE_CHARS} (value)"
+            )
+    if len(welcome.platform) > MAX_PLATFORM_CHARS:
+        return f"platform identity longer than {MAX_PLATFORM_CHARS} characters"
+    return None
+
+
+def _seconds(value: float) -> float:
+    """A measured duration within what the coordinator accepts (NaN counts as 0)."""
+    return min(value, MAX_SECONDS) if value > 0.0 else 0.0
+
+
+def _timing_problem(result: Result) -> str | None:
+    for name, value in (("busy_s", result.busy_s), ("queued_s", result.queued_s)):
+        if not (math.isfinite(value) and 0.0 <= value <= MAX_SECONDS):
+            return (
+                f"result for task {result.task_id} has {name} = {value!r}, not a number of "
+                f"seconds in 0..{MAX_SECONDS:g}"
+            )
+    return None
 
 
 class Phase(enum.Enum):
@@ -101,6 +149,12 @@ class _Side:
 
     def _encode(self, message: Message) -> bytes:
         return self._encoder.encode(message)
+
+    @property
+    def receiving(self) -> tuple[int, int | None]:
+        """How far the frame being received has come: its bytes so far (0: between frames)
+        and the size its header announced (None until the header is complete)."""
+        return self._decoder.pending, self._decoder.announced
 
     def end_of_input(self) -> None:
         """The peer closed its side: leftover bytes mean it stopped inside a frame."""
@@ -246,13 +300,19 @@ class CoordinatorConnection(_Side):
                     f"answered task {message.task_id}, which is not outstanding on it "
                     "(duplicate or unknown)"
                 )
-            if isinstance(message, Result) and (
-                message.start != task.start or message.count != task.count
-            ):
+            if isinstance(message, TaskFailed):
+                reason = one_line(message.reason[:MAX_REASON_CHARS])
+                if reason != message.reason:
+                    message = TaskFailed(message.task_id, reason)
+                return Answered(message, task)
+            if message.start != task.start or message.count != task.count:
                 raise self._remote(
                     f"result for task {task.task_id} covers [{message.start}, +{message.count}) "
                     f"but the task was [{task.start}, +{task.count})"
                 )
+            problem = _timing_problem(message)
+            if problem is not None:
+                raise self._remote(problem)
             return Answered(message, task)
         if isinstance(message, Pong):
             if not 0 < message.nonce <= self._nonce:
@@ -283,9 +343,12 @@ class CoordinatorConnection(_Side):
     def _on_handshake(self, message: Message) -> CoordinatorEvent:
         if isinstance(message, Refused):
             self.phase = Phase.CLOSED
-            return Rejected(f"refused by the worker: {message.reason}")
+            return Rejected(f"refused by the worker: {one_line(message.reason[:MAX_REASON_CHARS])}")
         if not isinstance(message, Welcome):
             raise self._remote(f"expected Welcome, got {type(message).__name__}")
+        problem = _machine_problem(message)
+        if problem is not None:
+            raise self._remote(problem)
         reason = None
         if message.protocol != PROTOCOL_VERSION:
             reason = (
@@ -321,11 +384,11 @@ class WorkerConnection(_Side):
         precisions: Collection[str] = ("float64",),
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
-        self.machine = dict(machine or {})
+        self.machine = bounded_machine(machine or {})
         self.precisions = tuple(precisions)
         self.fingerprint = fingerprint
         self.effective_cpus = effective_cpus
-        self.platform = platform
+        self.platform = platform[:MAX_PLATFORM_CHARS]
         self.kernels = frozenset(kernels)
         self.hello_message: Hello | None = None
         self._refusal: str | None = None
@@ -377,13 +440,14 @@ class WorkerConnection(_Side):
 
     def result(self, task: Task, body: bytes, busy_s: float, queued_s: float = 0.0) -> bytes:
         self._answered += 1
+        busy_s, queued_s = _seconds(busy_s), _seconds(queued_s)
         return self._encode(
             Result(task.task_id, task.start, task.count, msgspec.Raw(body), busy_s, queued_s)
         )
 
     def failed(self, task_id: int, reason: str) -> bytes:
         self._answered += 1
-        return self._encode(TaskFailed(task_id, reason[:2000]))
+        return self._encode(TaskFailed(task_id, reason[:MAX_REASON_CHARS]))
 
     def pong(self, nonce: int) -> bytes:
         return self._encode(Pong(nonce))

@@ -1,7 +1,10 @@
 """Length-prefixed framing: a 4-byte big-endian length, then one MessagePack message.
 
 The maximum frame size is checked before any payload is buffered, so a hostile or broken
-peer cannot make us allocate more than that.
+peer cannot make us allocate more than that. The decoder also says how far the frame in
+progress has come (`pending`, `announced`), so that a shell can bound how long a frame may
+stay open: bytes alone prove nothing (a corrupted length can swallow every later frame,
+pongs included), only complete frames do.
 """
 
 from __future__ import annotations
@@ -88,4 +91,15 @@ class FrameDecoder:
 
     @property
     def pending(self) -> int:
+        """Bytes received of frames not yet complete (0: between frames)."""
         return len(self._buffer)
+
+    @property
+    def announced(self) -> int | None:
+        """The payload size the frame in progress announced; None between frames or while
+        its 4-byte header is incomplete. (After `feed`, what is buffered is always less than
+        one frame: complete frames were consumed.)"""
+        buffer = self._buffer
+        if len(buffer) < _HEADER:
+            return None
+        return int.from_bytes(buffer[:_HEADER], "big")

@@ -5,18 +5,43 @@ Only the module of the command being run is imported, so `aner parallel status` 
 `inventory` start fast; heavy modules (numba, numpy, asyncio machinery) are imported by the
 commands that need them. Errors are one line on stderr naming the flag to change; no
 traceback for a user's mistake.
+
+How every command ends (the `aner` program; `main(argv)` called from Python changes nothing):
+
+- **A reader that goes away** (`aner ... | head -1`, a closed pipe): the first write that
+  finds standard output's reader gone points it at /dev/null, so that nothing later, the
+  flush at exit included, can fail. A command that writes once finishes its work and exits
+  with its own status, exactly as if its output had been read (a completed job still leaves
+  `result.json` and exits 0; `status` of an offline job exits 5). A command that streams
+  (one given `--watch`) is told, by the BrokenPipeError of that write, and stops then. No
+  traceback, no "Exception ignored", never exit 120 or death by SIGPIPE.
+- **An OS refusal** that a command did not turn into its own message (a file or directory it
+  could not read or write: permission denied, read-only file system, no such file) is one
+  line, `aner: <what the system said>: <path>`, exit 2.
+- **A bug** (any other exception) is one line that says it is an internal error, names the
+  exception and asks for ANER_DEBUG=1, with which the traceback is printed instead; exit 1,
+  a status no documented outcome uses.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
+import io
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from aner_coord.errors import EXIT_INVALID, AnerError, cli_name
+
+EXIT_INTERNAL = 1  # a bug in aner: no documented outcome uses it
+DEBUG_ENV = "ANER_DEBUG"
+# These speak their own protocol on standard output (frames, a readiness handshake) or have
+# none: their output is never guarded.
+_UNGUARDED = {"worker", "coordinate"}
 
 # command: (help, the module that holds add_<command>_arguments and <command>_command)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,16 +113,83 @@ def _coordinate_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ReaderGuard(io.RawIOBase):
+    """Standard output's file descriptor, written directly; see the module docstring. On
+    EPIPE the descriptor is pointed at /dev/null and the write counts as done, unless this
+    is the first such write of a streaming command, which is told by the BrokenPipeError."""
+
+    def __init__(self, fd: int, *, streaming: bool) -> None:
+        super().__init__()
+        self._fd = fd
+        self._tell = streaming
+        self.reader_gone = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        try:
+            return os.write(self._fd, data)
+        except BrokenPipeError:
+            if not self.reader_gone:
+                self.reader_gone = True
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self._fd)
+                os.close(devnull)
+            if self._tell:
+                self._tell = False
+                raise
+            return len(data)
+
+
+def _guard_stdout(streaming: bool) -> None:
+    """Put `_ReaderGuard` under sys.stdout, with the same encoding and buffering."""
+    old = sys.stdout
+    if old is None:
+        return
+    try:
+        fd = old.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return  # not a file (redirected in-process): nothing to guard
+    old.flush()
+    guard = _ReaderGuard(fd, streaming=streaming)
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(guard),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=bool(getattr(old, "line_buffering", False)),
+    )
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if anyone still reads it."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if argv is None:  # the `aner` program itself, not a caller of this function
+    program = argv is None  # the `aner` program itself, not a caller of this function
+    if program:
         from aner_worker.startup import own_process
 
         own_process()
+        command = args_list[1] if args_list[:1] == ["parallel"] and len(args_list) > 1 else None
+        if command not in _UNGUARDED:
+            _guard_stdout(streaming="--watch" in args_list)
     try:
-        return _main(args_list)
+        code = _main(args_list)
+        if program and sys.stdout is not None:
+            sys.stdout.flush()  # here, not at exit, where a failure could only be ignored
+        return code
     finally:
-        if argv is None:
+        if program:
             # The process ends next: with numba loaded, the collections of interpreter
             # shutdown would walk several hundred thousand objects (~0.15 s) to free memory
             # the exit frees anyway. Frozen objects are left to it.
@@ -120,10 +212,37 @@ def _main(args_list: list[str]) -> int:
         assert isinstance(code, int)
         return code
     except AnerError as exc:
-        print(f"aner: {exc.render(cli_name)}", file=sys.stderr)
+        _say(f"aner: {exc.render(cli_name)}")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _say(f"aner: {_describe_os_error(exc)}")
+        return EXIT_INVALID
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _say(
+            f"aner: internal error (a bug in aner, not in your request): "
+            f"{type(exc).__name__}: {_first_line(exc)}; run again with {DEBUG_ENV}=1 for the "
+            "traceback, and please report it"
+        )
+        return EXIT_INTERNAL
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return line[:300] + ("..." if len(line) > 300 or "\n" in text else "")
+
+
+def _describe_os_error(exc: OSError) -> str:
+    """What the system refused, and where: `strerror: path` (`-> other` for a rename)."""
+    what = exc.strerror or _first_line(exc) or type(exc).__name__
+    where = [os.fsdecode(name) for name in (exc.filename, exc.filename2) if name is not None]
+    return f"{what}: {' -> '.join(where)}" if where else what
 
 
 if __name__ == "__main__":

@@ -20,11 +20,14 @@ from typing import Any
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import DeclaresPrecision
 from aner_coord.errors import WorkerFailure
-from aner_coord.transports.base import Transport
+from aner_coord.job.liveness import frame_bound, frame_stalled, silence_timeout
+from aner_coord.transports.base import Transport, TransportError
 from aner_coord.transports.registry import open_transport
 from protocol import Accepted, CoordinatorConnection, CoordinatorEvent, Rejected
 
 HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
+# After a Hello that could not be written, how long the worker's output may take to say why.
+HELLO_FAILED_WAIT_S = 2.0
 
 
 def worker_argv(record: WorkerRecord) -> list[str]:
@@ -124,15 +127,22 @@ async def handshake(
     (TimeoutError). A refusal raises `WorkerRefused`; a worker that hangs up first raises
     `WorkerFailure` in phase "handshake"."""
     link = WorkerLink(record, transport, connection)
-    await transport.write(connection.hello())
     try:
-        first = await asyncio.wait_for(link.next_event(), timeout_s)
+        await transport.write(connection.hello())
+    except TransportError as failed:
+        # Its input is closed: it exited, or never started. Its output says which (an exit
+        # status of 127 or 126, or its end of file), as it does when it is read first.
+        try:
+            await asyncio.wait_for(link.next_event(), HELLO_FAILED_WAIT_S)
+        except LinkClosed:
+            raise _closed_in_handshake(record) from None
+        except TimeoutError:
+            pass
+        raise WorkerFailure(record.identity, "handshake", failed.detail) from None
+    try:
+        first = await _first_event(link, timeout_s)
     except LinkClosed:
-        raise WorkerFailure(
-            record.identity,
-            "handshake",
-            "the worker closed its connection before the handshake completed",
-        ) from None
+        raise _closed_in_handshake(record) from None
     match first:
         case Accepted(welcome=welcome):
             link.machine = dict(welcome.machine)
@@ -142,6 +152,43 @@ async def handshake(
             raise WorkerRefused(record.identity, reason)
         case _:  # a connection in its handshake yields nothing else
             raise AssertionError(f"handshake answered with {first!r}")
+
+
+async def _first_event(link: WorkerLink, timeout_s: float) -> CoordinatorEvent:
+    """The first event, within `timeout_s` (TimeoutError); a frame that has begun must also
+    be complete within its own bound (see `aner_coord.job.liveness`), which is far shorter
+    than a first start's: half a Welcome is not worth two minutes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    silence_s = silence_timeout()
+    opened: float | None = None  # when a frame was first seen begun
+    while not link.pending:
+        now = loop.time()
+        received, size = link.connection.receiving
+        limit = deadline
+        if received:
+            opened = now if opened is None else opened
+            bound = frame_bound(silence_s, size)
+            if now - opened >= bound:
+                detail = frame_stalled(received, size, bound)
+                raise WorkerFailure(link.identity, "handshake", detail)
+            limit = min(deadline, opened + bound)
+        if now >= deadline:
+            raise TimeoutError
+        try:
+            link.pending.extend(await asyncio.wait_for(link.receive(), limit - now))
+        except TimeoutError:
+            if loop.time() >= deadline:
+                raise
+    return link.pending.pop(0)
+
+
+def _closed_in_handshake(record: WorkerRecord) -> WorkerFailure:
+    return WorkerFailure(
+        record.identity,
+        "handshake",
+        "the worker closed its connection before the handshake completed",
+    )
 
 
 async def connect(

@@ -20,7 +20,9 @@ Estimates, fed by the backend: round trips from pings (one right after the hands
 the keep-alive pings) and from every task's stamps (`receipt - dispatch - busy_s - queued_s`,
 its time on the link); task times from `busy_s`. Each is an exponentially weighted moving
 average with weight 1/8 (as TCP smooths its round trip), seeded by its first sample; until a
-task has been measured the computation's prior estimate stands in. The window moves (up or
+task has been measured the computation's prior estimate stands in. A sample that is not a
+finite number is ignored (the connection already refuses such timing fields from a worker;
+this keeps the arithmetic total whatever feeds it). The window moves (up or
 down) only when the new size differs from the current one by more than an eighth, so that
 noise does not churn it. Pure: nothing here reads a clock or does I/O.
 """
@@ -75,19 +77,27 @@ class Pacer:
         self._prior_task_s = prior_task_s
         self.window = self._sized()
 
+    @property
+    def task_estimate(self) -> float:
+        """The measured task time, or the prior estimate until a task has been measured."""
+        return self.task_s if self.task_s is not None else self._prior_task_s
+
     def _sized(self) -> Window:
-        task_s = self.task_s if self.task_s is not None else self._prior_task_s
-        return size_window(self.slots, self.rtt_s or 0.0, task_s, self.limit)
+        return size_window(self.slots, self.rtt_s or 0.0, self.task_estimate, self.limit)
 
     def round_trip(self, seconds: float) -> Window | None:
         """A ping's round trip: `seconds` from writing the Ping to reading its Pong."""
+        if not math.isfinite(seconds):
+            return None
         self.rtt_s = _average(self.rtt_s, max(0.0, seconds))
         return self._update()
 
     def answered(self, busy_s: float, link_s: float | None) -> Window | None:
         """A task's result: `busy_s` computing it, `link_s` on the link (None if unstamped)."""
+        if not math.isfinite(busy_s):
+            return None
         self.task_s = _average(self.task_s, max(0.0, busy_s))
-        if link_s is not None:
+        if link_s is not None and math.isfinite(link_s):
             self.rtt_s = _average(self.rtt_s, max(0.0, link_s))
         return self._update()
 

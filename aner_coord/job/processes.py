@@ -1,10 +1,21 @@
 """A configured group: one persistent `aner` worker process per record, over local pipes,
 SSH or Slurm, each connection a thin shell around `protocol.CoordinatorConnection`.
 
-Every failure becomes an event: a worker's end of file, silence, garbage or refusal is
-`WorkerLost`; a task that raised is `TaskError`; anything unexpected inside the backend's
-own code is `WorkerLost` with phase and detail, so no job ever waits for a chunk that will
-not come.
+Every failure becomes an event: a worker's end of file, garbage or refusal is `WorkerLost`;
+a task that raised is `TaskError`; anything unexpected inside the backend's own code is
+`WorkerLost` with phase and detail, so no job ever waits for a chunk that will not come.
+
+Liveness (see `aner_coord.job.liveness`): each worker in its run phase has a watchdog task
+that pings it every third of the silence bound and judges its clocks: complete frames, an
+open frame's age, the time since its last result while it has tasks, a write in progress.
+The reader only reads and stamps; no read carries a timeout of its own, and no write to one
+worker holds up another's reader (a flush finds a write in progress and leaves its frames
+to it). A worker the watchdog declares lost is dropped exactly as one whose pipe closed:
+its reader is cancelled, its transport closed, its chunks requeued under `--retries`.
+
+A loss is named by what the worker was doing (connect, handshake, staging, run), whichever
+side notices first: a failed write defers to the reader, whose end of file says "closed its
+connection", and is reported on its own only if the reader has not spoken by the next tick.
 """
 
 from __future__ import annotations
@@ -13,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
 from typing import Any, assert_never
@@ -25,13 +35,13 @@ from aner_coord.computations.base import StagePlan
 from aner_coord.errors import WorkerFailure
 from aner_coord.job.backend import Deliver
 from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
-from aner_coord.job.link import (
-    HANDSHAKE_TIMEOUT_S,
-    LinkClosed,
-    WorkerLink,
-    handshake,
-    require_precision,
-    start,
+from aner_coord.job.link import LinkClosed, WorkerLink, handshake, require_precision, start
+from aner_coord.job.liveness import (
+    Liveness,
+    frame_bound,
+    handshake_timeout,
+    result_floor,
+    silence_timeout,
 )
 from aner_coord.job.pacing import Pacer, Window
 from aner_coord.job.pool import LostBetweenJobs, WorkerPool
@@ -56,31 +66,16 @@ from protocol import (
 
 log = logging.getLogger("aner.coordinator")
 
-
-# A worker answers pings from its reading thread whatever its slots are doing, so a worker
-# that sends nothing at all for this long (not a result, not a pong) is stalled or cut off.
-# ANER_WORKER_SILENCE_S lowers it (tests) or raises it (very slow links).
-DEFAULT_SILENCE_S = 30.0
-
-
 LOST_CLOSE_S = 1.0  # how long a lost worker may take to exit once its stdin is closed
-
-
-# A lost worker is reconnected after 0.5 s, then 1, 2, 4, ... at most 10 s between tries.
+# A lost worker is reconnected after 0.5 s, then 1, 2, 4, ... at most 10 s between tries,
+# at most MAX_REJOINS times per job.
 REJOIN_FIRST_S = 0.5
-
-
 REJOIN_MAX_S = 10.0
+MAX_REJOINS = 5
 
-
-MAX_REJOINS = 5  # tries per worker and job
-
-
-def silence_timeout() -> float:
-    try:
-        return max(0.5, float(os.environ.get("ANER_WORKER_SILENCE_S", DEFAULT_SILENCE_S)))
-    except ValueError:
-        return DEFAULT_SILENCE_S
+# What a transport's own phase becomes in a loss's message: a failed read or write is named
+# by what the worker was doing then, so that one loss reads the same whichever side saw it.
+_TRANSPORT_PHASES = frozenset({"send", "receive", "close"})
 
 
 class _Lost(Exception):
@@ -112,6 +107,14 @@ class ProcessBackend:
         self._kernel = kernel
         self._seconds_per_task = seconds_per_task
         self._silence_s = silence_timeout()
+        self._result_floor_s = result_floor()
+        self._handshake_s = handshake_timeout()
+        self._liveness: dict[str, Liveness] = {}
+        # A connection attempt's number: what an earlier attempt's reader or watchdog still
+        # reports after its worker was dropped is ignored.
+        self._generation: dict[str, int] = {r.identity: 0 for r in self._records}
+        self._servers: dict[str, asyncio.Task[None]] = {}
+        self._flushers: set[asyncio.Task[None]] = set()
         self._transports: dict[str, Transport] = {}
         self._connections: dict[str, CoordinatorConnection] = {}
         self._params: tuple[int, bytes] | None = None
@@ -146,6 +149,10 @@ class ProcessBackend:
 
     async def _serve(self, record: WorkerRecord, deliver: Deliver) -> None:
         identity = record.identity
+        generation = self._generation[identity]
+        server = asyncio.current_task()
+        if server is not None:
+            self._servers[identity] = server
         self._phases[identity] = "connect"
         try:
             link = await self._take(record)
@@ -153,25 +160,29 @@ class ProcessBackend:
                 link = await self._connect(record)
                 if link is None:
                     return  # the job stopped while the worker was starting
-            await self._run(link, deliver)
+            await self._run(link, deliver, generation)
         except asyncio.CancelledError:
             raise
         except (_Lost, StagingLost) as exc:
-            self._lost(identity, self._phases[identity], str(exc))
+            self._lost(identity, self._phases[identity], str(exc), generation)
         except LostBetweenJobs as exc:
-            self._lost(identity, "idle", str(exc))
+            self._lost(identity, "idle", str(exc), generation)
         except WorkerFailure as exc:  # the transport's, or a refused handshake
-            self._lost(identity, exc.phase, exc.detail)
+            phase = self._phases[identity] if exc.phase in _TRANSPORT_PHASES else exc.phase
+            self._lost(identity, phase, exc.detail, generation)
         except ProtocolError as exc:
-            self._lost(identity, self._phases[identity], f"protocol error: {exc.detail}")
+            self._lost(
+                identity, self._phases[identity], f"protocol error: {exc.detail}", generation
+            )
         except TimeoutError:
-            self._lost(identity, self._phases[identity], "no answer in time")
+            self._lost(identity, self._phases[identity], "no answer in time", generation)
         except Exception as exc:  # a bug here must fail the job, not leave it waiting
             log.exception("worker %s", identity)
             self._lost(
                 identity,
                 self._phases[identity],
                 f"internal error in the coordinator: {exc!r}",
+                generation,
             )
 
     async def _take(self, record: WorkerRecord) -> WorkerLink | None:
@@ -193,9 +204,9 @@ class ProcessBackend:
             identity, record.slots, self._fingerprint, (self._kernel.name,)
         )
         self._connections[identity] = connection
-        return await handshake(record, transport, connection, HANDSHAKE_TIMEOUT_S)
+        return await handshake(record, transport, connection, self._handshake_s)
 
-    async def _run(self, link: WorkerLink, deliver: Deliver) -> None:
+    async def _run(self, link: WorkerLink, deliver: Deliver, generation: int) -> None:
         """Pace, stage and serve a worker past its handshake until its job stops."""
         identity = link.identity
         self._transports[identity] = link.transport
@@ -209,7 +220,12 @@ class ProcessBackend:
         self.timing.machine(identity, link.machine)
         if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
             self._phases[identity] = "staging"
-            self.staging.append(await stage_worker(link, self._stage, HANDSHAKE_TIMEOUT_S))
+            bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)
+            async with asyncio.timeout(bound):
+                self.staging.append(await stage_worker(link, self._stage, self._handshake_s))
+        watch = Liveness(self._silence_s, self._result_floor_s, heard=time.monotonic())
+        watch.read(watch.heard, 0, *link.connection.receiving)  # a frame begun already
+        self._liveness[identity] = watch
         # Write more once the worker holds no more than the low-water mark.
         self._low_water[identity] = pacer.window.low_water
         self._phases[identity] = "run"
@@ -218,24 +234,28 @@ class ProcessBackend:
         # The first ping measures the round trip; the first tasks go with it.
         self._send_ping(identity)
         deliver(WorkerReady(identity, pacer.window.size))
-        await self._flush(identity, force=True)
-        pinger = asyncio.create_task(self._ping(identity))
+        watchdog = asyncio.create_task(self._watchdog(identity, generation))
         try:
+            await self._flush(identity, force=True)
             await self._receive(link, deliver)
         finally:
-            pinger.cancel()
+            watchdog.cancel()
 
     async def _receive(self, link: WorkerLink, deliver: Deliver) -> None:
         identity = link.identity
         stats_type = self._kernel.stats_type
         on_wire = self._on_wire
         pacer = self._pacers[identity]
+        watch = self._liveness[identity]
+        connection = link.connection
         events = link.take_pending()
+        now = time.monotonic()
         while True:
             for event in events:
                 match event:
                     case Answered(message=message):
                         on_wire[identity] -= 1
+                        watch.progress = now
                         if isinstance(message, TaskFailed):
                             deliver(TaskError(identity, message.task_id, message.reason))
                             continue
@@ -243,38 +263,49 @@ class ProcessBackend:
                             stats = decode(stats_type, message.body)
                         except msgspec.DecodeError as exc:
                             raise _Lost(f"protocol error: malformed statistics: {exc}") from None
-                        link_s = self.timing.received(
-                            identity, message.task_id, message.busy_s, message.queued_s
+                        busy_s, link_s = self.timing.received(
+                            identity, message.task_id, message.busy_s, message.queued_s, now
                         )
                         deliver(ResultReceived(identity, message.task_id, stats))
-                        self._resize(identity, pacer.answered(message.busy_s, link_s))
+                        self._resize(identity, pacer.answered(busy_s, link_s))
                     case Ponged(nonce=nonce):
                         sent = self._pings[identity].pop(nonce, None)
                         if sent is not None and not math.isnan(sent):
-                            self._resize(identity, pacer.round_trip(time.monotonic() - sent))
+                            self._resize(identity, pacer.round_trip(now - sent))
                     case Accepted() | Rejected() | BlocksWanted() | DataStaged():
                         pass  # the handshake's and staging's, over before the first task
                     case _:
                         assert_never(event)
-            await self._flush_all()
+            await self._flush_all(identity)
             try:
-                events = await link.receive(self._silence_s)
-            except TimeoutError:
-                raise _Lost(
-                    f"sent nothing for {self._silence_s:g} s, not even an answer to a ping "
-                    "(stalled, or its link is cut)"
-                ) from None
+                events = await link.receive()
             except LinkClosed:
                 if self._stopping:
                     return
                 raise _Lost("the worker closed its connection (it exited or was killed)") from None
+            now = time.monotonic()
+            watch.read(now, len(events), *connection.receiving)
 
-    async def _ping(self, identity: str) -> None:
-        """Keep the worker talking: a ping a third of the silence timeout after each."""
-        while not self._stopping:
+    async def _watchdog(self, identity: str, generation: int) -> None:
+        """Judge the worker's liveness and ping it, every third of the silence bound. It
+        never waits on a write itself, so a worker that stopped reading is still judged."""
+        watch = self._liveness[identity]
+        pacer = self._pacers[identity]
+        while True:
             await asyncio.sleep(self._silence_s / 3)
+            if self._stopping or self._generation[identity] != generation:
+                return
+            problem = watch.verdict(
+                time.monotonic(),
+                self._on_wire[identity],
+                pacer.task_estimate,
+                pacer.task_s is not None,
+            )
+            if problem is not None:
+                self._lost(identity, self._phases[identity], problem, generation)
+                return
             self._send_ping(identity)
-            await self._flush(identity, force=True)
+            self._flush_soon(identity, force=True)
 
     def _send_ping(self, identity: str) -> None:
         """Queue a Ping; its Pong gives a round trip, stamped from the write (see _flush)."""
@@ -303,7 +334,9 @@ class ProcessBackend:
         pacer = self._pacers[identity]
         self.timing.paced(identity, pacer.rtt_s, pacer.task_s, pacer.window.size)
 
-    def _lost(self, identity: str, phase: str, detail: str) -> None:
+    def _lost(self, identity: str, phase: str, detail: str, generation: int | None = None) -> None:
+        if generation is not None and generation != self._generation[identity]:
+            return  # an earlier connection of a worker since dropped: already accounted for
         if identity in self._lost_workers:
             return
         self._lost_workers.add(identity)
@@ -321,10 +354,15 @@ class ProcessBackend:
         """The job goes on without `worker`: stop it now, whatever it still sends, then try
         to reconnect it after a back-off (the job's retries bound how often it may be lost)."""
         self._lost_workers.add(worker)
+        self._generation[worker] += 1
         self._outgoing[worker].clear()
         transport = self._transports.pop(worker, None)
         self._connections.pop(worker, None)
         self._links.pop(worker, None)
+        self._liveness.pop(worker, None)
+        server = self._servers.pop(worker, None)
+        if server is not None and server is not asyncio.current_task():
+            server.cancel()  # its reader (and watchdog) stop now, not at their next byte
         loop = asyncio.get_running_loop()
         if transport is not None:
             self._tasks.append(loop.create_task(transport.close(timeout=LOST_CLOSE_S)))
@@ -338,6 +376,7 @@ class ProcessBackend:
         if self._stopping or self._deliver is None:
             return
         log.info("reconnecting worker %s", identity)
+        self._generation[identity] += 1
         self._rejoining.add(identity)
         self._lost_workers.discard(identity)
         self._on_wire[identity] = 0
@@ -364,38 +403,77 @@ class ProcessBackend:
         self._unstamped[worker].append(task.task_id)
 
     def flush_soon(self) -> None:
-        if not self._stopping:
-            task = asyncio.get_running_loop().create_task(self._flush_all())
-            self._tasks.append(task)
-            task.add_done_callback(self._tasks.remove)
-
-    async def _flush_all(self) -> None:
+        """Flush, each from a task of its own, every worker due a write (after the
+        coordinator handed the machine a result outside a reader, as an audit does)."""
+        if self._stopping:
+            return
         for identity, frames in self._outgoing.items():
             if frames and self._on_wire[identity] <= self._low_water[identity]:
-                await self._flush(identity)
+                self._flush_soon(identity)
+
+    async def _flush_all(self, reader: str) -> None:
+        """Flush every worker due a write: the reader's own inline, the others from a task
+        of their own, so that no reader waits on another worker's input."""
+        for identity, frames in self._outgoing.items():
+            if frames and self._on_wire[identity] <= self._low_water[identity]:
+                if identity == reader:
+                    await self._flush(identity)
+                else:
+                    self._flush_soon(identity)
+
+    def _flush_soon(self, identity: str, *, force: bool = False) -> None:
+        if self._write_locks[identity].locked():
+            return  # the write in progress writes these frames too
+        flusher = asyncio.create_task(self._flush(identity, force=force))
+        self._flushers.add(flusher)
+        flusher.add_done_callback(self._flushers.discard)
 
     async def _flush(self, identity: str, *, force: bool = False) -> None:
-        frames = self._outgoing[identity]
-        transport = self._transports.get(identity)
-        if not frames or transport is None:
+        """Write the worker's buffered frames (tasks once its tasks on the wire are down to
+        the low-water mark; anything with `force`). A write already in progress keeps
+        writing what accumulates meanwhile, so no caller ever waits behind it."""
+        lock = self._write_locks[identity]
+        if lock.locked():
             return
-        if not force and self._on_wire[identity] > self._low_water[identity]:
-            return
+        async with lock:
+            while True:
+                frames = self._outgoing[identity]
+                transport = self._transports.get(identity)
+                if not frames or transport is None:
+                    return
+                if not force and self._on_wire[identity] > self._low_water[identity]:
+                    return
+                await self._write(identity, transport, frames)
+
+    async def _write(self, identity: str, transport: Transport, frames: list[bytes]) -> None:
         data = b"".join(frames)
+        gave_work = self._on_wire[identity] == 0 and self._buffered_tasks[identity] > 0
         self._on_wire[identity] += self._buffered_tasks[identity]
         self._buffered_tasks[identity] = 0
         frames.clear()
         task_ids, self._unstamped[identity] = self._unstamped[identity], []
-        async with self._write_locks[identity]:
-            self.timing.dispatched(identity, task_ids)
-            pings = self._pings[identity]
-            for nonce, sent in pings.items():
-                if math.isnan(sent):
-                    pings[nonce] = time.monotonic()
-            try:
+        now = time.monotonic()
+        self.timing.dispatched(identity, task_ids, now)
+        pings = self._pings[identity]
+        for nonce, sent in pings.items():
+            if math.isnan(sent):
+                pings[nonce] = now
+        watch = self._liveness.get(identity)
+        if watch is None:  # not watched (dropped meanwhile): nothing waits on this write
+            with contextlib.suppress(TransportError):
                 await transport.write(data)
-            except TransportError as exc:
-                self._lost(identity, "send", exc.detail)
+            return
+        watch.writing(now, len(data))
+        try:
+            await transport.write(data)
+        except TransportError as exc:
+            # Its input is closed: it exited or was killed. Reading its output normally says
+            # so first; the watchdog reports this if the reader has not by its next tick.
+            watch.write_failed = exc.detail
+        end = time.monotonic()
+        watch.written(end)
+        if gave_work:
+            watch.progress = end  # the result clock starts once its tasks are out
 
     def request_stop(self, reason: str) -> None:
         if not self._stopping:
@@ -422,9 +500,9 @@ class ProcessBackend:
             ),
             return_exceptions=True,
         )
-        for task in self._tasks:
+        for task in [*self._tasks, *self._flushers]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._flushers, return_exceptions=True)
         # Only now, with this job's readers gone, may the pool read the kept workers.
         for link in kept:
             assert self._pool is not None

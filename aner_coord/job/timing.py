@@ -14,6 +14,12 @@ seconds the task waited in its queue for a slot (`queued_s`). Per worker, in sec
 - `wait_s`: `slots * span - compute_s`, the slot-seconds not spent computing between the
   backend's start and the job's last result (start-up, the link, imbalance at the end).
 
+A worker's `busy_s` and `queued_s` are its own word: where the task's dispatch was stamped,
+each is bounded by the seconds since (no task computes longer than it has existed), and a
+worker's `compute_s` by `slots * span` (its slots compute one task at a time, all within the
+span), so that no report can inflate the costs, the pacing or the liveness bound built on
+them.
+
 The process backend also records here each worker's latest round-trip and task-time
 estimates and the window they gave (`paced`, see `aner_coord.job.pacing`), so that status shows
 them. Nothing measured is None, never 0. Accounts are thread-safe: local slots report from
@@ -75,32 +81,42 @@ class TaskTimes:
             worker = self._workers.get(identity)
             return None if worker is None or worker.machine is None else dict(worker.machine)
 
-    def dispatched(self, identity: str, task_ids: Iterable[int]) -> None:
-        now = time.monotonic()
+    def dispatched(self, identity: str, task_ids: Iterable[int], now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         with self._lock:
             sent = self._worker(identity).sent
             for task_id in task_ids:
                 sent[task_id] = now
 
     def received(
-        self, identity: str, task_id: int, busy_s: float, queued_s: float | None = None
-    ) -> float | None:
-        """Stamp a task's answer; its seconds on the link (None where not measured)."""
-        now = time.monotonic()
+        self,
+        identity: str,
+        task_id: int,
+        busy_s: float,
+        queued_s: float | None = None,
+        now: float | None = None,
+    ) -> tuple[float, float | None]:
+        """Stamp a task's answer: its compute seconds as counted (bounded by its age where
+        its dispatch was stamped) and its seconds on the link (None where not measured)."""
+        now = time.monotonic() if now is None else now
         link_s = None
         with self._lock:
             worker = self._worker(identity)
+            sent = worker.sent.pop(task_id, None)
+            if sent is not None:
+                age = max(0.0, now - sent)
+                busy_s = min(busy_s, age)
+                if queued_s is not None:
+                    link_s = max(0.0, age - busy_s - min(queued_s, age))
+                    # transfer time is the union of link intervals: tasks overlap on a link
+                    begin = max(now - link_s, worker.link_until)
+                    if now > begin:
+                        worker.transfer_s += now - begin
+                    worker.link_until = max(worker.link_until, now)
             worker.compute_s += busy_s
             worker.answered += 1
-            sent = worker.sent.pop(task_id, None)
-            if sent is not None and queued_s is not None:
-                link_s = max(0.0, now - sent - busy_s - queued_s)
-                begin = max(now - link_s, worker.link_until)
-                if now > begin:
-                    worker.transfer_s += now - begin
-                worker.link_until = max(worker.link_until, now)
             self._last = max(self._last, now)
-        return link_s
+        return busy_s, link_s
 
     def paced(self, identity: str, rtt_s: float | None, task_s: float | None, window: int) -> None:
         """Record a worker's latest estimates and window (see `aner_coord.job.pacing`)."""
@@ -119,14 +135,13 @@ class TaskTimes:
                     out.append(account)
                     continue
                 measured = worker.answered > 0
+                compute_s = min(worker.compute_s, account.slots * span)
                 out.append(
                     msgspec.structs.replace(
                         account,
-                        compute_s=round(worker.compute_s, 6) if measured else None,
+                        compute_s=round(compute_s, 6) if measured else None,
                         transfer_s=round(worker.transfer_s, 6) if measured and self._link else None,
-                        wait_s=round(max(0.0, account.slots * span - worker.compute_s), 6)
-                        if measured
-                        else None,
+                        wait_s=round(account.slots * span - compute_s, 6) if measured else None,
                         machine=worker.machine,
                         rtt_s=None if worker.rtt_s is None else round(worker.rtt_s, 6),
                         task_s=None if worker.task_s is None else round(worker.task_s, 6),

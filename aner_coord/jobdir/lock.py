@@ -1,17 +1,29 @@
 """The lock file: held with `flock` by the one live coordinator of a job (SPEC section 7),
 with its pid inside for people, and removed when it lets go. A monitor that can take the
 lock knows the coordinator is gone.
+
+`flock` is POSIX: where `fcntl` is missing (Windows) this module still imports, so that
+local computation works, and taking or testing a lock is refused in one line (see
+`aner_coord.posix`; admission refuses a job directory there before anything is made).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
+from types import ModuleType
 
 from aner_coord.errors import RequestError
 from aner_coord.jobdir.directory import LOCK, JobDir, PathLike, opened
+from aner_coord.posix import require
 from aner_worker.files import FileRefused, open_regular
+
+
+def _fcntl() -> ModuleType:
+    require("job directories (lock files held with flock)")
+    import fcntl
+
+    return fcntl
 
 
 class JobLock:
@@ -26,6 +38,7 @@ class JobLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        fcntl = _fcntl()
         # O_CLOEXEC: worker processes never inherit the lock. O_NOFOLLOW and a regular-file
         # check: a planted link never makes us truncate another file.
         fd = self._dir.open_file(LOCK, os.O_RDWR | os.O_CREAT, action="lock")
@@ -64,6 +77,7 @@ def lock_is_held(job: JobDir | PathLike) -> bool:
     a link, a FIFO, a directory or a socket, is nobody's lock, and it is neither followed
     nor waited on (the open never blocks). A lock file we may not open is refused
     (JobFileError): whether a coordinator lives cannot be known then."""
+    fcntl = _fcntl()
     with opened(job) as directory:
         try:
             fd, _info = open_regular(LOCK, dir_fd=directory.fileno())

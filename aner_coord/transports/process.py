@@ -1,11 +1,24 @@
 """A local child process's stdin, stdout and stderr as a transport: the machinery that a local
 pipe worker and a Slurm job step (srun, a local child) share.
+
+A child that something else in this process reaps (`os.waitpid`, psutil's `wait()`, a
+`subprocess` call reaping every child) never has its exit reported to a uvloop event loop
+(libuv's own `waitpid` fails with ECHILD and it keeps waiting), and uvloop's transport then
+raises ProcessLookupError when it signals the child, even from its `close()`. Such a failure
+once escaped `close()` before it marked the transport closed, so that every later `close()`
+of it, a session's next call among them, waited for ever. `close()` therefore never waits
+on the loop's word alone (whenever a wait runs out it asks the kernel whether the child is
+still ours), signals only a child that is, tolerates one that vanished meanwhile, gives up
+on a child that SIGKILL has not ended within KILL_WAIT_S (stuck in the kernel; logged), and
+always ends marked closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import signal
 from collections.abc import Mapping, Sequence
 
@@ -16,6 +29,10 @@ from aner_coord.transports.base import (
     describe_exit,
     describe_os_error,
 )
+
+log = logging.getLogger("aner.coordinator")
+
+KILL_WAIT_S = 10.0  # after SIGKILL, how long a child may take to be gone
 
 
 class ProcessTransport:
@@ -106,27 +123,54 @@ class ProcessTransport:
                 self._signal(signal.SIGTERM)
                 if not await self._wait(timeout):
                     self._signal(signal.SIGKILL)
-                    await self._process.wait()
+                    if not await self._wait(KILL_WAIT_S):
+                        log.warning("worker %s still runs after SIGKILL", self.identity)
             # The worker is gone; what is left on stderr arrives at once, unless a descendant
             # still holds the pipe, which must not keep us waiting.
             await asyncio.wait([self._stderr_task], timeout=1.0)
         finally:
-            self._stderr_task.cancel()
-            if self._process.returncode is None:
-                self._signal(signal.SIGKILL)
-            # Releases the pipes too, which the streams alone would leave open (and warn about)
-            # when stdout was not read to its end.
-            self._transport.close()
-            self._closed.set()
+            try:
+                self._stderr_task.cancel()
+                self._signal(signal.SIGKILL)  # a no-op for a child that is gone
+                # Releases the pipes too, which the streams alone would leave open (and warn
+                # about) when stdout was not read to its end.
+                self._close_transport()
+            finally:
+                self._closed.set()
 
     async def _wait(self, timeout: float) -> bool:
+        """True once the child is gone: its exit reported, or no child of ours any more."""
         try:
             await asyncio.wait_for(self._process.wait(), timeout)
         except TimeoutError:
-            return False
+            return self._gone()
         return True
 
+    def _gone(self) -> bool:
+        if self._process.returncode is not None:
+            return True
+        try:
+            pid, _ = os.waitpid(self._process.pid, os.WNOHANG)
+        except ChildProcessError:
+            return True  # reaped elsewhere: gone, though the loop will never say so
+        return pid != 0  # 0: still running; else reaped here and now
+
+    def _close_transport(self) -> None:
+        try:
+            self._transport.close()
+        except ProcessLookupError:
+            # uvloop's, for a child reaped elsewhere: it signals the child before closing
+            # anything. Its pipes are closed here; its process handle, which the loop still
+            # tracks, goes when the loop closes (with a ResourceWarning, ignored by default).
+            for fd in (0, 1, 2):
+                pipe = self._transport.get_pipe_transport(fd)
+                if pipe is not None:
+                    pipe.close()
+
     def _signal(self, signum: int) -> None:
+        # Never a child that is gone: its pid may already name another process.
+        if self._gone():
+            return
         with contextlib.suppress(ProcessLookupError):
             self._process.send_signal(signum)
 

@@ -15,6 +15,7 @@ import secrets
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +24,7 @@ import psutil
 import pytest
 from slurm_support import HELD_PARTITION, SlurmCluster
 from sshd_support import SshServer, free_port
-from support import wait_for
+from support import process_gone, wait_for
 
 from aner_coord.clusterfile import SlurmEndpoint
 from aner_coord.transports.base import Transport, TransportError
@@ -239,6 +240,33 @@ def test_killed_worker_ends_the_stream(open_worker: Opener) -> None:
     assert error.phase == "send"
     assert str(error).startswith('worker "Atlas-0')
     assert wait_gone(pid)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_pipe_worker_reaped_by_someone_else_still_closes(loop: str) -> None:
+    # psutil's wait(), os.waitpid or a subprocess call may reap our child behind the loop's
+    # back: uvloop then never hears of its exit, and its transport raises when it signals
+    # the child. close() must still end, every time it is called, and signal nothing.
+    import uvloop
+
+    async def main() -> int:
+        transport = await open_pipe("Atlas-01", STUBBORN)
+        pid = await read_pid(transport)
+        psutil.Process(pid).kill()
+        psutil.Process(pid).wait(10)  # reaps it: no process, no zombie, is left
+        assert await asyncio.wait_for(transport.read(), 10) == b""
+        await transport.close(timeout=0.3)
+        await transport.close(timeout=0.3)  # a second closer (a session's next call) too
+        return pid
+
+    factory = uvloop.new_event_loop if loop == "uvloop" else None
+    with warnings.catch_warnings():
+        # uvloop still tracks the vanished child's process handle; closing the loop closes
+        # it, warning of an unclosed resource (and, with warnings as errors, never ends).
+        warnings.simplefilter("ignore", ResourceWarning)
+        with asyncio.Runner(loop_factory=factory) as runner:
+            pid = runner.run(asyncio.wait_for(main(), 60))
+    assert not psutil.pid_exists(pid) or process_gone(pid)
 
 
 def test_stderr_flood_never_blocks_the_worker(open_worker: Opener) -> None:

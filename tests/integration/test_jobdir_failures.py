@@ -91,8 +91,9 @@ def start_run(
 
 
 def wait_started(job: Path) -> None:
-    wait_for(lambda: (job / "status.json").exists(), 60, "the first status")
-    wait_running(job)
+    # Generous: a loaded machine takes its time to start a job.
+    wait_for(lambda: (job / "status.json").exists(), 120, "the first status")
+    wait_running(job, timeout=120)
 
 
 def one_line(stderr: str) -> str:
@@ -120,10 +121,13 @@ def test_a_disk_filling_up_mid_run_fails_the_job_with_one_line(tmp_path: Path) -
         assert code == 3, err
         assert out == ""
         line = one_line(err)
-        assert line == (
+        # Which write meets the full disk first, the status's or the ledger's, is the
+        # moment's: either way one line naming that file.
+        assert line in {
             f"aner: job failed (job directory {job}): writing the job directory failed: "
-            f"cannot write {job / 'status.json'}: No space left on device"
-        )
+            f"cannot write {job / name}: No space left on device"
+            for name in ("status.json", "ledger")
+        }, line
         # What was written before stays whole; no temp file is left behind.
         assert status_of(job).state is JobState.RUNNING
         assert sorted(os.listdir(job)) == [

@@ -8,7 +8,12 @@ import pytest
 
 from protocol import (
     MAX_ITEMS,
+    MAX_MACHINE_FIELDS,
+    MAX_MACHINE_KEY_CHARS,
+    MAX_MACHINE_VALUE_CHARS,
     MAX_QUEUED_PER_SLOT,
+    MAX_REASON_CHARS,
+    MAX_SECONDS,
     PROTOCOL_VERSION,
     Accepted,
     Answered,
@@ -35,6 +40,7 @@ from protocol import (
     TaskReceived,
     Welcome,
     WorkerConnection,
+    bounded_machine,
 )
 
 FP = "sha256:" + "ab" * 32
@@ -316,3 +322,118 @@ def test_hello_names_the_kernels_the_job_needs() -> None:
     assert hello.hello == Hello(PROTOCOL_VERSION, "w1", 2, FP, ("mc",))
     with pytest.raises(LocalProtocolError, match="Hello sent twice"):
         coordinator.hello()
+
+
+@pytest.mark.parametrize(
+    ("busy", "queued", "shown"),
+    [
+        (float("inf"), 0.0, "busy_s = inf"),
+        (float("nan"), 0.0, "busy_s = nan"),
+        (-0.5, 0.0, "busy_s = -0.5"),
+        (1e300, 0.0, "busy_s = 1e+300"),
+        (0.5, float("-inf"), "queued_s = -inf"),
+        (0.5, 2e7, "queued_s = 20000000.0"),
+    ],
+)
+def test_a_result_with_impossible_timings_is_a_protocol_error(
+    busy: float, queued: float, shown: str
+) -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(5, 0, 0, 10))
+    with pytest.raises(RemoteProtocolError) as error:
+        coordinator.receive(frame(Result(5, 0, 10, msgspec.Raw(BODY), busy, queued)))
+    assert error.value.detail == (
+        f"result for task 5 has {shown}, not a number of seconds in 0..1e+07"
+    )
+
+
+def test_a_worker_reports_its_own_timings_within_the_bounds() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    worker.receive(coordinator.params(0, "mc", BODY))
+    for task_id, busy in ((1, float("nan")), (2, -1.0), (3, 1e9)):
+        task = Task(task_id, 0, 0, 10)
+        worker.receive(coordinator.task(task))
+        [event] = coordinator.receive(worker.result(task, BODY, busy, busy))
+        assert isinstance(event, Answered) and isinstance(event.message, Result)
+        assert 0.0 <= event.message.busy_s <= MAX_SECONDS
+        assert event.message.busy_s == event.message.queued_s
+
+
+@pytest.mark.parametrize(
+    ("machine", "problem"),
+    [
+        ({f"k{i}": "v" for i in range(MAX_MACHINE_FIELDS + 1)}, "of 33 fields (at most 32)"),
+        ({"cpu_model": "x" * (MAX_MACHINE_VALUE_CHARS + 1)}, "field 'cpu_model' longer than"),
+        ({"k" * (MAX_MACHINE_KEY_CHARS + 1): "v"}, "field '" + "k" * 64 + "' longer than"),
+    ],
+)
+def test_an_oversized_machine_description_is_a_protocol_error(
+    machine: dict[str, str], problem: str
+) -> None:
+    coordinator, _ = pair()
+    coordinator.hello()
+    welcome = Welcome(PROTOCOL_VERSION, FP, "p", 2, 2, machine)
+    with pytest.raises(RemoteProtocolError) as error:
+        coordinator.receive(frame(welcome))
+    assert error.value.detail.startswith(f"machine description {problem}")
+    assert len(str(error.value)) < 300
+    assert coordinator.phase is Phase.CLOSED
+
+
+def test_a_worker_bounds_its_own_machine_description() -> None:
+    machine = {f"field{i}": "x" * 1000 for i in range(100)}
+    coordinator = CoordinatorConnection("w1", 2, FP, ("mc",))
+    worker = WorkerConnection(FP, 2, "p" * 1000, {"mc"}, machine=machine)
+    worker.receive(coordinator.hello())
+    [accepted] = coordinator.receive(worker.reply())
+    assert isinstance(accepted, Accepted)
+    assert accepted.welcome.machine == bounded_machine(machine)
+    assert len(accepted.welcome.machine) == MAX_MACHINE_FIELDS
+    assert all(len(v) == MAX_MACHINE_VALUE_CHARS for v in accepted.welcome.machine.values())
+
+
+def test_long_reasons_are_cut_to_a_line_a_person_can_read() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    task = Task(5, 0, 0, 10)
+    coordinator.task(task)
+    [event] = coordinator.receive(frame(TaskFailed(5, "x" * 10_000_000)))
+    assert isinstance(event, Answered) and isinstance(event.message, TaskFailed)
+    assert event.message.reason == "x" * MAX_REASON_CHARS
+    refusing, _ = pair()
+    refusing.hello()
+    [rejected] = refusing.receive(frame(Refused("y" * 10_000_000, PROTOCOL_VERSION, FP)))
+    assert isinstance(rejected, Rejected)
+    assert rejected.reason == "refused by the worker: " + "y" * MAX_REASON_CHARS
+
+
+def test_the_frame_in_progress_is_visible_for_its_deadline() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    assert coordinator.receiving == (0, None)
+    coordinator.receive(b"\x01\x00")
+    assert coordinator.receiving == (2, None)  # the header is not even complete
+    coordinator.receive(b"\x00\x00" + b"\x00" * 100)
+    assert coordinator.receiving == (104, 16 << 20)
+
+
+def test_what_a_worker_says_stays_on_one_line() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(5, 0, 0, 10))
+    [event] = coordinator.receive(frame(TaskFailed(5, "bad\nline\x1b[31m red")))
+    assert isinstance(event, Answered) and isinstance(event.message, TaskFailed)
+    assert event.message.reason == "bad\\nline\\x1b[31m red"
+    refusing, _ = pair()
+    refusing.hello()
+    [rejected] = refusing.receive(frame(Refused("no\r\nway", PROTOCOL_VERSION, FP)))
+    assert (
+        isinstance(rejected, Rejected) and rejected.reason == "refused by the worker: no\\r\\nway"
+    )
+    error = RemoteProtocolError('worker "w1"', "Invalid value 're\nult'")
+    assert str(error) == "protocol error from worker \"w1\": Invalid value 're\\nult'"

@@ -64,9 +64,10 @@ def test_costs_are_sums_of_what_was_measured_and_none_otherwise() -> None:
     link = TaskTimes(link=True)
     link.start()
     link.machine("w1", MACHINE)
-    link.dispatched("w1", [1, 2])
-    link.received("w1", 1, 0.25, 0.0)
-    link.received("w1", 2, 0.5, 0.25)
+    t0 = time.monotonic()
+    link.dispatched("w1", [1, 2], now=t0)
+    assert link.received("w1", 1, 0.25, 0.0, now=t0 + 0.5) == (0.25, 0.25)
+    assert link.received("w1", 2, 0.5, 0.25, now=t0 + 1.0) == (0.5, 0.25)
     idle = WorkerAccount("w2", 1, 0, 0)  # never answered: nothing measured
     w1, w2 = link.annotate([WorkerAccount("w1", 2, 20, 2), idle])
     assert w1.compute_s == 0.75
@@ -75,9 +76,23 @@ def test_costs_are_sums_of_what_was_measured_and_none_otherwise() -> None:
     assert w1.machine == MACHINE
     assert w2 == idle and w2.compute_s is None and w2.transfer_s is None
     threads = TaskTimes(link=False)
-    threads.received("local-1", 1, 0.125)
+    threads.received("local-1", 1, 0.125, now=time.monotonic() + 1.0)
     (local,) = threads.annotate([WorkerAccount("local-1", 1, 10, 1)])
     assert local.compute_s == 0.125 and local.transfer_s is None  # no link: not measured
+
+
+def test_a_worker_cannot_claim_more_compute_time_than_its_task_has_existed() -> None:
+    times = TaskTimes(link=True)
+    t0 = time.monotonic()
+    times.dispatched("w1", [1, 2], now=t0)
+    assert times.received("w1", 1, 1e6, 1e6, now=t0 + 2.0) == (2.0, 0.0)
+    assert times.received("w1", 2, 0.5, 0.0, now=t0 + 2.0) == (0.5, 1.5)
+    assert times.received("w1", 3, 7.0, 0.0, now=t0 + 2.0) == (7.0, None)  # never stamped
+    (w1,) = times.annotate([WorkerAccount("w1", 8, 30, 3)])
+    assert w1.compute_s == 9.5  # within 8 slots times the span
+    (one,) = times.annotate([WorkerAccount("w1", 1, 30, 3)])
+    assert one.compute_s is not None and one.compute_s < 2.5  # one slot: at most the span
+    assert one.wait_s is not None and one.wait_s >= 0
 
 
 def test_unmeasured_costs_are_left_out_of_status_files() -> None:
