@@ -197,8 +197,9 @@ class Calls:
 
     def _cross_validate(self, /, **arguments: Any) -> Call[SearchFit]:
         """K-fold cross-validation (SPEC section 12) of one Dense configuration: the options
-        of `dense_fit`, plus `folds` (2..255; 1 for section 9's validation split), `group`
-        (a CSV column: every group's rows in one fold) and `refit` (default True). `chunk`
+        of `dense_fit`, plus `folds` (2..255, default 5; 1 for `dense_fit`'s own
+        train/validation split), `group` (a CSV column: every group's rows in one fold)
+        and `refit` (default True). `chunk`
         is the rows of a chunk within each fit. The result has every fold's best validation
         loss and accuracy, best epoch and seconds (`records()`), their mean and sample
         standard deviation, and with the refit its test metrics and `predict(X)`."""

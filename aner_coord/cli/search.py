@@ -23,7 +23,7 @@ from aner_coord.errors import RequestError
 
 # The fields of a search request that `cv` does not take as flags derived from the type:
 # `--chunk` is the execution flags', `--group` must not take the command line's own `group`
-# attribute (the `parallel` group), `--folds` is required and `--no-refit` a switch.
+# attribute (the `parallel` group), `--folds` has a metavar and `--no-refit` is a switch.
 _NOT_DERIVED = ("grid", "chunk", "refit", "group", "folds")
 
 
@@ -42,7 +42,9 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
         "--folds",
         type=count,
         metavar="K",
-        help="folds of the cross-validation (2..255); 1 uses section 9's validation split",
+        default=5,
+        help="folds of the cross-validation (2..255; default 5); 1 uses the train/validation "
+        "split of `train`",
     )
     p.add_argument(
         "--group",
@@ -96,8 +98,6 @@ def cv_request(args: argparse.Namespace) -> object:
 
     from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
 
-    if args.folds is None:
-        raise RequestError("missing --folds (see `aner parallel cv -h`)")
     options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_DERIVED)
     chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK_ROWS
     args.chunk = None  # not the execution's: fits go out whole, one per task

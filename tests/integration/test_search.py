@@ -384,9 +384,9 @@ def test_a_bad_search_file_is_one_line_and_starts_nothing(small: Path, tmp_path:
     chunked = run_aner("parallel", "search", "--spec", str(small), "--chunk", "3",
                        "--output", str(job))  # fmt: skip
     assert chunked.returncode == 2 and "--chunk: a search hands out whole fits" in chunked.stderr
-    missing = run_aner("parallel", "cv", "--teacher", "100,3,2", "--seed", "1",
-                       "--output", str(job))  # fmt: skip
-    assert missing.returncode == 2 and "missing --folds" in missing.stderr
+    folds = run_aner("parallel", "cv", "--teacher", "100,3,2", "--seed", "1", "--folds", "256",
+                     "--output", str(job))  # fmt: skip
+    assert folds.returncode == 2 and "--folds must be 2..255" in folds.stderr
     assert not job.exists()
 
 

@@ -78,7 +78,8 @@ def _prepare(request: SearchRequest) -> Prepared:
     k = check_int("folds", request.folds)
     if not 1 <= k <= MAX_FOLDS:
         raise RequestError(
-            f"{{folds}} must be 2..{MAX_FOLDS}, or 1 for section 9's validation split; got {k}",
+            f"{{folds}} must be 2..{MAX_FOLDS}, or 1 for the train/validation split of "
+            f"`train`; got {k}",
             "folds",
         )
     fixed = {

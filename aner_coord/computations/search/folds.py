@@ -174,7 +174,7 @@ def _check(folds: Folds, groups: Sequence[str] | None, n_rows: int) -> None:
     if folds.k == 1:
         which = "validation" if empty[0] == 0 else "training"
         raise FoldError(
-            f"{n_rows} rows leave section 9's split no {which} rows: use more rows, or "
+            f"{n_rows} rows leave the train/validation split no {which} rows: use more rows, or "
             "{folds} of 2 or more"
         )
     raise FoldError(f"fold {empty[0]} of {folds.k} has no rows ({pool} pool rows): lower {{folds}}")

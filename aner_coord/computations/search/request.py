@@ -40,8 +40,8 @@ class SearchRequest(DenseRequest, frozen=True, tag="search"):
     folds: Annotated[
         int,
         Meta(
-            description=f"folds of the cross-validation (2..{MAX_FOLDS}); 1 uses section 9's "
-            "validation split",
+            description=f"folds of the cross-validation (2..{MAX_FOLDS}); 1 uses the "
+            "train/validation split of `train`",
             extra={"metavar": "K"},
         ),
     ] = 5
