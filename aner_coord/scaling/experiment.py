@@ -210,6 +210,24 @@ def _case(source: str, base: Path, spec: CaseFile, default_chunk: int) -> Case:
     return Case(spec.name, chunk, cluster=cluster, records=tuple(records))
 
 
+def _check_comparable(
+    computation: ComputationRequest, cases: tuple[Case, ...], source: str
+) -> None:
+    """Every trial must give the same scientific result (docs/contracts.md, section 10).
+    In float32 only plans of one chunk do (section 9: the chunk decides the rounding of
+    binary32 sums, a difference far above the comparison's tolerance), so a float32
+    experiment whose cases differ in chunk could only fail: it is refused before it runs."""
+    if getattr(computation, "precision", "float64") != "float32":
+        return
+    chunks = sorted({c.chunk for c in cases})
+    if len(chunks) > 1:
+        shown = ", ".join(f"{c:,}" for c in chunks)
+        raise RequestError(
+            f"{source}: float32 results agree bit for bit only at one chunk, and the cases use "
+            f"chunks {shown}: give every case the same chunk, or compare chunks in float64"
+        )
+
+
 def checked(
     name: str,
     computation: ComputationRequest,
@@ -238,6 +256,7 @@ def checked(
         reference = ones[0] if ones else cases[0].name
     elif reference not in names:
         raise RequestError(f"{source}: reference {reference!r} is not a case")
+    _check_comparable(computation, cases, source)
     from aner_coord.scaling.trials import read_back
 
     with tempfile.TemporaryDirectory(prefix="aner-scaling-") as scratch:

@@ -37,6 +37,7 @@ _ACCOUNTING = {
     "staging",
     "load_s",
     "losses",
+    "chunk",  # the plan's (Dense: float64 plans of any chunk agree within the tolerance)
 }
 
 

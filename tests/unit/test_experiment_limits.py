@@ -62,3 +62,30 @@ def test_an_experiment_at_every_limit_is_accepted(tmp_path: Path) -> None:
     path = write(tmp_path, f'name = "{"m" * MAX_NAME}"\nrepetitions = {MAX_REPETITIONS}', cases)
     experiment = load_experiment(path)
     assert (len(experiment.cases), experiment.repetitions) == (MAX_CASES, MAX_REPETITIONS)
+
+
+DENSE = (
+    '[computation]\nkind = "dense"\nteacher = [200, 4, 2]\nseed = 1\nhidden = [3]\n'
+    'epochs = 1\nprecision = "{precision}"\n'
+)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_a_float32_experiment_over_several_chunks_is_refused_before_it_runs(
+    tmp_path: Path, precision: str
+) -> None:
+    path = tmp_path / "dense.toml"
+    cases = case("c64", "chunk = 64\n") + case("c32", "chunk = 32\n")
+    path.write_text(DENSE.format(precision=precision) + cases)
+    if precision == "float64":  # plans of any chunk agree within the comparison's tolerance
+        assert [c.chunk for c in load_experiment(str(path)).cases] == [64, 32]
+        return
+    with pytest.raises(RequestError) as caught:
+        load_experiment(str(path))
+    assert "float32 results agree bit for bit only at one chunk" in str(caught.value)
+    assert "chunks 32, 64" in str(caught.value)
+    same = case("a", "chunk = 32\n") + case("b", "chunk = 32\n").replace(
+        "workers = 1", "workers = 2"
+    )
+    path.write_text(DENSE.format(precision=precision) + same)
+    assert [c.chunk for c in load_experiment(str(path)).cases] == [32, 32]

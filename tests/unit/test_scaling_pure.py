@@ -104,6 +104,11 @@ def test_trials_agree_on_exact_counts_and_parameters_within_tolerance() -> None:
         "theta[0] is 0.500000001, the first trial's is 0.5"
     )
     assert disagreement({"hits": 11}, {"hits": 10}) == "hits is 11, the first trial's is 10"
+    # A Dense result names its chunk: how it ran, not what it found.
+    assert (
+        disagreement(scientific({**result, "chunk": 64}), scientific({**result, "chunk": 32}))
+        is None
+    )
 
 
 def _experiment(tmp_path: Path, body: str) -> str:
