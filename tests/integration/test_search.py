@@ -422,7 +422,7 @@ def test_the_api_cross_validates_searches_and_predicts_in_sessions_and_async() -
         parallel.search_async(teacher=teacher, seed=2, folds=3, hidden=(8,), chunk=32,
                               grid={"epochs": [1, 2]}, execution=parallel.local(2))
     )  # fmt: skip
-    assert [c["epochs"] for c in found.candidate_records] == [1, 2]
+    assert [c["epochs"] for c in found.candidate_records()] == [1, 2]
     assert (
         found.candidate_records()[1]["validation_loss_mean"]
         == cv.candidate_records()[0]["validation_loss_mean"]
