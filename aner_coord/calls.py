@@ -195,7 +195,7 @@ class Calls:
 
         return Call(job, finish)
 
-    def _cross_validate(self, /, **arguments: Any) -> Call[SearchFit]:
+    def _cross_validate(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[SearchFit]:
         """K-fold cross-validation (SPEC section 12) of one Dense configuration: the options
         of `dense_fit`, plus `folds` (2..255, default 5; 1 for `dense_fit`'s own
         train/validation split), `group` (a CSV column: every group's rows in one fold)
@@ -205,10 +205,16 @@ class Calls:
         standard deviation, and with the refit its test metrics and `predict(X)`."""
         if "grid" in arguments:
             raise RequestError("cross_validate() takes no grid=: use search() for candidates")
-        return self._search_call(arguments, None, "cross_validate")
+        options = _dense_options(X, y, arguments, "cross_validate")
+        return self._search_call(options, None, "cross_validate")
 
     def _search(
-        self, /, spec: str | os.PathLike[str] | None = None, **arguments: Any
+        self,
+        X: Any = None,
+        y: Any = None,
+        /,
+        spec: str | os.PathLike[str] | None = None,
+        **arguments: Any,
     ) -> Call[SearchFit]:
         """A model search (SPEC section 12): the candidates of `grid` (lists of `hidden`,
         `lr`, `batch`, `epochs`, `optimizer`, `patience`, `chunk`; the last key varies
@@ -216,7 +222,7 @@ class Calls:
         once; every other option as `cross_validate`, fixed for every candidate. Or `spec`,
         a search file as `aner parallel search --spec` takes. The result gives the fits and
         candidates as records, the selection, the test metrics and `predict(X)`."""
-        return self._search_call(arguments, spec, "search")
+        return self._search_call(_array_options(X, y, arguments, "search"), spec, "search")
 
     def _search_call(
         self, arguments: dict[str, Any], spec: str | os.PathLike[str] | None, call: str
@@ -240,7 +246,7 @@ class Calls:
 
             check_conflicts(set(options) - {"grid"}, options.get("grid") or {})
             data = options.get("data")
-            if data is not None and data != "digits":
+            if data is not None and data != "digits" and not is_array_data(data):
                 options["data"] = os.path.abspath(os.fspath(data))  # a resumed job finds it
             request = request_of(SearchRequest, options, call)
         job = self.job(request, placement)
@@ -284,26 +290,40 @@ class OneOff(Calls):
 # -- options from a request type -------------------------------------------------------------
 
 
-def _dense_options(x: Any, y: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """`dense_fit`'s options with arrays `X`, `y` registered as its data (`data=` names
+def _dense_options(
+    x: Any, y: Any, options: dict[str, Any], call: str = "dense_fit"
+) -> dict[str, Any]:
+    """A Dense call's options with arrays `X`, `y` registered as its data (`data=` names
     them) and `hidden=64` read as one layer."""
-    options = dict(options)
-    x = options.pop("X", x)
-    y = options.pop("y", y)
+    options = _array_options(x, y, options, call)
     hidden = plain(options.get("hidden"))
     if isinstance(hidden, int) and not isinstance(hidden, bool):
         options["hidden"] = [hidden]
+    return options
+
+
+def _array_options(x: Any, y: Any, options: dict[str, Any], call: str) -> dict[str, Any]:
+    """A call's options with arrays `X`, `y` (positional or keywords) registered as its
+    data, which `data=` then names."""
+    options = dict(options)
+    x = options.pop("X", x)
+    y = options.pop("y", y)
     if x is None and y is None:
         return options
     if x is None or y is None:
-        raise RequestError("dense_fit() takes arrays as X and y together: give both")
+        raise RequestError(f"{call}() takes arrays as X and y together: give both")
     if options.get("data") is not None or options.get("teacher") is not None:
-        raise RequestError("dense_fit() takes X and y, data= or teacher=: give exactly one")
+        raise RequestError(f"{call}() takes X and y, data= or teacher=: give exactly one")
     from aner_coord.computations.dense.arrays import register
     from aner_coord.computations.dense.computation import MAX_DATA_BYTES
 
     options["data"] = register(x, y, limit_bytes=MAX_DATA_BYTES)
     return options
+
+
+def is_array_data(data: Any) -> bool:
+    """Whether a request's `data` names in-memory arrays (without importing numpy)."""
+    return isinstance(data, str) and data.startswith("array:")
 
 
 def split_placement(arguments: dict[str, Any]) -> tuple[Placement, dict[str, Any]]:

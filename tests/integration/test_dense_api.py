@@ -120,3 +120,34 @@ def test_the_first_calls_kernel_load_is_reported_apart() -> None:
     # Loading happened once: the second call's load is the start of its threads alone,
     # never again the kernels' (which the first call's admission timed).
     assert second_load < first_load
+
+
+def test_cross_validation_and_search_take_arrays_as_dense_fit_does(tmp_path: Path) -> None:
+    """`cross_validate(X, y)` and `search(X, y, grid=...)`: the fits of arrays are the fits of
+    the same rows read from a file, bit for bit (only the data's identity differs), on
+    local threads and on a pipe group that gets the arrays staged."""
+    x, y = blobs(n=600, seed=4)
+    data = tmp_path / "blobs.npz"
+    np.savez(data, X=x, y=y)
+    options = {"seed": 2, "folds": 3, "epochs": 3, "batch": 64}
+    from_file = parallel.cross_validate(data=str(data), hidden=8, **options)
+    from_arrays = parallel.cross_validate(x, y, hidden=np.int64(8), **options)
+    metrics = ("validation_loss", "validation_accuracy", "best_epoch")
+
+    def fits(result: object) -> list[tuple[object, ...]]:
+        return [tuple(r[m] for m in metrics) for r in result.records()]  # type: ignore[attr-defined]
+
+    assert fits(from_arrays) == fits(from_file) and len(fits(from_file)) == 3
+    assert from_arrays.test_accuracy == from_file.test_accuracy
+    assert np.array_equal(from_arrays.predict(x), from_file.predict(x))
+    group = parallel.cluster(write_pipe_pair(tmp_path / "cluster"))
+    searched = parallel.search(
+        X=x.tolist(), y=y, grid={"hidden": [[8], [4]]}, execution=group, **options
+    )
+    assert fits(searched)[:3] == fits(from_file) and searched.result.selected in (0, 1)
+    with pytest.raises(RequestError, match="takes arrays as X and y together"):
+        parallel.search(x, grid={"lr": [1e-3]}, seed=1)
+    with pytest.raises(RequestError, match="give exactly one"):
+        parallel.cross_validate(x, y, data="digits", seed=1)
+    with pytest.raises(RequestError, match="needs a CSV file: arrays have no named columns"):
+        parallel.cross_validate(x, y, seed=1, group="site")

@@ -311,7 +311,7 @@ def test_test_rows_never_change_the_selection(tmp_path: Path) -> None:
     assert [{k: v for k, v in r.items() if k not in strip} for r in a.records()] == [
         {k: v for k, v in r.items() if k not in strip} for r in b.records()
     ]
-    assert a.candidate_records == b.candidate_records and a.selected == b.selected
+    assert a.candidate_records() == b.candidate_records() and a.selected == b.selected
     assert a.folds_sha256 == b.folds_sha256 and a.refit.epochs == b.refit.epochs
     assert a.refit.train_loss == b.refit.train_loss  # the refit never saw a test row
     assert a.model is not None and b.model is not None
@@ -422,10 +422,10 @@ def test_the_api_cross_validates_searches_and_predicts_in_sessions_and_async() -
         parallel.search_async(teacher=teacher, seed=2, folds=3, hidden=(8,), chunk=32,
                               grid={"epochs": [1, 2]}, execution=parallel.local(2))
     )  # fmt: skip
-    assert [c["epochs"] for c in found.candidate_records] == [1, 2]
+    assert [c["epochs"] for c in found.candidate_records()] == [1, 2]
     assert (
-        found.candidate_records[1]["validation_loss_mean"]
-        == cv.candidate_records[0]["validation_loss_mean"]
+        found.candidate_records()[1]["validation_loss_mean"]
+        == cv.candidate_records()[0]["validation_loss_mean"]
     )  # candidate 1 of the search is the cross-validated configuration
     with pytest.raises(parallel.RequestError, match="hidden is given both"):
         parallel.search(teacher=teacher, seed=2, hidden=(8,), grid={"hidden": [[4]]})

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense import arrays
 from aner_coord.computations.dense.computation import MAX_DATA_BYTES, MAX_FILE_BYTES
 from aner_coord.errors import AdmissionError, RequestError
 from aner_worker.kernels.dense.data import (
@@ -66,6 +67,13 @@ def load(
             dataset: Dataset = TeacherDataset(rows, features, classes, seed)
             return SearchData(dataset, teacher_labels(dataset), None)
         assert data is not None
+        if arrays.is_array_data(data):  # X and y given to the API
+            if group is not None:
+                raise RequestError(
+                    "{group} needs a CSV file: arrays have no named columns", "group"
+                )
+            held = arrays.held(data)
+            return SearchData(held, held.y, None)
         _check_file(data)
         if group is None:
             array = open_dataset(data, label)

@@ -176,7 +176,6 @@ class SearchFit:
         """One record per fit, as `fits.csv` has it (`pandas.DataFrame(fit.records())`)."""
         return fit_rows(self.result)
 
-    @property
     def candidate_records(self) -> list[dict[str, Any]]:
         """One record per candidate, as `candidates.csv` has it."""
         return candidate_rows(self.result)
