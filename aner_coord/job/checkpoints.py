@@ -3,10 +3,10 @@ read through the job directory, vouched for by the ledger.
 
 Writing (`Checkpointer`, on the coordinator's event loop, at a pass barrier): when a
 checkpoint is due (`Policy`: every `every_s` seconds since the last one ended, by default
-`DEFAULT_EVERY_S`, and/or every `every_steps` committed steps) and always when the job
-ends without completing (a cancel, which is also what SIGTERM, SIGINT and SIGHUP ask of a
-coordinator; not a failure, which may have stopped a pass halfway through its commit), the
-run's state is encoded; its `Checkpointed` record (size,
+`DEFAULT_EVERY_S`, and/or every `every_steps` committed steps) and always as soon as the
+job is cancelled (`aner parallel cancel`, and what SIGTERM, SIGINT and SIGHUP ask of a
+coordinator; not on a failure, which may have stopped a pass halfway through its commit),
+the run's state is encoded; its `Checkpointed` record (size,
 SHA256, passes, steps) is appended to the ledger and made durable; only then is the file
 written as `CHECKPOINT` (temporary file, fsync, rename, fsync of the directory, all through
 the directory's descriptor). A coordinator killed at any moment therefore leaves a
@@ -97,7 +97,7 @@ class Restored:
 
 class Checkpointer:
     """Writes a run's checkpoints as the module docstring says; `committed` at every pass
-    barrier, `final` when the job ends without completing."""
+    barrier, `final` when the job is cancelled."""
 
     def __init__(
         self,

@@ -328,6 +328,9 @@ class Coordinator:
                 assert_never(instruction)
 
     def _write_status(self, instruction: WriteStatus) -> None:
+        cancelling = instruction.progress.state is JobState.CANCELLING
+        if cancelling and self._state is not JobState.CANCELLING:
+            self._final_checkpoint()  # before the status that says CANCELLING
         self._progress = instruction.progress
         self._progress_at = time.monotonic()
         self._state = instruction.progress.state
@@ -345,6 +348,18 @@ class Coordinator:
             return
         try:
             checkpoints.committed(run, passes, run.committed_steps or 0)
+        except JobDirError as exc:
+            raise _ObserverError("writing the checkpoint", str(exc)) from None
+
+    def _final_checkpoint(self) -> None:
+        """The job is being cancelled (`aner parallel cancel`, or SIGTERM, SIGINT or SIGHUP
+        to the coordinator): keep every committed step now, while the workers stop; nothing
+        is committed after this. (Not on a failure: a pass may have failed halfway through
+        its commit.)"""
+        if self._checkpoints is None:
+            return
+        try:
+            self._checkpoints.final()
         except JobDirError as exc:
             raise _ObserverError("writing the checkpoint", str(exc)) from None
 

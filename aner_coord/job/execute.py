@@ -15,7 +15,7 @@ committed pass goes to that ledger, made durable by the status writer's thread b
 status it writes. `resume` (see `aner_coord.job.resume`) runs an existing job directory
 again from its ledger: the same files, the same identity, one more coordinator. A run
 with checkpoints (`Checkpoints`, Dense) also leaves its committed state in the directory
-(`aner_coord.job.checkpoints`): periodically, and when it ends without completing.
+(`aner_coord.job.checkpoints`): periodically, and as soon as it is cancelled.
 """
 
 from __future__ import annotations
@@ -69,13 +69,8 @@ class JobFiles:
     checkpoints: Checkpointer
 
     def finish(self, report: JobReport) -> None:
-        """What the run leaves: a last checkpoint of a job that ends without completing
-        (`Checkpointer.final`), the computation's own files, then `result.json`, both before
+        """What the run leaves: the computation's own files, then `result.json`, both before
         `status.json` may say COMPLETED."""
-        if report.state is JobState.CANCELLED:
-            # A cancel, and what SIGTERM, SIGINT and SIGHUP ask: keep every committed step.
-            # (Not after a failure: a pass may have failed halfway through its commit.)
-            self.checkpoints.final()
         if isinstance(report.run, WritesFiles):
             for name, data in report.run.files(report.state).items():
                 self.directory.write_bytes(name, data)
