@@ -16,29 +16,34 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from support import (
+    ANER,
     Coordinators,
+    finish,
     process_gone,
+    read_status,
     result_of,
     run_aner,
+    spawned,
     status_of,
     wait_for,
-    wait_status,
 )
 
 from aner_coord.jobdir.status import JobState, StatusSnapshot
 
-# 20,000 teacher rows: 12,000 training rows, 188 steps of 64 rows an epoch, 4 epochs.
+# 8,000 teacher rows: 4,800 training rows, 75 steps of 64 rows an epoch, 12 epochs.
 PLAN = (
-    "parallel", "train", "--teacher", "20000,16,4", "--hidden", "32,32", "--batch", "64",
-    "--epochs", "4", "--patience", "100", "--seed", "3", "--workers", "1", "--quiet",
+    "parallel", "train", "--teacher", "8000,16,4", "--hidden", "32,32", "--batch", "64",
+    "--epochs", "12", "--patience", "100", "--seed", "3", "--workers", "1", "--quiet",
 )  # fmt: skip
+SLICE_S = 0.005
 ACCOUNT = {"seconds", "load_s", "workers", "staging", "losses", "execution", "steps_recovered"}
 
 
@@ -69,8 +74,26 @@ def assert_same_bits(job: Path, reference: Path) -> None:
             assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
 
 
+def advance_until(
+    pid: int, job: Path, predicate: Callable[[StatusSnapshot], bool], what: str
+) -> StatusSnapshot:
+    """Let the coordinator `pid`, stopped (SIGSTOP), run in slices of `SLICE_S` until the
+    status it wrote satisfies `predicate`; it is left stopped. However fast the machine,
+    the job moves on by at most a slice past what the status shows."""
+    deadline = time.monotonic() + 600
+    while True:
+        status = read_status(job)
+        if status is not None and predicate(status):
+            return status
+        assert status is None or not status.state.terminal, f"{what}: the job ended first"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(SLICE_S)
+        os.kill(pid, signal.SIGSTOP)
+
+
 def _in_second_epoch(s: StatusSnapshot) -> bool:
-    """Running, a checkpoint written, and mid-epoch in the second of four epochs."""
+    """Running, a checkpoint written, and mid-epoch in the second epoch."""
     p = s.position
     return (
         s.state is JobState.RUNNING
@@ -82,9 +105,12 @@ def _in_second_epoch(s: StatusSnapshot) -> bool:
 
 
 def _start(job: Path, coordinators: Coordinators, **settings: str) -> int:
+    """Start the plan in the background and stop its coordinator (SIGSTOP) at once."""
     done = run_aner(*PLAN, "--output", str(job), "--background", env=_env(**settings))
     assert done.returncode == 0, done.stderr
-    return coordinators.add(status_of(job).pid)
+    pid = coordinators.add(status_of(job).pid)
+    os.kill(pid, signal.SIGSTOP)
+    return pid
 
 
 def _resume(job: Path) -> dict[str, Any]:
@@ -102,11 +128,8 @@ def test_sigkill_mid_epoch_resumes_from_the_last_checkpoint_to_the_same_bits(
 ) -> None:
     job = tmp_path / "job"
     pid = _start(job, coordinators, ANER_CHECKPOINT_S="0")  # a checkpoint at every pass
-    wait_status(job, _in_second_epoch, 600, "a checkpoint in the second epoch")
-    os.kill(pid, signal.SIGSTOP)  # frozen where it stands, then killed without a word
-    before = status_of(job)
-    assert not before.state.terminal
-    os.kill(pid, signal.SIGKILL)
+    before = advance_until(pid, job, _in_second_epoch, "a checkpoint in the second epoch")
+    os.kill(pid, signal.SIGKILL)  # stopped where it stands, killed without a word
     wait_for(lambda: process_gone(pid), 30, "the killed coordinator to go")
     result = _resume(job)
     assert result["steps_recovered"] >= (before.checkpointed_steps or 0) > 0
@@ -124,17 +147,22 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
         for how in ("SIGTERM", "SIGHUP", "cancel"):
             job = jobs[how] = tmp_path_factory.mktemp(how) / "job"
             pid = _start(job, coordinators, ANER_CHECKPOINT_S="3600")
-            wait_status(
+            advance_until(
+                pid,
                 job,
                 lambda s: s.state is JobState.RUNNING and (s.committed_steps or 0) > 0,
-                600,
                 "committed steps",
             )
             if how == "cancel":
-                done = run_aner("parallel", "cancel", "--job", str(job), timeout=120)
-                assert done.returncode == 4, done.stderr
+                argv = [ANER, "parallel", "cancel", "--job", str(job)]
+                with spawned(argv) as cancel:
+                    wait_for((job / "cancel-request").exists, 60, "the cancel request")
+                    os.kill(pid, signal.SIGCONT)
+                    code, _out, err = finish(cancel, 120)
+                    assert code == 4, err
             else:
                 os.kill(pid, getattr(signal, how))
+                os.kill(pid, signal.SIGCONT)
             wait_for(lambda pid=pid: process_gone(pid), 120, f"the coordinator to end ({how})")
         yield jobs
     finally:
@@ -150,9 +178,16 @@ def test_a_stopped_job_keeps_a_checkpoint_and_resumes_to_the_same_bits(
     assert status.state is JobState.CANCELLED
     assert status.checkpointed_steps == status.committed_steps
     assert (status.committed_steps or 0) > 0
+    shown = run_aner("parallel", "status", "--job", str(job))
+    assert f"resumable from its checkpoint of {status.committed_steps:,} committed steps" in (
+        shown.stdout
+    ), shown.stdout
     result = _resume(job)
     assert result["steps_recovered"] == status.committed_steps
     assert_same_bits(job, uninterrupted)
+    shown = run_aner("parallel", "status", "--job", str(job))
+    recovered = f"{status.committed_steps:,} of them recovered from a checkpoint"
+    assert shown.returncode == 0 and recovered in shown.stdout, shown.stdout
 
 
 def _one_line(stderr: str) -> str:
