@@ -109,6 +109,27 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+SLICE_S = 0.005
+
+
+def advance_until(
+    pid: int, job: Path, predicate: Callable[[StatusSnapshot], bool], what: str
+) -> StatusSnapshot:
+    """Let the coordinator `pid`, stopped (SIGSTOP), run in slices of `SLICE_S` until the
+    status it wrote satisfies `predicate`; it is left stopped. However fast the machine,
+    the job moves on by at most a slice past what the status shows."""
+    deadline = time.monotonic() + 600
+    while True:
+        status = read_status(job)
+        if status is not None and predicate(status):
+            return status
+        assert status is None or not status.state.terminal, f"{what}: the job ended first"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(SLICE_S)
+        os.kill(pid, signal.SIGSTOP)
+
+
 # --------------------------------------------------------------------------- processes
 
 

@@ -16,8 +16,7 @@ import json
 import os
 import shutil
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ import pytest
 from support import (
     ANER,
     Coordinators,
+    advance_until,
     finish,
     process_gone,
-    read_status,
     result_of,
     run_aner,
     spawned,
@@ -43,7 +42,6 @@ PLAN = (
     "parallel", "train", "--teacher", "8000,16,4", "--hidden", "32,32", "--batch", "64",
     "--epochs", "12", "--patience", "100", "--seed", "3", "--workers", "1", "--quiet",
 )  # fmt: skip
-SLICE_S = 0.005
 ACCOUNT = {"seconds", "load_s", "workers", "staging", "losses", "execution", "steps_recovered"}
 
 
@@ -72,24 +70,6 @@ def assert_same_bits(job: Path, reference: Path) -> None:
         assert sorted(a.files) == sorted(b.files)
         for name in a.files:
             assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
-
-
-def advance_until(
-    pid: int, job: Path, predicate: Callable[[StatusSnapshot], bool], what: str
-) -> StatusSnapshot:
-    """Let the coordinator `pid`, stopped (SIGSTOP), run in slices of `SLICE_S` until the
-    status it wrote satisfies `predicate`; it is left stopped. However fast the machine,
-    the job moves on by at most a slice past what the status shows."""
-    deadline = time.monotonic() + 600
-    while True:
-        status = read_status(job)
-        if status is not None and predicate(status):
-            return status
-        assert status is None or not status.state.terminal, f"{what}: the job ended first"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(SLICE_S)
-        os.kill(pid, signal.SIGSTOP)
 
 
 def _in_second_epoch(s: StatusSnapshot) -> bool:
