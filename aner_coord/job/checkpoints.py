@@ -57,20 +57,22 @@ class Policy:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Policy:
-        """The policy `ANER_CHECKPOINT_S` and `ANER_CHECKPOINT_STEPS` set (RequestError for
-        a value that is not one): the defaults where they are unset."""
+        """The policy `ANER_CHECKPOINT_S` (seconds, or `off`) and `ANER_CHECKPOINT_STEPS`
+        set (RequestError for a value that is not one): the defaults where they are unset."""
         every_s: float | None = DEFAULT_EVERY_S
         every_steps: int | None = None
         raw = environ.get(ENV_EVERY_S)
-        if raw:
+        if raw == "off":
+            every_s = None  # checkpoints by steps only, or on a cancel only
+        elif raw:
             try:
                 every_s = float(raw)
                 if not every_s >= 0 or every_s == float("inf"):
                     raise ValueError(raw)
             except ValueError:
                 raise RequestError(
-                    f"{ENV_EVERY_S}={raw!r} is not a number of seconds >= 0: set it to, say, "
-                    f"{DEFAULT_EVERY_S:g}"
+                    f"{ENV_EVERY_S}={raw!r} is not a number of seconds >= 0 or `off`: set it to, "
+                    f"say, {DEFAULT_EVERY_S:g}"
                 ) from None
         raw = environ.get(ENV_EVERY_STEPS)
         if raw:

@@ -105,6 +105,7 @@ def test_a_mistyped_array_is_refused_naming_it() -> None:
 def test_policy_defaults_and_settings() -> None:
     assert Policy.from_environ({}) == Policy(DEFAULT_EVERY_S, None)
     assert Policy.from_environ({"ANER_CHECKPOINT_S": "0"}) == Policy(0.0, None)
+    assert Policy.from_environ({"ANER_CHECKPOINT_S": "off"}) == Policy(None, None)
     got = Policy.from_environ({"ANER_CHECKPOINT_S": "60", "ANER_CHECKPOINT_STEPS": "500"})
     assert got == Policy(60.0, 500)
     for bad in ({"ANER_CHECKPOINT_S": "soon"}, {"ANER_CHECKPOINT_S": "-1"},
