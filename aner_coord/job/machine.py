@@ -186,6 +186,15 @@ class JobMachine:
     def start(self) -> list[Instruction]:
         """The first instructions: begin the first pass and report STARTING."""
         out = self._begin_pass()
+        if self.state is JobState.STARTING and self._pass is None:
+            # A run restored from a checkpoint of its last pass: nothing is left to compute.
+            self.state = JobState.COMPLETED
+            return [
+                *out,
+                self._status(urgent=True),
+                StopWorkers("job completed"),
+                JobEnded(self.state),
+            ]
         if self.state is JobState.STARTING and self._pass is not None and not self._todo:
             out.extend(self._end_pass())  # a resumed pass that the ledger already holds
         if self.state.terminal:

@@ -202,3 +202,24 @@ def test_resume_trusts_the_newest_file_the_ledger_vouches_for(directory: jobdir.
     with pytest.raises(CheckpointError, match="the limit is 10"):
         vouched(directory, _read(directory), 10)
     book.close()
+
+
+def test_a_run_restored_after_its_last_pass_completes_without_work() -> None:
+    """A checkpoint written at the last barrier (killed before `result.json`): the resumed
+    job completes at once, with the restored training's result."""
+    from aner_coord.computations.dense.request import DenseRequest
+    from aner_coord.computations.dense.run import DenseRun
+    from aner_coord.job.instructions import JobEnded
+    from aner_coord.job.machine import JobMachine
+    from aner_coord.jobdir.status import JobState
+
+    request = DenseRequest(teacher=(400, 5, 3), hidden=(6,), batch=64, epochs=2, seed=2)
+    done = DenseRun(request, 32, DATA)
+    fit_whole(done.training, DATA)
+    assert done.training.done
+    run = DenseRun(request, 32, DATA)
+    run.restore(done.checkpoint())
+    machine = JobMachine(run, {"w": 1}, chunk=32, passes=100, first_pass=50)
+    out = machine.start()
+    assert machine.state is JobState.COMPLETED and isinstance(out[-1], JobEnded)
+    assert run.training.test == done.training.test and run.steps_recovered > 0
