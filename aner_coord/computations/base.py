@@ -99,7 +99,8 @@ class Accounting:
 
 class Run(Protocol):
     # A run whose chunk statistics are large (Dense gradient sums) sets this False: the
-    # ledger then records committed passes only, and a resumed job recomputes its work.
+    # ledger then records committed passes only, and a resumed job recomputes its work
+    # (from its last checkpoint, for a run that `Checkpoints`).
     # (A class attribute; runs that do not set it keep their chunks in the ledger.)
 
     def next_pass(self) -> PassSpec | None:
