@@ -12,11 +12,12 @@ the directory left as it was.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,11 @@ from support import (
     run_aner,
     spawned,
     status_of,
+    status_where,
     wait_for,
 )
 
-from aner_coord.jobdir.status import JobState, StatusSnapshot
+from aner_coord.jobdir.status import JobState
 
 # 8,000 teacher rows: 4,800 training rows, 75 steps of 64 rows an epoch, 12 epochs.
 PLAN = (
@@ -72,16 +74,21 @@ def assert_same_bits(job: Path, reference: Path) -> None:
             assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
 
 
-def _in_second_epoch(s: StatusSnapshot) -> bool:
-    """Running, a checkpoint written, and mid-epoch in the second epoch."""
-    p = s.position
-    return (
-        s.state is JobState.RUNNING
-        and (s.checkpointed_steps or 0) > 0
-        and p is not None
-        and p.epoch == 2
-        and 0 < p.step < p.steps
-    )
+def _checkpoint_in_second_epoch(job: Path) -> Callable[[], int | None]:
+    """A check: the committed steps of the job's checkpoint once it was taken mid-epoch in
+    the second epoch (the file is written at the pass barrier, before any status)."""
+
+    def check() -> int | None:
+        try:
+            data = (job / "checkpoint.npz").read_bytes()
+        except FileNotFoundError:
+            return None
+        with np.load(io.BytesIO(data)) as kept:
+            phase, epoch, step = str(kept["phase"]), int(kept["epoch"]), int(kept["step"])
+            committed = int(kept["committed"])
+        return committed if (phase, epoch) == ("training step", 1) and step > 0 else None
+
+    return check
 
 
 def _start(job: Path, coordinators: Coordinators, **settings: str) -> int:
@@ -108,11 +115,11 @@ def test_sigkill_mid_epoch_resumes_from_the_last_checkpoint_to_the_same_bits(
 ) -> None:
     job = tmp_path / "job"
     pid = _start(job, coordinators, ANER_CHECKPOINT_S="0")  # a checkpoint at every pass
-    before = advance_until(pid, job, _in_second_epoch, "a checkpoint in the second epoch")
+    kept = advance_until(pid, _checkpoint_in_second_epoch(job), "a checkpoint mid-epoch 2")
     os.kill(pid, signal.SIGKILL)  # stopped where it stands, killed without a word
     wait_for(lambda: process_gone(pid), 30, "the killed coordinator to go")
     result = _resume(job)
-    assert result["steps_recovered"] >= (before.checkpointed_steps or 0) > 0
+    assert result["steps_recovered"] >= kept > 0
     assert result["steps_recovered"] < result["committed_steps"]
     assert_same_bits(job, uninterrupted)
 
@@ -129,8 +136,9 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
             pid = _start(job, coordinators, ANER_CHECKPOINT_S="3600")
             advance_until(
                 pid,
-                job,
-                lambda s: s.state is JobState.RUNNING and (s.committed_steps or 0) > 0,
+                status_where(
+                    job, lambda s: s.state is JobState.RUNNING and (s.committed_steps or 0) > 0
+                ),
                 "committed steps",
             )
             if how == "cancel":

@@ -38,7 +38,7 @@ from aner_worker.oracle import oracle_hits
 
 pytestmark = pytest.mark.slurm
 
-from support import DEPLOY, advance_until  # noqa: E402
+from support import DEPLOY, advance_until, status_where  # noqa: E402
 
 SEED = 42
 SAMPLES = 10**7
@@ -465,7 +465,8 @@ def test_a_training_the_time_limit_stops_is_requeued_and_resumed_from_its_checkp
         pid = status_of(job).pid
         os.kill(pid, signal.SIGSTOP)  # held until the time limit's signal is on its way
         try:
-            advance_until(pid, job, lambda s: (s.committed_steps or 0) > 0, "committed steps")
+            committed = status_where(job, lambda s: (s.committed_steps or 0) > 0)
+            advance_until(pid, committed, "committed steps")
             assert slurm.command("scancel", "--batch", "--signal=TERM", job_id).returncode == 0
             wait_for(lambda: (job / "cancel-request").exists(), 60, "the script's cancel")
         finally:
