@@ -19,4 +19,5 @@ BENCHMARKS: tuple[str, ...] = (
     "dense",
     "search",
     "dense_workers",
+    "checkpoints",
 )

@@ -109,6 +109,35 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+SLICE_S = 0.02  # a few switch intervals: every thread of the coordinator gets a turn
+
+
+def advance_until(pid: int, check: Callable[[], Any], what: str, timeout: float = 600) -> Any:
+    """Let the coordinator `pid`, stopped (SIGSTOP), run in slices of `SLICE_S` until
+    `check()` returns something true (returned); it is left stopped. However fast the
+    machine, the job moves on by at most a slice past what `check` saw."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert not process_gone(pid), f"{what}: the job ended first"
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(SLICE_S)
+        os.kill(pid, signal.SIGSTOP)
+
+
+def status_where(job: Path, predicate: Callable[[StatusSnapshot], bool]) -> Callable[[], Any]:
+    """A check for `advance_until`: the job's status once it satisfies `predicate`."""
+
+    def check() -> StatusSnapshot | None:
+        status = read_status(job)
+        return status if status is not None and predicate(status) else None
+
+    return check
+
+
 # --------------------------------------------------------------------------- processes
 
 

@@ -255,12 +255,7 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
             f"lost      {loss.identity} during {loss.phase} ({loss.during}), the job went on "
             f"without it: {loss.detail}"
         )
-    if snap.resumes:
-        times = "once" if snap.resumes == 1 else f"{snap.resumes} times"
-        lines.append(
-            f"resumed   {times}; the last resume recovered {snap.recovered:,} {unit} "
-            "from the ledger"
-        )
+    lines.extend(_resume_lines(snap))
     if snap.error:
         lines.append(f"error     {snap.error}")
     if obs.note:
@@ -271,6 +266,22 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         if obs.result is not None:
             lines.extend(result_lines(obs.result))
         lines.append(f"result    {job / jobdir.RESULT}")
+    return lines
+
+
+def _resume_lines(snap: StatusSnapshot) -> list[str]:
+    """What the last resume recovered, and what a resume would recover from a checkpoint."""
+    lines: list[str] = []
+    if snap.resumes:
+        times = "once" if snap.resumes == 1 else f"{snap.resumes} times"
+        what = f"{snap.recovered:,} {snap.unit} from the ledger"
+        if snap.steps_recovered:
+            what = f"{snap.steps_recovered:,} committed steps from its checkpoint"
+        lines.append(f"resumed   {times}; the last resume recovered {what}")
+    if snap.checkpointed_steps is not None and snap.state is not JobState.COMPLETED:
+        lines.append(
+            f"resumable from its checkpoint of {snap.checkpointed_steps:,} committed steps"
+        )
     return lines
 
 

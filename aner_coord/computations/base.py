@@ -99,7 +99,8 @@ class Accounting:
 
 class Run(Protocol):
     # A run whose chunk statistics are large (Dense gradient sums) sets this False: the
-    # ledger then records committed passes only, and a resumed job recomputes its work.
+    # ledger then records committed passes only, and a resumed job recomputes its work
+    # (from its last checkpoint, for a run that `Checkpoints`).
     # (A class attribute; runs that do not set it keep their chunks in the ledger.)
 
     def next_pass(self) -> PassSpec | None:
@@ -233,3 +234,21 @@ class Computation(Protocol):
     def summarize(self, result: dict[str, Any]) -> list[str]:
         """Lines for `status` of a completed job, from its `result.json`."""
         ...
+
+
+@runtime_checkable
+class Checkpoints(Protocol):
+    """A run whose committed state a later coordinator can continue from (Dense: the
+    parameters, optimizer, position, early stopping and best model; its ledger keeps no
+    chunks). `checkpoint` gives that state, between passes, as bytes; `restore`, on a fresh
+    run before its first pass, continues from such bytes (ValueError, naming what, for bytes
+    that are not a checkpoint of this request); `checkpoint_limit` bounds their size from
+    the request's own shapes. `steps_recovered` counts the committed steps restored."""
+
+    steps_recovered: int
+
+    def checkpoint(self) -> bytes: ...
+
+    def checkpoint_limit(self) -> int: ...
+
+    def restore(self, data: bytes) -> None: ...

@@ -28,8 +28,9 @@ from typing import Any, assert_never
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
-from aner_coord.computations.base import ExplainsDifference
+from aner_coord.computations.base import Checkpoints, ExplainsDifference
 from aner_coord.job.backend import Backend
+from aner_coord.job.checkpoints import Checkpointer, Restored
 from aner_coord.job.events import (
     AuditFailed,
     CancelRequested,
@@ -58,7 +59,7 @@ from aner_coord.job.pool import WorkerPool
 from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.staging import plan_of
 from aner_coord.job.threads import ThreadBackend
-from aner_coord.jobdir import ledger
+from aner_coord.jobdir import JobDirError, ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
 from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
 from aner_worker.kernels.base import encode
@@ -95,6 +96,8 @@ class Coordinator:
         recovered: Recovered | None = None,
         first_seq: int = 0,
         pool: WorkerPool | None = None,
+        checkpoint: Restored | None = None,
+        checkpoints: Checkpointer | None = None,
     ) -> None:
         self.job = job
         self._pool = pool  # a session's kept workers (process groups only)
@@ -103,6 +106,13 @@ class Coordinator:
         self._ledger = ledger
         self._resumes = recovered.resumes if recovered is not None else 0
         self._run: Run = job.computation.start(job.request.computation, job.chunk)
+        self._checkpoints = checkpoints
+        self._steps_recovered = 0
+        if checkpoint is not None:
+            # Checked by `resume` on a run like this one: a failure now is a bug, raised.
+            assert isinstance(self._run, Checkpoints)
+            self._run.restore(checkpoint.data)
+            self._steps_recovered = self._run.steps_recovered
         recovered = recovered if recovered is not None else Recovered()
         self._machine = JobMachine(
             self._run,
@@ -113,6 +123,7 @@ class Coordinator:
             retries=job.request.retries,
             recovered=recovered.statistics(job.computation.kernel.stats_type),
             losses=recovered.worker_losses(),
+            first_pass=checkpoint.passes if checkpoint is not None else 0,
         )
         self._seq = first_seq
         self._created = time.time()
@@ -180,10 +191,16 @@ class Coordinator:
                 self._error = f"{exc.where} failed: {exc.detail}"
             return self._snapshot()
 
-    def attach(self, observers: Sequence[Observer], ledger: LedgerWriter | None) -> None:
-        """The observers and ledger of a job directory made after `launch`."""
+    def attach(
+        self,
+        observers: Sequence[Observer],
+        ledger: LedgerWriter | None,
+        checkpoints: Checkpointer | None = None,
+    ) -> None:
+        """The observers, ledger and checkpoints of a job directory made after `launch`."""
         self.observers = list(observers)
         self._ledger = ledger
+        self._checkpoints = checkpoints
 
     def launch(self) -> None:
         """Start the workers now; the machine starts later, in `startup`."""
@@ -297,6 +314,7 @@ class Coordinator:
             case RecordCommitted():
                 if self._ledger is not None:
                     self._ledger.append(ledger.Committed(instruction.pass_id))
+                self._checkpoint(instruction.pass_id + 1)
             case RecordLoss():
                 self._record_loss(instruction.loss)
             case DropWorker():
@@ -310,6 +328,9 @@ class Coordinator:
                 assert_never(instruction)
 
     def _write_status(self, instruction: WriteStatus) -> None:
+        cancelling = instruction.progress.state is JobState.CANCELLING
+        if cancelling and self._state is not JobState.CANCELLING:
+            self._final_checkpoint()  # before the status that says CANCELLING
         self._progress = instruction.progress
         self._progress_at = time.monotonic()
         self._state = instruction.progress.state
@@ -319,6 +340,28 @@ class Coordinator:
             self._changed.set()
         elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
             self._publish_now()
+
+    def _checkpoint(self, passes: int) -> None:
+        """A pass barrier: the checkpointer writes the run's state if one is due."""
+        run, checkpoints = self._run, self._checkpoints
+        if checkpoints is None or not isinstance(run, Checkpoints):
+            return
+        try:
+            checkpoints.committed(run, passes, run.committed_steps or 0)
+        except JobDirError as exc:
+            raise _ObserverError("writing the checkpoint", str(exc)) from None
+
+    def _final_checkpoint(self) -> None:
+        """The job is being cancelled (`aner parallel cancel`, or SIGTERM, SIGINT or SIGHUP
+        to the coordinator): keep every committed step now, while the workers stop; nothing
+        is committed after this. (Not on a failure: a pass may have failed halfway through
+        its commit.)"""
+        if self._checkpoints is None:
+            return
+        try:
+            self._checkpoints.final()
+        except JobDirError as exc:
+            raise _ObserverError("writing the checkpoint", str(exc)) from None
 
     def _record_loss(self, loss: WorkerLoss) -> None:
         log.warning('worker "%s" lost, going on without it: %s', loss.identity, loss.detail)
@@ -445,6 +488,8 @@ class Coordinator:
             work_upper_bound=upper_bound,
             position=progress.position,
             notes=list(self.job.notes),
+            steps_recovered=self._steps_recovered,
+            checkpointed_steps=self._checkpoints.steps if self._checkpoints is not None else None,
         )
 
     def _work(self, state: JobState, done: int) -> tuple[int, bool]:

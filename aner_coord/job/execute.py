@@ -13,7 +13,9 @@ A new job gets its identity here: random bytes that the manifest records (with t
 of `request.json`) and that every record of its ledger carries. Every accepted chunk and
 committed pass goes to that ledger, made durable by the status writer's thread before each
 status it writes. `resume` (see `aner_coord.job.resume`) runs an existing job directory
-again from its ledger: the same files, the same identity, one more coordinator.
+again from its ledger: the same files, the same identity, one more coordinator. A run
+with checkpoints (`Checkpoints`, Dense) also leaves its committed state in the directory
+(`aner_coord.job.checkpoints`): periodically, and as soon as it is cancelled.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from aner_coord import jobdir
 from aner_coord.admission import Job
 from aner_coord.computations.base import WritesFiles
+from aner_coord.job.checkpoints import Checkpointer, Policy, Restored
 from aner_coord.job.coordinator import Coordinator, JobReport, Observer
 from aner_coord.job.events import ShellFailed
 from aner_coord.job.pool import WorkerPool
@@ -52,6 +55,7 @@ class Resumption:
     recovered: ledger.Recovered
     last_seq: int
     job_key: bytes  # the job's identity, as its manifest and ledger record it
+    checkpoint: Restored | None = None  # the checkpoint the ledger vouches for, if any
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class JobFiles:
     directory: jobdir.JobDir
     ledger: ledger.LedgerWriter
     writer: jobdir.StatusWriter
+    checkpoints: Checkpointer
 
     def finish(self, report: JobReport) -> None:
         """What the run leaves: the computation's own files, then `result.json`, both before
@@ -79,6 +84,7 @@ async def job_files(
     job: Job,
     resume: Resumption | None,
     on_error: Callable[[jobdir.JobDirError], None],
+    policy: Policy,
 ) -> AsyncIterator[JobFiles | None]:
     """The job directory of one run, or None for a job without one: a new job's is created,
     locked and given its manifest and request; a resumed job's comes checked and locked.
@@ -102,7 +108,9 @@ async def job_files(
         if resume is not None:
             book.append(ledger.Resumed(time.time(), os.getpid()))
         writer = jobdir.StatusWriter(directory, on_error=on_error, before_write=book.sync)
-        yield JobFiles(directory, book, writer)
+        restored = resume.checkpoint if resume is not None else None
+        checkpoints = Checkpointer(directory, book, policy, restored=restored)
+        yield JobFiles(directory, book, writer, checkpoints)
     except BaseException:
         if resume is None and held is not None and not directory.exists(jobdir.STATUS):
             # Failed before its first status (nothing ran): leave no half-made directory.
@@ -165,6 +173,7 @@ async def execute(
     job directory this run holds (a detached coordinator adopts its log through that very
     descriptor, never by path)."""
     cancel = cancel if cancel is not None else asyncio.Event()
+    policy = Policy.from_environ()  # a bad setting is refused before anything starts
     coordinator: Coordinator | None = None
 
     def writer_failed(error: jobdir.JobDirError) -> None:  # on the writer's thread
@@ -177,7 +186,7 @@ async def execute(
         coordinator = Coordinator(job, cancel=cancel, pool=pool)
         coordinator.launch()
     try:
-        async with job_files(job, resume, writer_failed) as files:
+        async with job_files(job, resume, writer_failed, policy) as files:
             if files is not None and on_directory is not None:
                 on_directory(files.directory)
             chain: list[Observer] = [*observers]
@@ -186,6 +195,7 @@ async def execute(
             if files is not None:
                 chain.insert(0, files.writer)
             book = files.ledger if files is not None else None
+            checkpoints = files.checkpoints if files is not None else None
             if coordinator is None:
                 assert resume is not None
                 coordinator = Coordinator(
@@ -196,9 +206,11 @@ async def execute(
                     recovered=resume.recovered,
                     first_seq=resume.last_seq,
                     pool=pool,
+                    checkpoint=resume.checkpoint,
+                    checkpoints=checkpoints,
                 )
             else:
-                coordinator.attach(chain, book)
+                coordinator.attach(chain, book, checkpoints)
             async with (
                 jobdir.cancel_requests(files.directory, cancel)
                 if files is not None

@@ -42,6 +42,8 @@ the instructions in `aner_coord.job.instructions`.
   chunk statistics: each pass first accepts those chunks, each checked as a live result is
   (range, then the computation's `check`; one that fails fails the job naming the ledger),
   then dispatches only the rest.
+- A run restored from a checkpoint of its first `first_pass` committed passes (the shell
+  restores it before the machine starts) numbers its next pass `first_pass`.
 - A cancel request stops dispatch; the shell stops the workers and reports
   `WorkersStopped`, after which the job is CANCELLED. Results that arrive while cancelling
   are checked and counted, but only as diagnostics.
@@ -143,6 +145,7 @@ class JobMachine:
         retries: int = 0,
         recovered: Mapping[int, Mapping[int, Any]] | None = None,
         losses: Sequence[WorkerLoss] = (),
+        first_pass: int = 0,
     ) -> None:
         if not workers:
             raise ValueError("a job needs at least one worker")
@@ -163,8 +166,10 @@ class JobMachine:
         self.error: str | None = None
         self._workers = {name: _Worker(slots) for name, slots in workers.items()}
         self._pass: PassSpec | None = None
-        self._pass_id = -1
-        self._passes_done = 0
+        # A run restored from a checkpoint (`Checkpoints`) continues after `first_pass`
+        # committed passes: its passes keep the numbers an uninterrupted run gives them.
+        self._pass_id = first_pass - 1
+        self._passes_done = first_pass
         self._requested = 0
         self._n_chunks = 0
         self._progress_every = 1  # chunks between progress reports in the current pass
@@ -181,6 +186,15 @@ class JobMachine:
     def start(self) -> list[Instruction]:
         """The first instructions: begin the first pass and report STARTING."""
         out = self._begin_pass()
+        if self.state is JobState.STARTING and self._pass is None:
+            # A run restored from a checkpoint of its last pass: nothing is left to compute.
+            self.state = JobState.COMPLETED
+            return [
+                *out,
+                self._status(urgent=True),
+                StopWorkers("job completed"),
+                JobEnded(self.state),
+            ]
         if self.state is JobState.STARTING and self._pass is not None and not self._todo:
             out.extend(self._end_pass())  # a resumed pass that the ledger already holds
         if self.state.terminal:

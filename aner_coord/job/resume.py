@@ -19,11 +19,16 @@ nothing in the directory:
    identity, nothing is damaged before a torn tail (`aner_coord.jobdir.ledger`), its passes
    and chunks are ones this job has, every pass before the last it records is whole and
    committed, and a dry replay through the job machine checks each recorded chunk exactly
-   as a live worker's result is checked (range, counts, the computation's plausibility).
+   as a live worker's result is checked (range, counts, the computation's plausibility);
+7. for a run with checkpoints (`Checkpoints`, Dense), a `checkpoint.npz` present is a
+   regular file within the run's own size bound whose size and SHA256 a `Checkpointed`
+   record of the ledger vouches for, records at most as many passes as the job has, and
+   restores into a fresh run of the request (every array of the model's own shapes).
 
 Only then is a `cancel-request` left by `aner parallel cancel` removed (the user asked to
 resume the job it cancelled). The new coordinator replays the ledger through a fresh run
-and recomputes only the rest, so the result is the one an uninterrupted run gives.
+and recomputes only the rest, so the result is the one an uninterrupted run gives; a run
+with a checkpoint continues after the checkpoint's committed passes (`steps_recovered`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ import msgspec
 
 from aner_coord import jobdir
 from aner_coord.admission import Job, admit
+from aner_coord.computations.base import Checkpoints
 from aner_coord.errors import RequestError, cli_name
+from aner_coord.job.checkpoints import CheckpointError, Restored, vouched
 from aner_coord.job.execute import Resumption
 from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir import ledger
@@ -113,13 +120,41 @@ def _check(
     except ledger.LedgerError as exc:
         raise _refuse(target, str(exc)) from None
     _check_ledger(target, job, recovered)
+    restored = _checkpoint(target, directory, job, recovered)
     try:
         directory.unlink(jobdir.CANCEL_REQUEST)  # resuming is the user's answer to it
     except OSError as exc:
         where = directory.path / jobdir.CANCEL_REQUEST
         raise _refuse(target, f"cannot remove {where}: {exc.strerror or exc}") from None
     recovered.resumes += 1
-    return job, Resumption(directory, lock, recovered, last_seq, key)
+    return job, Resumption(directory, lock, recovered, last_seq, key, restored)
+
+
+def _checkpoint(
+    target: Path, directory: jobdir.JobDir, job: Job, recovered: ledger.Recovered
+) -> Restored | None:
+    """The checkpoint a run with checkpoints continues from (None: from the start)."""
+    if not directory.exists(jobdir.CHECKPOINT):
+        return None
+    run = job.computation.start(job.request.computation, job.chunk)
+    if not isinstance(run, Checkpoints):
+        return None  # a computation without checkpoints has nothing to read there
+    try:
+        restored = vouched(directory, recovered, run.checkpoint_limit())
+    except CheckpointError as exc:
+        raise _refuse(target, str(exc)) from None
+    if restored is None:
+        return None
+    where = directory.path / jobdir.CHECKPOINT
+    if not 0 <= restored.passes <= job.admitted.passes:
+        raise _refuse(
+            target, f"{where} records {restored.passes} passes of at most {job.admitted.passes}"
+        )
+    try:
+        run.restore(restored.data)
+    except ValueError as exc:
+        raise _refuse(target, f"{where} is not a checkpoint of this job: {exc}") from None
+    return restored
 
 
 def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:

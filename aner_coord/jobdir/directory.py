@@ -76,6 +76,11 @@ LEDGER = "ledger"
 MODEL = "model.npz"
 
 
+# A training's last checkpoint (`aner_coord.jobdir.checkpoint`); its own bound is the run's
+# (`Checkpoints.checkpoint_limit`, from the model's shapes), this one is for any reader.
+CHECKPOINT = "checkpoint.npz"
+
+
 # The most bytes a job file of each kind may have to be read: far above what aner writes
 # (a status of 32 workers is a few KiB, a ledger of a million chunks some 50 MiB), far below
 # what would hurt the reader. A file over its limit is refused, never read.
@@ -86,6 +91,7 @@ READ_LIMITS = {
     RESULT: 64 << 20,
     LEDGER: 1 << 30,  # read in pieces, never whole (`aner_coord.jobdir.ledger`)
     MODEL: 256 << 20,
+    CHECKPOINT: 1 << 30,
     LOCK: 4096,
     CANCEL_REQUEST: 4096,
 }

@@ -22,9 +22,10 @@ The header's own checksum is what tells a torn tail from a damaged length field.
 The ledger is read in bounded pieces (`READ_PIECE`), never whole, and only if it is a
 regular file of this job's directory (never through a link, never a FIFO or a device).
 
-Growth: a later record kind (a Dense checkpoint, say: pass, step and the optimizer state)
-is one more member of `Record`; every entry already carries the job's identity, and an
-older aner refuses a ledger with a kind it does not know rather than skip it.
+Growth: a later record kind is one more member of `Record`; every entry carries the job's
+identity, and an older aner refuses a ledger with a kind it does not know rather than skip
+it. `Checkpointed` is one: it vouches for a checkpoint file (`aner_coord.jobdir.checkpoint`)
+by its size and SHA256, and is durable before that file is renamed into place.
 
 Writes are buffered by the coordinator on its event loop (`append`) and made durable by
 `sync()` (write, fsync), which the status writer calls on its own thread before every
@@ -94,7 +95,18 @@ class Resumed(msgspec.Struct, frozen=True, tag="resumed", array_like=True):
     pid: int
 
 
-Record = Opened | Accepted | Committed | Lost | Resumed
+class Checkpointed(msgspec.Struct, frozen=True, tag="checkpoint", array_like=True):
+    """A checkpoint of the state after `passes` committed passes (`steps` optimizer steps)
+    was written as `CHECKPOINT`: `size` bytes of SHA256 `sha256`."""
+
+    passes: int
+    steps: int
+    size: int
+    sha256: bytes
+    at: float
+
+
+Record = Opened | Accepted | Committed | Lost | Resumed | Checkpointed
 
 
 class Entry(msgspec.Struct, frozen=True, array_like=True):
@@ -245,6 +257,7 @@ class Recovered:
     chunks: dict[int, dict[int, bytes]] = field(default_factory=dict)
     committed: set[int] = field(default_factory=set)
     losses: list[Lost] = field(default_factory=list)
+    checkpoints: list[Checkpointed] = field(default_factory=list)  # in ledger order
     resumes: int = 0
     opened: bool = False  # it holds its job's `Opened` record
     intact: int = 0  # bytes of intact records; a torn tail after them is cut off
@@ -290,6 +303,8 @@ class Recovered:
                 self.losses.append(record)
             case Resumed():
                 self.resumes += 1
+            case Checkpointed():
+                self.checkpoints.append(record)
 
 
 def read_ledger(directory: JobDir, job: bytes) -> Recovered:
@@ -361,6 +376,9 @@ class LedgerWriter:
         self._directory = directory
         self._job = job
         self._lock = threading.Lock()
+        # `sync` may be called from the status writer's thread and the event loop's (a
+        # checkpoint's record is made durable before its file): one at a time, in order.
+        self._write_lock = threading.Lock()
         self._pending: list[bytes] = []
         flags = os.O_WRONLY | os.O_CREAT | (0 if recovered is not None else os.O_EXCL)
         self._fd = directory.open_file(LEDGER, flags, action="write")
@@ -392,17 +410,18 @@ class LedgerWriter:
             self._pending.append(data)
 
     def sync(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-        if not pending:
-            return
-        data = memoryview(b"".join(pending))
-        try:
-            while data:
-                data = data[os.write(self._fd, data) :]
-            os.fsync(self._fd)
-        except OSError as exc:
-            raise self._directory.write_error("write", LEDGER, exc) from None
+        with self._write_lock:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            if not pending:
+                return
+            data = memoryview(b"".join(pending))
+            try:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise self._directory.write_error("write", LEDGER, exc) from None
 
     def close(self) -> None:
         try:
@@ -416,6 +435,7 @@ __all__ = [
     "LEDGER",
     "LEDGER_SCHEMA",
     "Accepted",
+    "Checkpointed",
     "Committed",
     "Entry",
     "JobDirError",

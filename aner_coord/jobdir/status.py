@@ -156,6 +156,10 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     work_upper_bound: bool = False
     position: TrainingPosition | None = None
     notes: list[str] = []
+    # Appended with checkpoints (issue 20): the committed steps the last resume took from a
+    # checkpoint, and those the job's latest checkpoint holds (None: none written yet).
+    steps_recovered: int = 0
+    checkpointed_steps: int | None = None
 
     @property
     def total_work(self) -> int:

@@ -38,7 +38,7 @@ from aner_worker.oracle import oracle_hits
 
 pytestmark = pytest.mark.slurm
 
-from support import DEPLOY  # noqa: E402
+from support import DEPLOY, advance_until, status_where  # noqa: E402
 
 SEED = 42
 SAMPLES = 10**7
@@ -294,11 +294,14 @@ def test_kill_9_of_the_coordinator_ends_every_step(
     assert run_aner("parallel", "status", "--job", str(job), env=slurm.env).returncode == 5
 
 
-def _submit_template(tmp_path: Path, slurm: SlurmCluster, jobs: Path, aner_job: str) -> str:
+def _submit_template(
+    tmp_path: Path, slurm: SlurmCluster, jobs: Path, aner_job: str, **settings: str
+) -> str:
     """Submit deploy/aner-slurm.sbatch on one node running `aner parallel ANER_JOB`, with its
     job directories under `jobs`; the Slurm job id."""
     env = {
         **slurm.env,
+        **settings,
         "ANER": ANER,
         "ANER_DEPLOY": str(DEPLOY),
         "ANER_JOBS_DIR": str(jobs),
@@ -442,3 +445,43 @@ def test_sigterm_to_the_sbatch_script_cancels_the_aner_job_and_every_step(
     output = (tmp_path / f"aner-{job_id}.out").read_text()
     assert "cancel requested; waiting" in output
     assert any(line.startswith("CANCELLED ") for line in output.splitlines()), output
+
+
+def test_a_training_the_time_limit_stops_is_requeued_and_resumed_from_its_checkpoint(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """The template's pattern for a training longer than one allocation: TERM ahead of the
+    time limit (here: any TERM, ANER_REQUEUE_WITHIN covering the whole allocation) cancels
+    the aner job, which keeps its committed steps, and requeues the batch job; the script,
+    run again, resumes the job directory to completion."""
+    jobs = tmp_path / "jobs"
+    plan = "train --teacher 8000,16,4 --hidden 32,32 --batch 64 --epochs 12 --patience 100 --seed 3"
+    job_id = _submit_template(
+        tmp_path, slurm, jobs, plan, ANER_REQUEUE_WITHIN="1000000000", ANER_CHECKPOINT_S="3600"
+    )
+    job = jobs / f"slurm-{job_id}"
+    try:
+        wait_for(lambda: (job / "status.json").exists(), 60, "the aner job directory")
+        pid = status_of(job).pid
+        os.kill(pid, signal.SIGSTOP)  # held until the time limit's signal is on its way
+        try:
+            committed = status_where(job, lambda s: (s.committed_steps or 0) > 0)
+            advance_until(pid, committed, "committed steps")
+            assert slurm.command("scancel", "--batch", "--signal=TERM", job_id).returncode == 0
+            wait_for(lambda: (job / "cancel-request").exists(), 60, "the script's cancel")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: (job / "result.json").exists(), 600, "the requeued job's result")
+    finally:
+        wait_for(
+            lambda: job_id not in slurm.command("squeue", "-h", "-o", "%i").stdout.split(),
+            120,
+            "the batch job to end",
+        )
+        slurm.command("scancel", job_id)
+    result = json.loads((job / "result.json").read_text())
+    status = status_of(job)
+    assert (status.state, status.resumes) == (JobState.COMPLETED, 1)
+    assert result["steps_recovered"] > 0
+    output = (tmp_path / f"aner-{job_id}.out").read_text()
+    assert f"requeueing to resume {job}" in output, output

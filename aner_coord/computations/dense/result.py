@@ -59,6 +59,9 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     # ready (for worker processes also starting them and staging the data).
     load_s: float | None = None
     precision: str = "float64"  # the chunks' compute precision (older results: float64)
+    # Committed steps the last resume took from a checkpoint instead of computing them (an
+    # account of the run, like `seconds`: every number above is the uninterrupted run's).
+    steps_recovered: int = 0
 
     def summary(self) -> str:
         last = self.history[-1]

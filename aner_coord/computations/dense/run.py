@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
-from aner_coord.computations.dense import suspect
+from aner_coord.computations.dense import checkpoint, suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.dense.result import DenseResult, EpochRecord
@@ -90,7 +90,8 @@ def feature_names(dataset: Dataset) -> tuple[str, ...] | None:
 
 class DenseRun:
     # Gradient sums are as large as the model: a ledger of every chunk would dwarf it (24 MB
-    # for a digits job). Only committed passes are recorded; a resumed job retrains.
+    # for a digits job). Only committed passes are recorded; what a resumed job keeps is its
+    # last checkpoint (`Checkpoints`: the state after a committed pass), never a chunk.
     durable_chunks = False
 
     def __init__(self, request: DenseRequest, chunk: int, dataset: Dataset) -> None:
@@ -113,6 +114,7 @@ class DenseRun:
         rows = TrainingRows(self.roles.train, self.roles.validation, self.roles.test)
         self.training = Training(options, rows, dataset.n_features, dataset.n_classes)
         self._mean = self._std = b""
+        self.steps_recovered = 0  # committed steps restored from a checkpoint
         self._stage_plan: StagePlan | None = None
         if isinstance(dataset, TeacherDataset):
             self._data_name = dataset.identity
@@ -247,6 +249,23 @@ class DenseRun:
     def committed_steps(self) -> int | None:
         return self.training.committed
 
+    # -- checkpoints (`Checkpoints`) -----------------------------------------------------------
+    def checkpoint(self) -> bytes:
+        """The training's state after its last committed pass (`checkpoint` module)."""
+        return checkpoint.encode(self.training.snapshot())
+
+    def checkpoint_limit(self) -> int:
+        return checkpoint.limit(self.training)
+
+    def restore(self, data: bytes) -> None:
+        """Continue from checkpoint bytes `data` (before the first pass); ValueError naming
+        what does not fit this request."""
+        snap = checkpoint.decode(data, self.training)
+        if not checkpoint.finite(snap):
+            raise ValueError("its parameters or optimizer state are not finite")
+        self.training.restore(snap)
+        self.steps_recovered = self.training.committed
+
     # -- what the job leaves ---------------------------------------------------------------
     def staging(self) -> StagePlan | None:
         dataset = self._dataset
@@ -334,6 +353,7 @@ class DenseRun:
             notes=notes,
             committed_steps=training.committed,
             rows_processed=training.rows_processed,
+            steps_recovered=self.steps_recovered,
             staging=list(accounting.staging),
             losses=list(accounting.losses),
             # the job's compute: without the time before its first worker was ready

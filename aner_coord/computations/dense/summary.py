@@ -17,6 +17,12 @@ def summarize(result: dict[str, Any]) -> list[str]:
     ]
     if result.get("time_to_target_s") is not None:
         lines.append(f"target    reached after {result['time_to_target_s']:.3f} s")
+    recovered = result.get("steps_recovered") or 0
+    if recovered:
+        lines.append(
+            f"steps     {result['committed_steps']:,} committed, {recovered:,} of them "
+            "recovered from a checkpoint"
+        )
     lines.extend(f"note      {note}" for note in result.get("notes") or [])
     for record in result.get("staging") or []:
         lines.append(

@@ -23,6 +23,12 @@ The rows of each role are given (`TrainingRows`): section 9's roles for a traini
 a fold's training and validation rows for cross-validation (section 12), or the whole pool
 with no validation for a refit, which then trains for its epochs without early stopping and
 keeps its final model. The state machine reads a clock only to stamp each epoch's seconds.
+
+Between passes its whole state is plain data (`snapshot`, a `TrainingSnapshot` of numbers
+and binary64 arrays) and a fresh `Training` of the same options and rows continues exactly
+where a snapshot was taken (`restore`): the coordinator keeps snapshots as checkpoints
+(`aner_coord.computations.dense.checkpoint`), so a stopped training job resumes with the
+bits an uninterrupted one ends with. Only the epochs' seconds (a clock) differ.
 """
 
 from __future__ import annotations
@@ -43,7 +49,12 @@ from aner_worker.kernels.dense.network import (
     flatten,
     unflatten,
 )
-from aner_worker.kernels.dense.optimizers import OptimizerName, initial_state, step
+from aner_worker.kernels.dense.optimizers import (
+    OptimizerName,
+    OptimizerState,
+    initial_state,
+    step,
+)
 from aner_worker.kernels.dense.params import EVALUATE, MOMENTS, TRAIN, DenseStats
 from aner_worker.kernels.dense.plan import (
     EarlyStopping,
@@ -119,6 +130,37 @@ class TrainingPass:
     @property
     def items(self) -> int:
         return int(self.rows.size)
+
+
+@dataclass(frozen=True)
+class TrainingSnapshot:
+    """The whole state of a `Training` between two passes, as plain data: what a checkpoint
+    holds. The data order of the epoch in progress is not kept: it is a function of the seed
+    and the epoch (`plan.epoch_order`), derived again on restore. `history` holds one row
+    per epoch, (epoch, train loss, validation loss, validation accuracy, seconds), NaN for
+    a value without validation rows."""
+
+    phase: str  # the pass that comes next (`_Phase` value)
+    epoch: int
+    step: int  # committed steps of the epoch in progress
+    committed: int
+    rows_processed: int
+    epoch_loss: float  # the loss sum of the epoch's committed steps
+    elapsed: float  # seconds of training before the snapshot (epochs' seconds go on from it)
+    flat: Floats
+    best_flat: Floats
+    optimizer: str
+    optimizer_t: int
+    moment1: Floats
+    moment2: Floats
+    best_loss: float
+    best_epoch: int
+    since_best: int
+    mean: Floats | None  # the normalisation; None before it is committed
+    std: Floats | None
+    history: Floats  # shape (epochs so far, 5)
+    time_to_target: float | None
+    test: tuple[float, float] | None
 
 
 class _Phase(enum.Enum):
@@ -316,10 +358,113 @@ class Training:
         else:
             self._begin_epoch(self.epoch + 1)
 
+    # -- checkpoints -------------------------------------------------------------------------
+    def snapshot(self) -> TrainingSnapshot:
+        """The state between passes (after a commit, before the next pass's chunks), as
+        copies: later passes never change a snapshot taken."""
+        norm = self.normalisation
+        history = np.array(
+            [
+                (
+                    h.epoch,
+                    h.train_loss,
+                    math.nan if h.validation_loss is None else h.validation_loss,
+                    math.nan if h.validation_accuracy is None else h.validation_accuracy,
+                    h.seconds,
+                )
+                for h in self.history
+            ],
+            dtype=np.float64,
+        ).reshape(len(self.history), 5)
+        return TrainingSnapshot(
+            phase=self._phase.value,
+            epoch=self.epoch,
+            step=self.step,
+            committed=self.committed,
+            rows_processed=self.rows_processed,
+            epoch_loss=self._epoch_loss,
+            elapsed=self._clock() - self._started,
+            flat=self.flat.copy(),
+            best_flat=self.best_flat.copy(),
+            optimizer=self._opt.name,
+            optimizer_t=self._opt.t,
+            moment1=self._opt.m.copy(),
+            moment2=self._opt.v.copy(),
+            best_loss=self._stopping.best_loss,
+            best_epoch=self._stopping.best_epoch,
+            since_best=self._stopping.since_best,
+            mean=None if norm is None else norm.mean.copy(),
+            std=None if norm is None else norm.std.copy(),
+            history=history,
+            time_to_target=self.time_to_target,
+            test=self.test,
+        )
+
+    def restore(self, snap: TrainingSnapshot) -> None:
+        """Continue from `snap`, a snapshot of a training with these options and rows (a
+        fresh `Training`, before its first pass). ValueError, naming what does not fit,
+        for a snapshot that cannot be one of this training; nothing is changed then."""
+        _check_snapshot(self, snap)
+        self._phase = _Phase(snap.phase)
+        self.epoch, self.step = snap.epoch, snap.step
+        self.committed, self.rows_processed = snap.committed, snap.rows_processed
+        self._epoch_loss = snap.epoch_loss
+        self._started = self._clock() - snap.elapsed
+        self.flat, self.best_flat = snap.flat.copy(), snap.best_flat.copy()
+        name: OptimizerName = "adam" if snap.optimizer == "adam" else "sgd"
+        self._opt = OptimizerState(name, snap.optimizer_t, snap.moment1.copy(), snap.moment2.copy())
+        self._stopping = EarlyStopping(
+            self._stopping.patience, snap.best_loss, snap.best_epoch, snap.since_best
+        )
+        if snap.mean is not None and snap.std is not None:
+            self.normalisation = Normalisation(snap.mean.copy(), snap.std.copy())
+            self._order = epoch_order(self.options.seed, self.epoch, self.rows.train)
+        self.history = [_epoch_record(row) for row in snap.history]
+        self.time_to_target = snap.time_to_target
+        self.test = snap.test
+
     # -- what it leaves ----------------------------------------------------------------------
     def parameters(self, flat: Floats) -> list[Floats]:
         """`[W1, b1, ...]` of a flat parameter vector of this training, as copies."""
         return [p.copy() for p in unflatten(flat, self.sizes)]
+
+
+def _epoch_record(row: Floats) -> EpochRecord:
+    loss, accuracy = float(row[2]), float(row[3])
+    return EpochRecord(
+        int(row[0]),
+        float(row[1]),
+        None if math.isnan(loss) else loss,
+        None if math.isnan(accuracy) else accuracy,
+        float(row[4]),
+    )
+
+
+def _check_snapshot(training: Training, snap: TrainingSnapshot) -> None:
+    """ValueError unless `snap` fits `training`: its phase, counts and every array's shape."""
+    options = training.options
+    n = training.flat.size
+    moments = n if options.optimizer == "adam" else 0
+    phases = {p.value for p in _Phase}
+    problems = [
+        (snap.phase not in phases, f"phase {snap.phase!r}"),
+        (not 0 <= snap.epoch < options.epochs, f"epoch {snap.epoch} of {options.epochs}"),
+        (not 0 <= snap.step <= training.steps_per_epoch, f"step {snap.step}"),
+        (snap.committed < 0 or snap.rows_processed < 0, "negative counts"),
+        (snap.optimizer != options.optimizer, f"optimizer {snap.optimizer!r}"),
+        (snap.optimizer_t != snap.committed, f"{snap.optimizer_t} optimizer steps"),
+        (snap.flat.shape != (n,) or snap.best_flat.shape != (n,), "parameter shapes"),
+        (snap.moment1.shape != (moments,) or snap.moment2.shape != (moments,), "moments"),
+        (snap.history.shape != (len(snap.history), 5), f"history shape {snap.history.shape}"),
+        (len(snap.history) > snap.epoch + 1, f"{len(snap.history)} epochs of history"),
+    ]
+    width = training.sizes[0]
+    if snap.mean is not None or snap.std is not None:
+        shapes = [getattr(a, "shape", None) for a in (snap.mean, snap.std)]
+        problems.append((shapes != [(width,), (width,)], "normalisation shapes"))
+    for bad, what in problems:
+        if bad:
+            raise ValueError(f"the snapshot does not fit this training: {what}")
 
 
 def _floats(data: bytes | memoryview) -> Floats:
