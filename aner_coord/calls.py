@@ -299,7 +299,7 @@ def _dense_options(x: Any, y: Any, options: dict[str, Any]) -> dict[str, Any]:
     if options.get("data") is not None or options.get("teacher") is not None:
         raise RequestError("dense_fit() takes X and y, data= or teacher=: give exactly one")
     from aner_coord.computations.dense.arrays import register
-    from aner_coord.computations.dense.computation import MAX_DATA_BYTES
+    from aner_worker.kernels.dense.data import MAX_DATA_BYTES
 
     options["data"] = register(x, y, limit_bytes=MAX_DATA_BYTES)
     return options

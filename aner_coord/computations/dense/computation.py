@@ -20,7 +20,10 @@ from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun, fea
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_positive, check_seed
+from aner_worker.files import FileRefused, stat_regular
 from aner_worker.kernels.dense.data import (
+    MAX_DATA_BYTES,
+    MAX_FILE_BYTES,
     ArrayDataset,
     DataError,
     Dataset,
@@ -44,8 +47,6 @@ from aner_worker.kernels.dense.plan import (
 DEFAULT_CHUNK_ROWS = 128
 
 # Admission limits (SPEC section 3 asks for limits with clear errors).
-MAX_FILE_BYTES = 2 << 30  # a data file, before parsing
-MAX_DATA_BYTES = 4 << 30  # its features in memory, as binary64
 MAX_TEACHER_ROWS = 200_000_000
 MAX_LAYER = 4096  # features, hidden units or classes
 MAX_HIDDEN_LAYERS = 16
@@ -65,7 +66,9 @@ def _file_key(request: DenseRequest) -> tuple[Any, ...]:
     if request.data == "digits":
         return ("digits", request.label)
     try:
-        info = os.stat(request.data)
+        info = stat_regular(request.data)  # a FIFO or a device is refused, not trusted
+    except FileRefused as exc:
+        raise RequestError(f"{{data}}: cannot read {request.data}: it is {exc}", "data") from None
     except OSError as exc:
         raise RequestError(
             f"{{data}}: cannot read {request.data}: {exc.strerror or exc}", "data"

@@ -18,7 +18,6 @@ import hashlib
 import importlib.util
 import io
 import math
-import zipfile
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Sequence
@@ -30,6 +29,12 @@ from numba import njit
 
 from aner_worker.kernels.dense.streams import signed, words
 from aner_worker.kernels.philox import philox_block
+from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
+
+# Limits of a data file: its bytes before parsing, and its features in memory as binary64
+# (an NPZ member's declared shape is checked against the second before it is decompressed).
+MAX_FILE_BYTES = 2 << 30
+MAX_DATA_BYTES = 4 << 30
 
 TEACHER_ID = "aner-dataset/teacher/v1"
 DIGITS = "digits"
@@ -282,20 +287,14 @@ def load_npz(path: str | Path) -> ArrayDataset:
     where = str(path)
     data = _read(path)
     identity = "sha256:" + hashlib.sha256(data).hexdigest()
-    # Without this check numpy would try a non-zip file as a pickle and blame pickling.
-    if not zipfile.is_zipfile(io.BytesIO(data)):
-        raise DataError(f"{where}: not a readable NPZ archive (not a zip file)")
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            missing = [name for name in ("X", "y") if name not in archive.files]
-            if missing:
-                raise DataError(f"{where}: missing array {missing[0]!r} (need X and y)")
-            x_raw, y_raw = archive["X"], archive["y"]
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise DataError(f"{where}: not a readable NPZ archive ({exc})") from None
-    except ValueError as exc:
-        # numpy refuses object arrays when pickles are off; say so in one line.
-        raise DataError(f"{where}: unreadable array ({exc})") from None
+        archive = npz_arrays(data, where, MAX_FILE_BYTES, MAX_DATA_BYTES // 8)
+    except UnsafeFile as exc:
+        raise DataError(str(exc)) from None
+    missing = [name for name in ("X", "y") if name not in archive]
+    if missing:
+        raise DataError(f"{where}: missing array {missing[0]!r} (need X and y)")
+    x_raw, y_raw = archive["X"], archive["y"]
     if x_raw.ndim != 2:
         raise DataError(f"{where}: X must be 2-D, got shape {x_raw.shape}")
     if x_raw.dtype.kind not in "biuf":
@@ -372,10 +371,12 @@ def open_dataset(source: str, label: str | None = None) -> ArrayDataset:
 
 
 def _read(path: str | Path) -> bytes:
+    """The file's bytes, if it is a regular file within MAX_FILE_BYTES (never waited on,
+    never read past the limit: `npzfile.read_user_file`)."""
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return read_user_file(str(path), MAX_FILE_BYTES, str(path))
+    except UnsafeFile as exc:
+        raise DataError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------
