@@ -215,6 +215,7 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
         n_cols = len(header)
         if n_cols < 2:
             raise DataError(f"{where}: line 1: need a label and at least one feature column")
+        _check_unique(header, where)
         label_col = _resolve_label(label, header, where)
         features = array("d")
         labels: list[str] = []
@@ -271,6 +272,19 @@ def _raise_bad_row(
                 f"{where}: line {line}, column {col + 1} ({header[col]!r}): {_bad_value(value)}"
             ) from None
     raise AssertionError("a row that failed to parse parsed")  # pragma: no cover
+
+
+def _check_unique(header: list[str], where: str) -> None:
+    """Columns are found by name (a model records its features' names and `predict` maps
+    a file's columns by them), so a name given twice is ambiguous."""
+    seen: dict[str, int] = {}
+    for col, name in enumerate(header):
+        if name in seen:
+            raise DataError(
+                f"{where}: line 1: columns {seen[name] + 1} and {col + 1} are both named "
+                f"{name[:80]!r}; give every column its own name"
+            )
+        seen[name] = col
 
 
 def load_csv(path: str | Path, label: str | None = None) -> ArrayDataset:
