@@ -187,14 +187,14 @@ def _check_plan(
     if n_chunks > MAX_CHUNKS:
         smallest = -(-total // MAX_CHUNKS)
         raise AdmissionError(
-            f"{total:,} items in chunks of {chunk:,} make {n_chunks:,} chunks; the limit is "
+            f"{total:,} {unit} in chunks of {chunk:,} make {n_chunks:,} chunks; the limit is "
             f"{MAX_CHUNKS:,}: use a chunk of at least {smallest} ({{chunk}})",
             "chunk",
         )
     needed = len(workers.slots) if workers.records is not None else 1
     if n_chunks < needed:
         raise AdmissionError(
-            f"{total:,} items in chunks of {chunk:,} make {n_chunks} chunk(s), fewer than "
+            f"{total:,} {unit} in chunks of {chunk:,} make {n_chunks} chunk(s), fewer than "
             f"the {needed} configured workers (each needs at least one): "
             f"use a chunk of at most {max(1, total // needed)} ({{chunk}})",
             "chunk",
