@@ -1,4 +1,5 @@
-"""The one place that admits a request (SPEC section 3): every check, before anything starts.
+"""The one place that admits a request (docs/contracts.md, section 3): every check, before anything
+starts.
 
 `admit(request)` validates the computation's parameters, the execution policy (worker
 counts against this machine's allocation and the limits, the cluster file), the chunk plan
@@ -214,14 +215,14 @@ def _check_plan(
 def local(workers: int = 0, chunk: int | None = None) -> LocalExecution:
     """A local allocation; `workers=0` means the automatic policy reported by `inventory`.
     `chunk` items go to a task; None is each computation's own default (65,536 samples or
-    rows for Monte Carlo and the fixture, SPEC section 3)."""
+    rows for Monte Carlo and the fixture, docs/contracts.md, section 3)."""
     execution = LocalExecution(workers=workers, chunk=chunk)
     admit_execution(execution)
     return execution
 
 
 def cluster(config: str | os.PathLike[str], chunk: int | None = None) -> ClusterExecution:
-    """The group described by the cluster file at `config` (SPEC section 5)."""
+    """The group described by the cluster file at `config` (docs/contracts.md, section 5)."""
     execution = ClusterExecution(config=os.fspath(config), chunk=chunk)
     admit_execution(execution)
     return execution

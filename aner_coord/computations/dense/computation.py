@@ -1,5 +1,6 @@
-"""Dense classifier training `aner-dense/v1` (SPEC section 9): the computation the registry
-names, admission (the data loaded once, every limit) and the start of a run (`run.DenseRun`).
+"""Dense classifier training `aner-dense/v1` (docs/contracts.md, section 9): the computation the
+registry names, admission (the data loaded once, every limit) and the start of a run
+(`run.DenseRun`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from aner_worker.kernels.dense.plan import (
 # made one worker about 40% slower than 256 and two workers no faster than 128.
 DEFAULT_CHUNK_ROWS = 128
 
-# Admission limits (SPEC section 3 asks for limits with clear errors).
+# Admission limits (docs/contracts.md, section 3 asks for limits with clear errors).
 MAX_TEACHER_ROWS = 200_000_000
 MAX_LAYER = 4096  # features, hidden units or classes
 MAX_HIDDEN_LAYERS = 16

@@ -1,4 +1,5 @@
-"""A trained ``aner-dense/v1`` model and its ``model.npz`` file (SPEC section 9, Files).
+"""A trained ``aner-dense/v1`` model and its ``model.npz`` file (docs/contracts.md, section 9,
+Files).
 
 The file holds ``W1, b1, ..., W(L+1), b(L+1)``, ``mean``, ``std``, ``classes`` and ``meta``
 (a JSON string: layer sizes, data identity, seed, epoch of the model, the compute precision
@@ -132,7 +133,9 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
     mean = _floats(contents, "mean", (sizes[0],), where)
     std = _floats(contents, "std", (sizes[0],), where)
     if not np.all(std > 0):
-        raise ModelFileError(f"{where}: std has a value that is not positive (SPEC: 1 where 0)")
+        raise ModelFileError(
+            f"{where}: std has a value that is not positive (a constant feature's is stored as 1)"
+        )
     classes = _classes(contents, sizes[-1], where)
     features = _features(meta, sizes[0], where)
     # A model written before precisions were declared was trained in float64.

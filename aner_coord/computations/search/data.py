@@ -1,4 +1,5 @@
-"""The data of a search: section 9's data sets, and a CSV's group column (SPEC section 12).
+"""The data of a search: section 9's data sets, and a CSV's group column (docs/contracts.md, section
+12).
 
 Without a group column the data set is Dense's own (`dense.data.open_dataset`: a CSV, an
 NPZ or the digits; or the teacher set). With one, the CSV is read as Dense reads it with the

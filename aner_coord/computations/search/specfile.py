@@ -1,4 +1,4 @@
-"""The search file of `aner parallel search --spec FILE.toml` (SPEC section 12).
+"""The search file of `aner parallel search --spec FILE.toml` (docs/contracts.md, section 12).
 
 TOML; every `train` option may stand at the top level (fixed for every candidate) beside
 `group`, `folds`, `refit`, `chunk` and `seed`, and `[grid]` holds the lists of values that

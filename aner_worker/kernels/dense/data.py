@@ -1,4 +1,5 @@
-"""Data sources of ``aner-dense/v1`` (SPEC section 9): CSV, NPZ, digits and the teacher set.
+"""Data sources of ``aner-dense/v1`` (docs/contracts.md, section 9): CSV, NPZ, digits and the
+teacher set.
 
 A ``Dataset`` answers ``rows(positions)`` with the float64 features and class indices of any
 rows, by global position, so a task needs to carry only positions. File data (CSV, NPZ and
@@ -41,7 +42,7 @@ DIGITS = "digits"
 
 TEACHER_HIDDEN = 32
 TEACHER_MAX_FEATURES = 256
-# Not a SPEC limit: it keeps `r * d` word indices far inside int64 and matches the largest
+# Not a contract's limit: it keeps `r * d` word indices far inside int64 and matches the largest
 # procedural set the project promises to handle, 10**8 rows with room to spare.
 TEACHER_MAX_ROWS = 10**12
 FEATURE_STREAM, HIDDEN_STREAM, OUTPUT_STREAM, NOISE_STREAM, FLIP_STREAM = 3, 4, 5, 6, 7
@@ -413,9 +414,9 @@ def _teacher_kernel(seed, positions, hidden_wt, output_wt, x, y):  # type: ignor
     weights come transposed: ``hidden_wt[j, h] = A[h][j]``, ``output_wt[h, c] = C[c][h]``.
 
     No fastmath: every sum runs in index order from 0.0 with separate multiply and add,
-    exactly as SPEC section 9 writes it, so any implementation derives the same labels. The
-    loops run over the sum's index outside and over the independent sums inside (all hidden
-    units, all classes), so each sum still adds its terms in index order while LLVM
+    exactly as docs/contracts.md, section 9 writes it, so any implementation derives the same
+    labels. The loops run over the sum's index outside and over the independent sums inside (all
+    hidden units, all classes), so each sum still adds its terms in index order while LLVM
     vectorises across sums, which it may not do within one (2-3x the rows per second).
     """
     d = x.shape[1]
