@@ -27,6 +27,7 @@ from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
 Floats = npt.NDArray[np.float64]
 
 MAX_FILE_BYTES = 2 << 30  # as for training data
+MAX_VALUES = (4 << 30) // 8  # feature values as binary64 in memory, as for training data
 
 
 class FeatureError(ValueError):
@@ -39,7 +40,9 @@ def read_rows(path: str, model: DenseModel, label: str | None) -> Floats:
     try:
         data = read_user_file(path, MAX_FILE_BYTES, where)
         if path.lower().endswith(".npz"):
-            return _npz_rows(npz_arrays(data, where, MAX_FILE_BYTES), model.sizes[0], where)
+            return _npz_rows(
+                npz_arrays(data, where, MAX_FILE_BYTES, MAX_VALUES), model.sizes[0], where
+            )
     except UnsafeFile as exc:
         raise FeatureError(str(exc)) from None
     return _csv_rows(data, model, label, where)
