@@ -22,6 +22,7 @@ from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import (
     MAX_CHUNKS,
     MAX_LOCAL_WORKERS,
+    MAX_SAMPLES,
     check_fraction,
     check_int,
     check_positive,
@@ -103,7 +104,11 @@ def admit(request: JobRequest) -> Job:
 
 def admit_execution(execution: Execution) -> Workers:
     if execution.chunk is not None:
-        check_positive("chunk", execution.chunk)
+        chunk = check_positive("chunk", execution.chunk)
+        if chunk > MAX_SAMPLES:  # no job is that large: a typo, not a plan
+            raise RequestError(
+                f"{{chunk}} is {chunk:,}; a task takes at most {MAX_SAMPLES:,}", "chunk"
+            )
     if isinstance(execution, LocalExecution):
         return _admit_local(execution.workers)
     return _admit_cluster(execution)

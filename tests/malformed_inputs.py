@@ -277,9 +277,9 @@ def model_contents() -> list[tuple[str, Maker]]:
 
 
 def spec_contents() -> list[tuple[str, Maker]]:
-    mc = '[computation]\nkind = "montecarlo"\n'
+    mc = 'output = "out"\n[computation]\nkind = "monte-carlo"\n'
     return [
-        ("missing_computation", content('output = "x"\n')),
+        ("missing_computation", content('output = "out"\n')),
         ("unknown_kind", content('[computation]\nkind = "nope"\nseed = 1\n')),
         ("seed_string", content(mc + 'seed = "one"\nsamples = 1000\n')),
         ("samples_float_nan", content(mc + "seed = 1\nsamples = nan\n")),
@@ -287,16 +287,30 @@ def spec_contents() -> list[tuple[str, Maker]]:
         ("samples_zero", content(mc + "seed = 1\nsamples = 0\n")),
         ("samples_huge", content(mc + "seed = 1\nsamples = 99999999999999999999999\n")),
         ("seed_2_64", content(mc + "seed = 18446744073709551616\nsamples = 1000\n")),
-        ("chunk_zero", content(mc + "seed = 1\nsamples = 1000\nchunk = 0\n")),
+        ("chunk_in_computation", content(mc + "seed = 1\nsamples = 1000\nchunk = 0\n")),
+        (
+            "execution_chunk_zero",
+            content(mc + 'seed = 1\nsamples = 1000\n[execution]\nkind = "local"\nchunk = 0\n'),
+        ),
+        (
+            "execution_chunk_1e13",
+            content(
+                mc
+                + 'seed = 1\nsamples = 1000\n[execution]\nkind = "local"\nchunk = 10000000000000\n'
+            ),
+        ),
         ("unknown_key", content(mc + "seed = 1\nsamples = 1000\ncolour = 3\n")),
         ("unknown_top_key", content(mc + "seed = 1\nsamples = 1000\n[extra]\na = 1\n")),
-        ("computation_is_string", content('computation = "montecarlo"\n')),
+        ("computation_is_string", content('computation = "monte-carlo"\n')),
         ("duplicate_key", content(mc + "seed = 1\nseed = 2\nsamples = 1000\n")),
         ("audit_nan", content("audit = nan\n" + mc + "seed = 1\nsamples = 1000\n")),
         ("retries_negative", content("retries = -1\n" + mc + "seed = 1\nsamples = 1000\n")),
         (
-            "regression_steps_zero",
-            content('[computation]\nkind = "regression"\nseed = 1\nsteps = 0\n'),
+            "regression_steps_negative",
+            content(
+                '[computation]\nkind = "regression"\nseed = 1\nsamples = 1000\nrate = 0.5\n'
+                "steps = -1\n"
+            ),
         ),
         (
             "dense_data_missing",
@@ -351,18 +365,18 @@ def _search_with_data(path: Path, make: Maker, suffix: str = ".csv") -> Path:
 
 
 def experiment_contents() -> list[tuple[str, Maker]]:
-    mc = '[computation]\nkind = "montecarlo"\nseed = 1\nsamples = 100000\n'
+    mc = '[computation]\nkind = "monte-carlo"\nseed = 1\nsamples = 100000\n'
     case = '[[case]]\nname = "a"\nworkers = 1\n'
     return [
-        ("missing_computation", content('name = "x"\nrepetitions = 1\n' + case)),
-        ("no_cases", content('name = "x"\nrepetitions = 1\n' + mc)),
+        ("missing_computation", content('name = "x"\nrepetitions = 3\n' + case)),
+        ("no_cases", content('name = "x"\nrepetitions = 3\n' + mc)),
         ("repetitions_2_63", content(f'name = "x"\nrepetitions = {2**63 - 1}\n' + mc + case)),
         ("repetitions_zero", content('name = "x"\nrepetitions = 0\n' + mc + case)),
         ("repetitions_string", content('name = "x"\nrepetitions = "3"\n' + mc + case)),
         (
             "cases_101",
             content(
-                'name = "x"\nrepetitions = 1\n'
+                'name = "x"\nrepetitions = 3\n'
                 + mc
                 + "".join(f'[[case]]\nname = "c{i}"\nworkers = 1\n' for i in range(101))
             ),
@@ -370,7 +384,7 @@ def experiment_contents() -> list[tuple[str, Maker]]:
         (
             "case_name_1MB",
             content(
-                'name = "x"\nrepetitions = 1\n'
+                'name = "x"\nrepetitions = 3\n'
                 + mc
                 + f'[[case]]\nname = "{"n" * 1_000_000}"\nworkers = 1\n'
             ),
@@ -378,19 +392,19 @@ def experiment_contents() -> list[tuple[str, Maker]]:
         (
             "case_chunk_1e13",
             content(
-                'name = "x"\nrepetitions = 1\n'
+                'name = "x"\nrepetitions = 3\n'
                 + mc
                 + '[[case]]\nname = "a"\nworkers = 1\nchunk = 10000000000000\n'
             ),
         ),
         (
             "case_workers_zero",
-            content('name = "x"\nrepetitions = 1\n' + mc + '[[case]]\nname = "a"\nworkers = 0\n'),
+            content('name = "x"\nrepetitions = 3\n' + mc + '[[case]]\nname = "a"\nworkers = 0\n'),
         ),
         (
             "case_both",
             content(
-                'name = "x"\nrepetitions = 1\n'
+                'name = "x"\nrepetitions = 3\n'
                 + mc
                 + '[[case]]\nname = "a"\nworkers = 1\ncluster = "c"\n'
             ),
@@ -399,28 +413,28 @@ def experiment_contents() -> list[tuple[str, Maker]]:
         ("case_cluster_dev_zero", lambda p: _experiment_with_cluster(p, link("/dev/zero"))),
         ("case_cluster_garbage", lambda p: _experiment_with_cluster(p, content(b"\x00garbage"))),
         (
-            "regression_steps_zero",
+            "regression_steps_negative",
             content(
-                'name = "x"\nrepetitions = 1\n'
-                '[computation]\nkind = "regression"\nseed = 1\nsteps = 0\n' + case
+                'name = "x"\nrepetitions = 3\n[computation]\nkind = "regression"\nseed = 1\n'
+                "samples = 1000\nrate = 0.5\nsteps = -1\n" + case
             ),
         ),
         (
             "samples_nan",
             content(
-                'name = "x"\nrepetitions = 1\n'
-                '[computation]\nkind = "montecarlo"\nseed = 1\nsamples = nan\n' + case
+                'name = "x"\nrepetitions = 3\n'
+                '[computation]\nkind = "monte-carlo"\nseed = 1\nsamples = nan\n' + case
             ),
         ),
-        ("unknown_key", content('name = "x"\nrepetitions = 1\ncolour = 1\n' + mc + case)),
-        ("case_is_table", content('name = "x"\nrepetitions = 1\n' + mc + '[case]\nname = "a"\n')),
+        ("unknown_key", content('name = "x"\nrepetitions = 3\ncolour = 1\n' + mc + case)),
+        ("case_is_table", content('name = "x"\nrepetitions = 3\n' + mc + '[case]\nname = "a"\n')),
     ]
 
 
 def _experiment_with_cluster(path: Path, make: Maker) -> Path:
     make(path.with_name(path.stem + "-cluster"))
     text = (
-        'name = "x"\nrepetitions = 1\n[computation]\nkind = "montecarlo"\nseed = 1\n'
+        'name = "x"\nrepetitions = 3\n[computation]\nkind = "monte-carlo"\nseed = 1\n'
         f'samples = 100000\n[[case]]\nname = "a"\ncluster = "{path.stem}-cluster"\n'
     )
     return write(path, text)
@@ -510,7 +524,7 @@ COMMANDS: dict[str, list[tuple[str, list[str]]]] = {
             ["parallel", "predict", "--model", "{in}", "--data", "{rows}", "--output", "{out}"],
         )
     ],
-    "spec": [("run_spec", ["parallel", "run", "--spec", "{in}", "--output", "{out}"])],
+    "spec": [("run_spec", ["parallel", "run", "--spec", "{in}"])],
     "search": [("search_spec", ["parallel", "search", "--spec", "{in}", "--output", "{out}"])],
     "experiment": [
         (
