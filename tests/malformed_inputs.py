@@ -676,6 +676,8 @@ def problems(result: dict[str, object], out: Path) -> list[str]:
         found.append(f"{len(lines)} stderr lines ({len(stderr)} bytes), expected one")
     if os.path.lexists(out):
         found.append(f"{out.name} exists after the refusal")
+    if str(out.parent) not in stderr:  # the line names the file (each case has its folder)
+        found.append("the line names no file of the case")
     if found:
         found.append(f"stderr: {stderr[:300]!r}")
     return found
