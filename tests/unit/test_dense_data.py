@@ -271,8 +271,10 @@ def test_digits_without_sklearn_says_how_to_install(monkeypatch: pytest.MonkeyPa
         return None if name == "sklearn" else real(name, package)
 
     monkeypatch.setattr(importlib.util, "find_spec", hide_sklearn)
-    with pytest.raises(DataError, match=r"needs scikit-learn.*pip install 'aner\[digits\]'"):
+    with pytest.raises(DataError, match=r"needs scikit-learn") as caught:
         load_digits()
+    # The command that installs it where this aner runs, whatever the shell's `pip` is.
+    assert str(caught.value).endswith(f"{sys.executable} -m pip install scikit-learn")
 
 
 def test_label_strings_read_as_written() -> None:

@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 import io
 import math
+import sys
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Sequence
@@ -343,7 +344,8 @@ def digits_path() -> Path:
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise DataError(
-            "--data digits needs scikit-learn, which ships the data set: pip install 'aner[digits]'"
+            "--data digits needs scikit-learn, which ships the data set: install it into aner's "
+            f"environment: {sys.executable} -m pip install scikit-learn"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
     if not path.is_file():
