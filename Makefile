@@ -39,7 +39,7 @@ bench: $(VENV)/.base cref
 
 # The native C reference of the Monte Carlo stream (bench/c/pi_ref.c), built with the system
 # compiler; without one, the benchmarks that compare with it say so and skip it. No fused
-# multiply-add: the hit test must round exactly as SPEC section 1 says.
+# multiply-add: the hit test must round exactly as docs/contracts.md, section 1 says.
 CC     ?= cc
 CREF   ?= bench/c/pi_ref
 CFLAGS_CREF := -O3 -march=native -pthread -ffp-contract=off -std=gnu11 -Wall -Wextra

@@ -1,4 +1,5 @@
-"""The one place that admits a request (SPEC section 3): every check, before anything starts.
+"""The one place that admits a request (docs/contracts.md, section 3): every check, before anything
+starts.
 
 `admit(request)` validates the computation's parameters, the execution policy (worker
 counts against this machine's allocation and the limits, the cluster file), the chunk plan
@@ -21,6 +22,7 @@ from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import (
     MAX_CHUNKS,
     MAX_LOCAL_WORKERS,
+    MAX_SAMPLES,
     check_fraction,
     check_int,
     check_positive,
@@ -102,7 +104,11 @@ def admit(request: JobRequest) -> Job:
 
 def admit_execution(execution: Execution) -> Workers:
     if execution.chunk is not None:
-        check_positive("chunk", execution.chunk)
+        chunk = check_positive("chunk", execution.chunk)
+        if chunk > MAX_SAMPLES:  # no job is that large: a typo, not a plan
+            raise RequestError(
+                f"{{chunk}} is {chunk:,}; a task takes at most {MAX_SAMPLES:,}", "chunk"
+            )
     if isinstance(execution, LocalExecution):
         return _admit_local(execution.workers)
     return _admit_cluster(execution)
@@ -187,14 +193,14 @@ def _check_plan(
     if n_chunks > MAX_CHUNKS:
         smallest = -(-total // MAX_CHUNKS)
         raise AdmissionError(
-            f"{total:,} items in chunks of {chunk:,} make {n_chunks:,} chunks; the limit is "
+            f"{total:,} {unit} in chunks of {chunk:,} make {n_chunks:,} chunks; the limit is "
             f"{MAX_CHUNKS:,}: use a chunk of at least {smallest} ({{chunk}})",
             "chunk",
         )
     needed = len(workers.slots) if workers.records is not None else 1
     if n_chunks < needed:
         raise AdmissionError(
-            f"{total:,} items in chunks of {chunk:,} make {n_chunks} chunk(s), fewer than "
+            f"{total:,} {unit} in chunks of {chunk:,} make {n_chunks} chunk(s), fewer than "
             f"the {needed} configured workers (each needs at least one): "
             f"use a chunk of at most {max(1, total // needed)} ({{chunk}})",
             "chunk",
@@ -214,14 +220,14 @@ def _check_plan(
 def local(workers: int = 0, chunk: int | None = None) -> LocalExecution:
     """A local allocation; `workers=0` means the automatic policy reported by `inventory`.
     `chunk` items go to a task; None is each computation's own default (65,536 samples or
-    rows for Monte Carlo and the fixture, SPEC section 3)."""
+    rows for Monte Carlo and the fixture, docs/contracts.md, section 3)."""
     execution = LocalExecution(workers=workers, chunk=chunk)
     admit_execution(execution)
     return execution
 
 
 def cluster(config: str | os.PathLike[str], chunk: int | None = None) -> ClusterExecution:
-    """The group described by the cluster file at `config` (SPEC section 5)."""
+    """The group described by the cluster file at `config` (docs/contracts.md, section 5)."""
     execution = ClusterExecution(config=os.fspath(config), chunk=chunk)
     admit_execution(execution)
     return execution

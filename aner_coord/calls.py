@@ -54,9 +54,10 @@ class Placement(TypedDict, total=False):
     """Where and how a call's job runs; the same for every computation."""
 
     execution: Execution  # local(...) or cluster(...); the caller's own if omitted
-    output: str | os.PathLike[str]  # a job directory (SPEC section 7) that must not exist
+    # a job directory (docs/contracts.md, section 7) that must not exist
+    output: str | os.PathLike[str]
     audit: float  # the fraction of chunks the coordinator recomputes itself
-    retries: int  # lost workers the job survives (SPEC section 11)
+    retries: int  # lost workers the job survives (docs/contracts.md, section 11)
     chunk: int  # items a task, instead of the execution's (or the computation's default)
 
 
@@ -150,29 +151,30 @@ class Calls:
     # -- the calls, each written once ----------------------------------------------------
     def _run(self, /, computation: ComputationRequest, **placement: Unpack[Placement]) -> Call[Any]:
         """Run any registered computation's request and return its result. `output` makes a
-        job directory (SPEC section 7), `audit` recomputes that fraction of the chunks on the
-        coordinator, `retries` lost workers are survived (SPEC section 11), `chunk` items go
-        to a task."""
+        job directory (docs/contracts.md, section 7), `audit` recomputes that fraction of the chunks
+        on the coordinator, `retries` lost workers are survived (docs/contracts.md, section 11),
+        `chunk` items go to a task."""
         return Call(self.job(computation, placement), self.finish)
 
     def _monte_carlo(
         self, /, *, samples: int, seed: int, **placement: Unpack[Placement]
     ) -> Call[MonteCarloResult]:
-        """Estimate pi from `samples` Philox samples of `seed` (SPEC section 1); the hits
-        depend on nothing else."""
+        """Estimate pi from `samples` Philox samples of `seed` (docs/contracts.md, section 1); the
+        hits depend on nothing else."""
         request = request_of(MonteCarloRequest, {"samples": samples, "seed": seed}, "monte_carlo")
         return self._run(request, **placement)
 
     def _regression(
         self, /, *, samples: int, steps: int, rate: float, seed: int, **placement: Unpack[Placement]
     ) -> Call[RegressionResult]:
-        """Fit the logistic-regression fixture of SPEC section 2 with full-batch steps."""
+        """Fit the logistic-regression fixture of docs/contracts.md, section 2 with full-batch
+        steps."""
         options = {"samples": samples, "steps": steps, "rate": rate, "seed": seed}
         return self._run(request_of(RegressionRequest, options, "regression"), **placement)
 
     def _dense_fit(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[DenseFit]:
-        """Train a Dense classifier (SPEC section 9) on arrays `X` (rows x features) and `y`
-        (a label per row: numbers or strings), on `data` (a CSV or NPZ file, or "digits") or
+        """Train a Dense classifier (docs/contracts.md, section 9) on arrays `X` (rows x features)
+        and `y` (a label per row: numbers or strings), on `data` (a CSV or NPZ file, or "digits") or
         on the procedural `teacher` set (rows, features, classes), with the options of
         `DenseRequest` (`hidden=64` is one layer of 64). The result carries the per-epoch
         history, test metrics, `best_epoch`, `time_to_target_s`, per-worker accounting, the
@@ -196,10 +198,10 @@ class Calls:
         return Call(job, finish)
 
     def _cross_validate(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[SearchFit]:
-        """K-fold cross-validation (SPEC section 12) of one Dense configuration: the options
-        of `dense_fit`, plus `folds` (2..255, default 5; 1 for `dense_fit`'s own
-        train/validation split), `group` (a CSV column: every group's rows in one fold)
-        and `refit` (default True). `chunk`
+        """K-fold cross-validation (docs/contracts.md, section 12) of one Dense configuration:
+        the options of `dense_fit`, plus `folds` (2..255, default 5; 1 for train's own
+        validation split), `group` (a CSV column: every group's rows in one fold) and `refit`
+        (default True), on arrays `X`, `y` as `dense_fit` takes them or on `data`. `chunk`
         is the rows of a chunk within each fit. The result has every fold's best validation
         loss and accuracy, best epoch and seconds (`records()`), their mean and sample
         standard deviation, and with the refit its test metrics and `predict(X)`."""
@@ -216,8 +218,8 @@ class Calls:
         spec: str | os.PathLike[str] | None = None,
         **arguments: Any,
     ) -> Call[SearchFit]:
-        """A model search (SPEC section 12): the candidates of `grid` (lists of `hidden`,
-        `lr`, `batch`, `epochs`, `optimizer`, `patience`, `chunk`; the last key varies
+        """A model search (docs/contracts.md, section 12): the candidates of `grid` (lists of
+        `hidden`, `lr`, `batch`, `epochs`, `optimizer`, `patience`, `chunk`; the last key varies
         fastest), each cross-validated over `folds`, the best refit on the pool and tested
         once; every other option as `cross_validate`, fixed for every candidate. Or `spec`,
         a search file as `aner parallel search --spec` takes. The result gives the fits and
@@ -315,7 +317,7 @@ def _array_options(x: Any, y: Any, options: dict[str, Any], call: str) -> dict[s
     if options.get("data") is not None or options.get("teacher") is not None:
         raise RequestError(f"{call}() takes X and y, data= or teacher=: give exactly one")
     from aner_coord.computations.dense.arrays import register
-    from aner_coord.computations.dense.computation import MAX_DATA_BYTES
+    from aner_worker.kernels.dense.data import MAX_DATA_BYTES
 
     options["data"] = register(x, y, limit_bytes=MAX_DATA_BYTES)
     return options

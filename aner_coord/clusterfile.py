@@ -1,4 +1,5 @@
-"""The cluster file `ANER_CLUSTER 1` (SPEC section 5): where workers are and how to reach them.
+"""The cluster file `ANER_CLUSTER 1` (docs/contracts.md, section 5): where workers are and how to
+reach them.
 
 Grammar, one item per line (lines end at "\\n"; a trailing "\\r" is ignored):
 
@@ -44,7 +45,8 @@ HEADER = "ANER_CLUSTER 1"
 RECORD_SHAPE = (
     'worker "<identity>" <local|ssh|slurm> "<endpoint>" "<absolute executable path>" <slots>'
 )
-# The srun options a slurm endpoint may set (SPEC section 5), in the order they are passed.
+# The srun options a slurm endpoint may set (docs/contracts.md, section 5), in the order they are
+# passed.
 SLURM_KEYS = ("partition", "nodelist", "account", "qos", "constraint", "time")
 
 _IDENTITY = re.compile(r"[A-Za-z0-9._-]{1,64}", re.ASCII)
@@ -402,7 +404,8 @@ def parse_cluster_text(text: str, path: str) -> ClusterConfig:
 
 
 def load_cluster_file(path: str | os.PathLike[str]) -> ClusterConfig:
-    """Refuse an unprotected file before reading it, then parse it (SPEC section 5)."""
+    """Refuse an unprotected file before reading it, then parse it (docs/contracts.md, section
+    5)."""
     name = os.fspath(path)
     try:
         before = os.lstat(name)

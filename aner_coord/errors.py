@@ -1,4 +1,5 @@
-"""Errors that say whose fault a failure is, and map to the exit codes of SPEC section 8."""
+"""Errors that say whose fault a failure is, and map to the exit codes of docs/contracts.md, section
+8."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Admission limits (SPEC section 3) and the checks every request field goes through.
+"""Admission limits (docs/contracts.md, section 3) and the checks every request field goes through.
 
 Each limit is defined here once; `aner_coord.admission` applies them, and the protocol's
 `MAX_ITEMS` (what a worker accepts in one task) is the same number as `MAX_SAMPLES`.

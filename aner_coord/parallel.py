@@ -13,8 +13,8 @@ callers await `run_async`, `monte_carlo_async`, `regression_async`, `dense_fit_a
 `cross_validate_async` or `search_async`, which never block their loop; cancelling the
 awaiting task cancels the job.
 
-Model search and cross-validation (SPEC section 12) run independent Dense fits, each whole
-on one worker slot, and give the same numbers whatever the workers:
+Model search and cross-validation (docs/contracts.md, section 12) run independent Dense fits, each
+whole on one worker slot, and give the same numbers whatever the workers:
 
     cv = parallel.cross_validate(data="digits", folds=5, seed=1, hidden=(64,), epochs=30)
     best = parallel.search(data="digits", seed=1, folds=5, epochs=30,
@@ -99,7 +99,7 @@ __all__ = [
 
 
 def inventory() -> dict[str, Any]:
-    """The local CPU allocation as SPEC section 4 describes it (JSON-ready)."""
+    """The local CPU allocation as docs/contracts.md, section 4 describes it (JSON-ready)."""
     from aner_worker.inventory import current
 
     return current().to_dict()

@@ -43,8 +43,8 @@ class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
 
 
 class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):
-    """The workers of the cluster file at `config` (SPEC section 5), `chunk` items a task
-    (None: the computation's own default)."""
+    """The workers of the cluster file at `config` (docs/contracts.md, section 5), `chunk` items a
+    task (None: the computation's own default)."""
 
     config: str
     chunk: int | None = None
@@ -70,7 +70,7 @@ class JobRequest(_Data, frozen=True):
     execution: Execution = LocalExecution()
     output: str | None = None
     audit: float = 0.0
-    retries: int = 0  # lost workers the job survives (SPEC section 11)
+    retries: int = 0  # lost workers the job survives (docs/contracts.md, section 11)
 
 
 def with_absolute_paths(request: JobRequest) -> JobRequest:

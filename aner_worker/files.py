@@ -82,6 +82,15 @@ def open_regular(
     return fd, info
 
 
+def stat_regular(name: str | os.PathLike[str], *, follow: bool = True) -> os.stat_result:
+    """The `fstat` of the regular file `name`, taken on a descriptor (`open_regular`), so a
+    FIFO, a device or a directory is refused (FileRefused) at once, before anything trusts
+    its size."""
+    fd, info = open_regular(name, follow=follow)
+    os.close(fd)
+    return info
+
+
 def too_large(size: int, limit: int) -> FileRefused:
     return FileRefused(f"{size:,} bytes, over the limit of {limit:,} bytes for this file")
 

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 LOCAL_WORKER_LIMIT = 256
-"""Admission limit on local CPU workers (SPEC section 3)."""
+"""Admission limit on local CPU workers (docs/contracts.md, section 3)."""
 
 SCHEMA = "aner-inventory/v1"
 """Identity of the `Inventory.to_dict()` layout, for manifests and `--json` readers."""

@@ -1,4 +1,5 @@
-"""The hardware and software identity a worker reports at the handshake (SPEC section 10).
+"""The hardware and software identity a worker reports at the handshake (docs/contracts.md, section
+10).
 
 Public facts only, all strings: CPU model, logical CPUs, memory, OS and architecture, and
 the Python, numpy, numba and aner versions, and the source fingerprint of the contract

@@ -1,4 +1,5 @@
-"""Plain-numpy reference for the sample stream (SPEC section 1) and the fixture (section 2).
+"""Plain-numpy reference for the sample stream (docs/contracts.md, section 1) and the fixture
+(section 2).
 
 Nothing here uses numba: the words come from ``numpy.random.Philox``, an implementation of
 Philox4x64-10 written by other people, so agreement with the numba kernels is evidence that
@@ -96,7 +97,8 @@ def oracle_noise(seed: int, start: int, count: int) -> F64:
 
 
 def teacher_labels(features: F64, noise: F64) -> npt.NDArray[np.int8]:
-    """Labels from features and noise: the teacher summed left to right, as SPEC writes it."""
+    """Labels from features and noise: the teacher summed left to right, as the contract writes
+    it."""
     z = TEACHER[0] * features[:, 0] + TEACHER[1] * features[:, 1]
     for j in range(2, 8):
         z = z + TEACHER[j] * features[:, j]

@@ -1,4 +1,4 @@
-"""durable: what durability costs (SPEC section 11).
+"""durable: what durability costs (docs/contracts.md, section 11).
 
 - The job files (the ledger, synced before each status, and `status.json`) against no job
   directory at all, on the same 10**9-sample run: an upper bound on the ledger's cost.

@@ -1,4 +1,4 @@
-"""search: model search (SPEC section 12), fits handed out whole, side by side.
+"""search: model search (docs/contracts.md, section 12), fits handed out whole, side by side.
 
 - Scheduling: 16 fits of about a second (the digits, hidden 64,64, 4 learning rates x 4
   folds, a fixed number of epochs, no early stopping, no refit) on 2 local workers and on a

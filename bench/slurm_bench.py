@@ -49,7 +49,7 @@ from aner_worker.contract import source_fingerprint  # noqa: E402
 from protocol import CoordinatorConnection  # noqa: E402
 
 ANER = str(Path(sys.executable).parent / "aner")
-# SPEC section 1, seed 42; other sizes must agree between every run of the same size.
+# docs/contracts.md, section 1, seed 42; other sizes must agree between every run of the same size.
 REFERENCE_HITS = {10**9: 785_386_550}
 _seen_hits: dict[int, int] = {}
 

@@ -83,12 +83,12 @@ from protocol.version import PROTOCOL_VERSION
 
 # A coordinator keeps at most this many tasks per slot in flight; more is a broken peer.
 MAX_QUEUED_PER_SLOT = 64
-# No task may reach beyond the largest job the coordinator admits (SPEC section 3).
+# No task may reach beyond the largest job the coordinator admits (docs/contracts.md, section 3).
 MAX_ITEMS = 10_000_000_000
 # No task computes or queues for 116 days: a timing field beyond this is garbage.
 MAX_SECONDS = 1e7
-# A worker's machine description (SPEC section 10; nine fields today) and its platform are
-# a few hundred bytes; these bounds leave room for new fields and long CPU names.
+# A worker's machine description (docs/contracts.md, section 10; nine fields today) and its platform
+# are a few hundred bytes; these bounds leave room for new fields and long CPU names.
 MAX_MACHINE_FIELDS = 32
 MAX_MACHINE_KEY_CHARS = 64
 MAX_MACHINE_VALUE_CHARS = 256

@@ -44,12 +44,12 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     platform: str
     effective_cpus: int
     slots: int
-    # The worker's hardware and software identity (SPEC section 10): CPU model, logical
-    # CPUs, memory, OS and architecture, Python, numpy, numba and aner versions. Never a
+    # The worker's hardware and software identity (docs/contracts.md, section 10): CPU model,
+    # logical CPUs, memory, OS and architecture, Python, numpy, numba and aner versions. Never a
     # hostname: it feeds the public configuration registry.
     machine: dict[str, str] = {}
-    # The compute precisions its kernels offer (SPEC section 9). A worker that does not say
-    # (one older than the choice) computes in float64 only.
+    # The compute precisions its kernels offer (docs/contracts.md, section 9). A worker that does
+    # not say (one older than the choice) computes in float64 only.
     precisions: tuple[str, ...] = ("float64",)
 
 

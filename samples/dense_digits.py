@@ -2,7 +2,8 @@
 
     python samples/dense_digits.py [--csv FILE [--label COLUMN]] [--workers W] [--epochs E]
 
-Needs the optional extra that ships the digits: `pip install 'aner[digits]'`. The digits run
+Needs the optional extra that ships the digits: `.venv/bin/pip install -e '.[digits]'`
+(from the checkout; or scikit-learn installed into aner's environment). The digits run
 uses the defaults a researcher would choose (Adam, lr 1e-3, batch 256, hidden 64,64, early
 stopping with patience 5) on local threads; the result is the same, bit for bit, with any
 number of workers. With `--csv`, the same is done on your file: a header row, numeric

@@ -1,4 +1,5 @@
-"""`aner parallel inventory`: the CPUs and memory this process may really use (SPEC section 4)."""
+"""`aner parallel inventory`: the CPUs and memory this process may really use (docs/contracts.md,
+section 4)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import sys
 
 
 def add_inventory_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="machine-readable output (SPEC section 4)")
+    p.add_argument(
+        "--json", action="store_true", help="machine-readable output (docs/contracts.md, section 4)"
+    )
 
 
 def inventory_command(args: argparse.Namespace) -> int:

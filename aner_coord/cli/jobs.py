@@ -28,10 +28,7 @@ from aner_coord.job.execute import Resumption, execute
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
-from aner_coord.specfile import decode_request
-from aner_worker.files import FileRefused, read_regular
-
-MAX_SPEC_BYTES = 1 << 20  # a job spec is a few hundred bytes
+from aner_coord.specfile import decode_request, read_small_file
 
 # The request type of each job command: its flags are that type's fields.
 REQUEST_TYPES: dict[str, type[ComputationRequest]] = {
@@ -96,12 +93,7 @@ def load_spec_file(path: str) -> JobRequest:
     job's `request.json`, and the specs of scaling trials); unknown keys are refused. It is
     read only if it is a regular file of at most MAX_SPEC_BYTES (a FIFO or a device is
     refused at once, never waited on or read)."""
-    try:
-        data = read_regular(path, MAX_SPEC_BYTES, follow=True)
-    except FileRefused as exc:
-        raise RequestError(f"spec file {path} cannot be read: it is {exc}") from None
-    except OSError as exc:
-        raise RequestError(f"cannot read spec file {path}: {exc.strerror or exc}") from None
+    data = read_small_file(path, "spec file", f"spec file {path}")
     fmt = "json" if path.endswith(".json") else "toml"
     try:
         return decode_request(data, fmt=fmt, source=f"spec file {path}")

@@ -2,8 +2,8 @@
 
 A monitor only reads: `status.json` for the last snapshot the coordinator confirmed, and the
 lock for whether that coordinator still lives. The observed state is the recorded one, or
-COORDINATOR_OFFLINE when the record is not terminal and nobody holds the lock (SPEC section
-7). The lock is probed *before* the status is read: a coordinator that ends between the two
+COORDINATOR_OFFLINE when the record is not terminal and nobody holds the lock (docs/contracts.md,
+section 7). The lock is probed *before* the status is read: a coordinator that ends between the two
 has written its terminal status first, so an ending job is never mistaken for a dead one.
 A recorded terminal state is final only once the coordinator has let go of the lock, because
 it writes `result.json` after its last status.

@@ -1,5 +1,5 @@
 """`aner parallel search` and `aner parallel cv`: thin shells over the model search
-(SPEC section 12), run like every other job (foreground or `--background`, `status`,
+(docs/contracts.md, section 12), run like every other job (foreground or `--background`, `status`,
 `cancel`, `resume`).
 
 `search` reads a search file (`--spec`); everything about the search is in the file, and
@@ -43,8 +43,8 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
         type=count,
         metavar="K",
         default=5,
-        help="folds of the cross-validation (2..255; default 5); 1 uses the train/validation "
-        "split of `train`",
+        help="folds of the cross-validation (2..255; default 5); 1 uses train's own validation "
+        "split",
     )
     p.add_argument(
         "--group",

@@ -67,7 +67,7 @@ class Admitted:
 
     items: int  # per pass (samples or rows); a training step's for Dense
     passes: int  # at most
-    identity: str  # the stream or fixture identity of SPEC sections 1 and 2
+    identity: str  # the stream or fixture identity of docs/contracts.md, sections 1 and 2
     describe: dict[str, Any]  # the request as the manifest records it
     work: int | None = None  # items of every planned pass (None: items * passes)
     largest_pass: int | None = None  # items of the largest pass (None: items)

@@ -1,5 +1,5 @@
-"""Monte Carlo estimate of pi (SPEC section 1): one pass whose hits are integer sums, so
-neither the chunking nor the completion order can change them."""
+"""Monte Carlo estimate of pi (docs/contracts.md, section 1): one pass whose hits are integer sums,
+so neither the chunking nor the completion order can change them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ _SIGMAS = 12
 
 
 class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
-    """Estimate pi from `samples` samples of the Philox stream of `seed` (SPEC section 1)."""
+    """Estimate pi from `samples` samples of the Philox stream of `seed` (docs/contracts.md, section
+    1)."""
 
     samples: Annotated[int, Meta(description="number of samples (1e9, 1,000,000...)")]
 

@@ -1,5 +1,5 @@
-"""The logistic-regression training fixture (SPEC section 2): `steps + 2` passes with a
-barrier between them. Each pass keeps its chunk results by chunk index and sums them in that
+"""The logistic-regression training fixture (docs/contracts.md, section 2): `steps + 2` passes with
+a barrier between them. Each pass keeps its chunk results by chunk index and sums them in that
 order, so the same plan always gives bitwise the same parameters, whatever completed first;
 one update per step is applied at the barrier, never a partial one."""
 
@@ -31,8 +31,8 @@ _AUDIT_RTOL = 1e-9
 
 
 class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
-    """Fit the logistic fixture of SPEC section 2 to `samples` rows in `steps` full-batch
-    gradient steps at `rate`."""
+    """Fit the logistic fixture of docs/contracts.md, section 2 to `samples` rows in `steps`
+    full-batch gradient steps at `rate`."""
 
     samples: Annotated[int, Meta(description="number of rows (1e6, 1,000,000...)")]
     steps: Annotated[int, Meta(description="full-batch gradient steps")]
@@ -40,7 +40,8 @@ class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
 
 
 class RegressionResult(ResultBase, frozen=True, tag="regression"):
-    """The fitted fixture of SPEC section 2: metrics before and after, and the parameters."""
+    """The fitted fixture of docs/contracts.md, section 2: metrics before and after, and the
+    parameters."""
 
     fixture: str
     seed: int

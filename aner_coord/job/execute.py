@@ -165,8 +165,8 @@ async def execute(
     pool: WorkerPool | None = None,
     on_directory: Callable[[jobdir.JobDir], None] | None = None,
 ) -> JobReport:
-    """Run an admitted job; with an output directory, write its files as SPEC section 7 says
-    and honour `aner parallel cancel` as well as `cancel`. With `resume`, continue the job
+    """Run an admitted job; with an output directory, write its files as docs/contracts.md, section
+    7 says and honour `aner parallel cancel` as well as `cancel`. With `resume`, continue the job
     in that (checked, locked) directory from its ledger instead. With `pool` (a session's),
     a worker group's processes are taken from it and given back afterwards. `on_ready` is
     called once the job's first status is on disk; `on_directory` before that, with the

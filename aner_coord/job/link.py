@@ -31,7 +31,8 @@ HELLO_FAILED_WAIT_S = 2.0
 
 
 def worker_argv(record: WorkerRecord) -> list[str]:
-    """The command line of `record`'s worker (SPEC section 6: `<exec> parallel worker ...`)."""
+    """The command line of `record`'s worker (docs/contracts.md, section 6: `<exec> parallel worker
+    ...`)."""
     return [record.executable, "parallel", "worker", "--stdio"]
 
 

@@ -28,7 +28,7 @@ the instructions in `aner_coord.job.instructions`.
 - Anything that goes wrong fails the job with a message saying where: a lost worker, a
   failed task, a computation that raised (`Diverged` is the request's fault, anything else
   a bug, both named), or a fault the shell reports as `ShellFailed`.
-- Retries (SPEC section 11): with `retries=N`, up to N lost workers are survived while
+- Retries (docs/contracts.md, section 11): with `retries=N`, up to N lost workers are survived while
   another worker remains. The lost worker's outstanding chunks go back to the front of the
   queue and are recomputed by others (`DropWorker` tells the shell to let it go); a late
   result from it is ignored, never counted. The shell may reconnect it after a back-off: a

@@ -1,6 +1,6 @@
 """`aner parallel resume --job DIR`: continue a job whose coordinator is gone, or that failed
-or was cancelled, from its ledger (SPEC section 11), and only if it is still the job its
-manifest describes.
+or was cancelled, from its ledger (docs/contracts.md, section 11), and only if it is still the job
+its manifest describes.
 
 `prepare_resume` checks, in this order, and refuses with one line and exit 2, changing
 nothing in the directory:

@@ -1,4 +1,5 @@
-"""Staging file data on a worker process, right after its handshake (SPEC section 9, Data).
+"""Staging file data on a worker process, right after its handshake (docs/contracts.md, section 9,
+Data).
 
 The coordinator names the data set and its blocks; the worker answers with the blocks its
 cache lacks; those alone are sent; the worker confirms once the data set is assembled. The

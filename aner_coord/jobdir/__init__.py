@@ -1,5 +1,5 @@
-"""The job directory of SPEC section 7: where the bytes of a job reach the disk, and the
-files' own types.
+"""The job directory of docs/contracts.md, section 7: where the bytes of a job reach the disk, and
+the files' own types.
 
 - `directory`: `JobDir`, one descriptor of the directory through which every file is
   written (atomically) and read (regular files only, bounded); the file names and their

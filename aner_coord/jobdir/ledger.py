@@ -1,5 +1,5 @@
-"""The job ledger (SPEC section 11): every accepted chunk and committed pass, durable before
-`status.json` reports it, so a job can be resumed with exactly the same result.
+"""The job ledger (docs/contracts.md, section 11): every accepted chunk and committed pass, durable
+before `status.json` reports it, so a job can be resumed with exactly the same result.
 
 File `ledger` in the job directory, owner-only, append-only, schema `aner-ledger/2`. Each
 record is

@@ -1,5 +1,5 @@
-"""The lock file: held with `flock` by the one live coordinator of a job (SPEC section 7),
-with its pid inside for people, and removed when it lets go. A monitor that can take the
+"""The lock file: held with `flock` by the one live coordinator of a job (docs/contracts.md, section
+7), with its pid inside for people, and removed when it lets go. A monitor that can take the
 lock knows the coordinator is gone.
 
 `flock` is POSIX: where `fcntl` is missing (Windows) this module still imports, so that

@@ -1,4 +1,4 @@
-"""`run-manifest.json`: written once, before any work (SPEC section 7).
+"""`run-manifest.json`: written once, before any work (docs/contracts.md, section 7).
 
 Schema `aner-manifest/3`: the request, the stream or fixture identity, the execution plan
 (worker identities and slots, never endpoints), the local inventory, the `aner` version and

@@ -3,8 +3,8 @@ progress displays, systemd and exit codes read.
 
 `JobState` is the one state type: the job machine moves through its written members,
 `status.json` records them, and a monitor may observe `COORDINATOR_OFFLINE`, which is never
-written (SPEC section 7). `WorkerAccount` is the one per-worker accounting type, shared by
-status snapshots and results.
+written (docs/contracts.md, section 7). `WorkerAccount` is the one per-worker accounting type,
+shared by status snapshots and results.
 
 Schema `aner-status/2`; files of schema 1 keep reading (their kind "fixture" is today's
 "regression"). New fields are appended with defaults; checked-in examples of each schema
@@ -46,7 +46,8 @@ class JobState(enum.Enum):
 
     @property
     def exit_code(self) -> int:
-        """SPEC section 8: what `status`, `cancel` and a finished command exit with."""
+        """docs/contracts.md, section 8: what `status`, `cancel` and a finished command exit
+        with."""
         return _EXIT_CODES[self]
 
 
@@ -85,7 +86,8 @@ class WorkerAccount(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class WorkerLoss(msgspec.Struct, frozen=True):
-    """A worker lost during a job that went on without it (retries, SPEC section 11)."""
+    """A worker lost during a job that went on without it (retries, docs/contracts.md, section
+    11)."""
 
     identity: str
     phase: str

@@ -1,4 +1,4 @@
-"""Honest scaling experiments (SPEC section 10) and the plan recommender.
+"""Honest scaling experiments (docs/contracts.md, section 10) and the plan recommender.
 
 `aner parallel scaling` runs each case of an experiment as fresh `aner parallel` commands,
 timed from outside; `aner parallel plan` probes the machines and predicts. The modules:

@@ -229,23 +229,28 @@ def plan(
             data["cases"] = cases
         print(json.dumps(data, indent=2))
     else:
-        print(format_plan(probe, advice, cases))
+        from aner_coord.computations import computation_for
+
+        print(format_plan(probe, advice, cases, computation_for(computation).unit))
     if save is not None:
         print(f"aner: probe saved to {save}", file=sys.stderr)
     return EXIT_OK
 
 
-def format_plan(probe: Probe, advice: Recommendation, cases: dict[str, float | None]) -> str:
+def format_plan(
+    probe: Probe, advice: Recommendation, cases: dict[str, float | None], unit: str
+) -> str:
+    """The plan as `plan` prints it; rates in the computation's own `unit` (samples, rows)."""
     local = probe.local
     lines = [
         f"this machine: {local.cpus} effective CPU(s), a command costs {local.command_s:.3f} s, "
-        f"{local.rates[1] / 1e6:,.1f} M items/s per thread, {local.task_s * 1e6:.1f} us a task",
+        f"{local.rates[1] / 1e6:,.1f} M {unit}/s per thread, {local.task_s * 1e6:.1f} us a task",
     ]
     for w in probe.workers:
         bandwidth = "N/A" if w.bandwidth_bps is None else f"{w.bandwidth_bps / 1e6:,.0f} MB/s"
         lines.append(
             f"{w.identity} ({w.transport}, {w.slots} slots): start-up {w.startup_s:.3f} s, "
-            f"{w.rate_per_slot / 1e6:,.1f} M items/s per slot, {w.task_s * 1e6:.1f} us a task, "
+            f"{w.rate_per_slot / 1e6:,.1f} M {unit}/s per slot, {w.task_s * 1e6:.1f} us a task, "
             f"round trip {w.round_trip_s * 1e3:.2f} ms, {bandwidth}"
         )
     lines += ["", f"{'plan':<28} {'slots':>5} {'chunk':>12} {'predicted s':>12}"]

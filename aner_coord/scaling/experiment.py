@@ -141,12 +141,10 @@ def load_experiment(path: str) -> Experiment:
     from aner_coord.computations import request_types
 
     source = f"experiment {path}"
+    from aner_coord.specfile import decode_toml, read_small_file
+
+    raw = decode_toml(read_small_file(path, "experiment file", source), "experiment file", source)
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise RequestError(f"cannot read experiment {path}: {exc.strerror}") from None
-    try:
-        raw: dict[str, Any] = msgspec.toml.decode(data, type=dict[str, Any])
         computation_raw = raw.pop("computation", None)
         if computation_raw is None:
             raise RequestError(f"{source}: missing [computation]")
@@ -155,6 +153,8 @@ def load_experiment(path: str) -> Experiment:
         spec = msgspec.convert(raw, type=_ExperimentFile)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise RequestError(f"{source}: nested too deeply to be read") from None
     _check_limits(source, spec.name, [c.name for c in spec.case], spec.repetitions)
     base = Path(path).absolute().parent
     from aner_coord.computations import computation_for

@@ -157,7 +157,7 @@ def trial_record(
     registry: Registry,
     reference: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The SPEC section 10 record of one trial."""
+    """The docs/contracts.md, section 10 record of one trial."""
     result = outcome.result
     science = scientific(result) if result is not None else None
     failure: str | None = None

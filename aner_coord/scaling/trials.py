@@ -25,7 +25,8 @@ import msgspec
 
 from aner_coord.requests import JobRequest
 
-TOLERANCE = 1e-10  # SPEC sections 2 and 9: theta and losses within 1e-10 between plans
+# docs/contracts.md, sections 2 and 9: theta and losses within 1e-10 between plans.
+TOLERANCE = 1e-10
 # result.json keys that describe how, not what: they may differ between plans.
 _ACCOUNTING = {
     "seconds",

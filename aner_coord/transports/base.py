@@ -21,9 +21,9 @@ Behaviour all transports share, checked by one contract suite (tests/contract/te
   refuses those for root logins, `kill` run in a second session on the pid the remote
   wrapper reported.  Under Slurm they go to srun, which on SIGTERM cancels its step.
 
-Endpoints, host names, user names, ports and executable paths are private (SPEC section 5):
-error messages name the worker by identity and translate native failures into generic words;
-native exceptions stay reachable as `__context__` for debugging but are not printed with the
+Endpoints, host names, user names, ports and executable paths are private (docs/contracts.md,
+section 5): error messages name the worker by identity and translate native failures into generic
+words; native exceptions stay reachable as `__context__` for debugging but are not printed with the
 traceback.  `stderr_tail()` masks the endpoint, host and user names and the executable path.
 """
 

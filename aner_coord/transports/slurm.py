@@ -1,5 +1,5 @@
 """Slurm workers: each record of transport `slurm` is one job step, `srun --unbuffered`
-speaking the frames on its stdio (SPEC section 5). It implements the contract in
+speaking the frames on its stdio (docs/contracts.md, section 5). It implements the contract in
 `aner_coord.transports` and is imported only when a job has a Slurm record.
 """
 

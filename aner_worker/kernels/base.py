@@ -31,8 +31,8 @@ class Stopped(Exception):
 @runtime_checkable
 class StagesData(Protocol):
     """A kernel that reads file data staged to the worker once per job, before its first task
-    (SPEC section 9, Data). The worker process asks it, and knows nothing else of the data:
-    whether a data set is already held, and what to do with one assembled from its blocks."""
+    (docs/contracts.md, section 9, Data). The worker process asks it, and knows nothing else of the
+    data: whether a data set is already held, and what to do with one assembled from its blocks."""
 
     def has_staged(self, dataset: str) -> bool:
         """Whether `dataset` (its SHA256 hex) is already held by this process."""

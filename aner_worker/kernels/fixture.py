@@ -1,4 +1,5 @@
-"""The analytic training fixture ``aner-fixture/logistic/v1`` (SPEC section 2) as a numba kernel.
+"""The analytic training fixture ``aner-fixture/logistic/v1`` (docs/contracts.md, section 2) as a
+numba kernel.
 
 A worker evaluates a range of rows under frozen parameters and returns the sufficient
 statistics of one full-batch logistic-regression step: the nine gradient sums, the loss sum,
@@ -26,7 +27,7 @@ FEATURE_STREAM = 1
 NOISE_STREAM = 2
 N_PARAMS = 9
 
-# Teacher weights and intercept, as SPEC section 2 fixes them.
+# Teacher weights and intercept, as docs/contracts.md, section 2 fixes them.
 _T0, _T1, _T2, _T3 = 1.5, -2.0, 1.0, -0.5
 _T4, _T5, _T6, _T7 = 0.75, -1.25, 0.5, 2.0
 _T_INTERCEPT = 0.25
@@ -37,7 +38,7 @@ _TWO_M53 = 2.0**-53
 
 # Rows summed into local partials before they join the running totals. Sequential
 # summation over millions of rows would let rounding error grow with the chunk size; two
-# levels keep the sums of different chunkings within the SPEC's 1e-10 of each other.
+# levels keep the sums of different chunkings within the contract's 1e-10 of each other.
 _BLOCK_ROWS = 1024
 
 
@@ -61,7 +62,7 @@ def _feature(w):  # type: ignore[no-untyped-def]
 @njit(inline="always", nogil=True, cache=True)
 def _label(f, u):  # type: ignore[no-untyped-def]
     """The teacher's label (1.0 or 0.0) of a row with features ``f`` and noise ``u``."""
-    # Left to right, exactly as SPEC writes it, so every implementation agrees.
+    # Left to right, exactly as the contract writes it, so every implementation agrees.
     z = _T0 * f[0] + _T1 * f[1]
     z = z + _T2 * f[2]
     z = z + _T3 * f[3]

@@ -1,5 +1,5 @@
-"""The worker half of the Monte Carlo estimate of pi (SPEC section 1): the "monte-carlo"
-kernel, its parameters and statistics. The numba stream itself is in `philox`.
+"""The worker half of the Monte Carlo estimate of pi (docs/contracts.md, section 1): the
+"monte-carlo" kernel, its parameters and statistics. The numba stream itself is in `philox`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import msgspec
 from aner_worker.kernels.base import StopCheck
 
 
-# -- Monte Carlo (SPEC section 1) --------------------------------------------------------
+# -- Monte Carlo (docs/contracts.md, section 1)
+# --------------------------------------------------------
 class McParams(msgspec.Struct, frozen=True, array_like=True):
     seed: int
 

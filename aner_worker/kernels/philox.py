@@ -1,8 +1,8 @@
 """Philox4x64-10 and the Monte Carlo hit-count kernel of stream ``aner-mc/philox4x64-10/v1``.
 
 The generator is Philox4x64-10 exactly as Random123 and ``numpy.random.Philox`` define it
-(SPEC section 1): block ``b`` of stream ``(seed, stream)`` is the cipher applied to counter
-``(b, 0, 0, 0)`` with key ``(seed, stream)``. Because a block is a pure function of its
+(docs/contracts.md, section 1): block ``b`` of stream ``(seed, stream)`` is the cipher applied to
+counter ``(b, 0, 0, 0)`` with key ``(seed, stream)``. Because a block is a pure function of its
 index, any range of samples can be computed anywhere without state, so the hit count of a
 range never depends on how the range was split among workers.
 
@@ -176,7 +176,8 @@ SUB_SAMPLES = 1 << 22
 def count_hits(
     seed: int, start: int, count: int, should_stop: Callable[[], bool] | None = None
 ) -> int:
-    """Number of hits among samples ``[start, start + count)`` of stream 0 (SPEC section 1).
+    """Number of hits among samples ``[start, start + count)`` of stream 0 (docs/contracts.md,
+    section 1).
 
     Releases the GIL while it runs, so threads can share a process. With ``should_stop``,
     the range is counted in sub-ranges of SUB_SAMPLES and ``Stopped`` is raised at the first

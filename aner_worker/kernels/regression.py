@@ -1,5 +1,5 @@
-"""The worker half of the logistic regression fixture (SPEC section 2): the "regression"
-kernel, its parameters and statistics. The numba pass itself is in `fixture`.
+"""The worker half of the logistic regression fixture (docs/contracts.md, section 2): the
+"regression" kernel, its parameters and statistics. The numba pass itself is in `fixture`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import msgspec
 from aner_worker.kernels.base import StopCheck
 
 
-# -- the regression fixture (SPEC section 2) ---------------------------------------------
+# -- the regression fixture (docs/contracts.md, section 2)
+# ---------------------------------------------
 class RegressionParams(msgspec.Struct, frozen=True, array_like=True):
     seed: int
     theta: tuple[float, ...]

@@ -1,5 +1,5 @@
 /* pi_ref: a native C reference for the Monte Carlo sample stream `aner-mc/philox4x64-10/v1`
- * (SPEC section 1), for `make bench` to compare `aner parallel run` with.
+ * (docs/contracts.md, section 1), for `make bench` to compare `aner parallel run` with.
  *
  *   pi_ref SAMPLES SEED [THREADS]      prints the hit count of samples [0, SAMPLES)
  *

@@ -262,7 +262,7 @@ def test_too_few_chunks_for_the_workers_suggests_a_smaller_chunk(tmp_path: Path)
     message = proc.stderr.strip()
     assert len(message.splitlines()) == 1
     assert (
-        "10 items in chunks of 10 make 1 chunk(s), fewer than the 2 configured workers" in message
+        "10 samples in chunks of 10 make 1 chunk(s), fewer than the 2 configured workers" in message
     )
     assert message.endswith("use a chunk of at most 5 (--chunk)")
     assert not job.exists()

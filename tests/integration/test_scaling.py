@@ -195,7 +195,10 @@ def test_ctrl_c_keeps_every_finished_trial(tmp_path: Path) -> None:
     [
         ([], "give --experiment FILE.toml, or --auto"),
         (["--auto", "--experiment", "x.toml"], "give --experiment FILE.toml, or --auto"),
-        (["--experiment", "missing.toml"], "cannot read experiment missing.toml"),
+        (
+            ["--experiment", "missing.toml"],
+            "experiment missing.toml: cannot read the experiment file",
+        ),
     ],
 )
 def test_bad_scaling_input_is_one_line_and_exit_2(

@@ -40,10 +40,12 @@ def write(tmp_path: Path, top: str, cases: str) -> str:
             "500 cases; the limit is 100",
         ),
         ("", case("n" * 201), "a case name of 201 characters ('nnnnnnnnnnnnnnnnn"),
-        (f'name = "{"m" * (4 << 20)}"', case("a"), "a name of 4,194,304 characters"),
+        (f'name = "{"m" * (1 << 19)}"', case("a"), "a name of 524,288 characters"),
+        # A file over the 1 MiB of a spec is refused before it is parsed.
+        (f'name = "{"m" * (4 << 20)}"', case("a"), "over the limit of 1,048,576 bytes"),
     ],
     ids=["repetitions_101", "repetitions_2_63_minus_1", "cases_101", "cases_500_unread",
-         "case_name_201", "name_4MiB"],
+         "case_name_201", "name_512KiB", "file_4MiB"],
 )  # fmt: skip
 def test_an_experiment_over_a_limit_is_refused_in_one_short_line(
     tmp_path: Path, top: str, cases: str, words: str

@@ -57,10 +57,7 @@ def test_a_relative_data_path_is_relative_to_the_file(tmp_path: Path) -> None:
         ('folds = "five"\n', "folds: expected an integer, got 'five'"),
         ("refit = 1\n", "refit: expected true or false, got 1"),
         ("patience = 0\n", "patience must be positive, got 0"),
-        (
-            "folds = 300\n",
-            "folds must be 2..255, or 1 for the train/validation split of `train`; got 300",
-        ),
+        ("folds = 300\n", "folds must be 2..255, or 1 for train's own validation split; got 300"),
         ('optimizer = "rmsprop"\n', "optimizer must be adam or sgd, got 'rmsprop'"),
         ('group = "site"\n', "group needs a CSV file: the teacher set has no columns"),
         ("folds = 200\n", "fold 189 of 200 has no rows (257 pool rows): lower folds"),

@@ -1,4 +1,4 @@
-"""Dense classifier training `aner-dense/v1` (SPEC section 9), the coordinator's half.
+"""Dense classifier training `aner-dense/v1` (docs/contracts.md, section 9), the coordinator's half.
 
 - `request`: `DenseRequest`, the options of a training job, declared once;
 - `computation`: admission (data, limits) and the run the job machine drives, pass by pass:

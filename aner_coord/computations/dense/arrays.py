@@ -11,7 +11,7 @@ The arrays are held in this process (`register`, a small registry of the latest 
 the request that names them; a worker process receives them staged like file data. A job
 directory (`output=`) records their identity but not the arrays, so such a job cannot be
 resumed from the command line: `resume` refuses it in one line (the data is not there).
-Labels follow SPEC section 9: numeric when every label is a finite number (then whole
+Labels follow docs/contracts.md, section 9: numeric when every label is a finite number (then whole
 numbers come back from `predict` as integers), else strings, sorted.
 """
 
@@ -103,7 +103,7 @@ def _labels(y: Any, n: int) -> npt.NDArray[Any]:
 
 def _classes(labels: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
     """Sorted distinct labels and each row's class index: numeric when every label is a
-    finite number (SPEC section 9), else as strings."""
+    finite number (docs/contracts.md, section 9), else as strings."""
     numbers = _numbers(labels)
     if numbers is not None:
         classes, index = np.unique(numbers, return_inverse=True)

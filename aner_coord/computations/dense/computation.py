@@ -1,5 +1,6 @@
-"""Dense classifier training `aner-dense/v1` (SPEC section 9): the computation the registry
-names, admission (the data loaded once, every limit) and the start of a run (`run.DenseRun`).
+"""Dense classifier training `aner-dense/v1` (docs/contracts.md, section 9): the computation the
+registry names, admission (the data loaded once, every limit) and the start of a run
+(`run.DenseRun`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun, fea
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_positive, check_seed
+from aner_worker.files import FileRefused, stat_regular
 from aner_worker.kernels.dense.data import (
+    MAX_DATA_BYTES,
+    MAX_FILE_BYTES,
     ArrayDataset,
     DataError,
     Dataset,
@@ -43,9 +47,7 @@ from aner_worker.kernels.dense.plan import (
 # made one worker about 40% slower than 256 and two workers no faster than 128.
 DEFAULT_CHUNK_ROWS = 128
 
-# Admission limits (SPEC section 3 asks for limits with clear errors).
-MAX_FILE_BYTES = 2 << 30  # a data file, before parsing
-MAX_DATA_BYTES = 4 << 30  # its features in memory, as binary64
+# Admission limits (docs/contracts.md, section 3 asks for limits with clear errors).
 MAX_TEACHER_ROWS = 200_000_000
 MAX_LAYER = 4096  # features, hidden units or classes
 MAX_HIDDEN_LAYERS = 16
@@ -65,7 +67,9 @@ def _file_key(request: DenseRequest) -> tuple[Any, ...]:
     if request.data == "digits":
         return ("digits", request.label)
     try:
-        info = os.stat(request.data)
+        info = stat_regular(request.data)  # a FIFO or a device is refused, not trusted
+    except FileRefused as exc:
+        raise RequestError(f"{{data}}: cannot read {request.data}: it is {exc}", "data") from None
     except OSError as exc:
         raise RequestError(
             f"{{data}}: cannot read {request.data}: {exc.strerror or exc}", "data"

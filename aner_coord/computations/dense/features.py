@@ -1,5 +1,5 @@
 """The feature rows `predict` is given, read for a model: a CSV's columns mapped by name, or
-an NPZ's array `X`, as untrusted input (`files.read_regular`, `files.npz_arrays`).
+an NPZ's array `X`, as untrusted input (`aner_worker.npzfile`).
 
 - A CSV (UTF-8, a header row): each of the model's features is the column of that name;
   columns the model does not know (a label, an id) are ignored; a missing feature is refused
@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aner_coord.computations.dense.files import UnsafeFile, npz_arrays, read_regular
 from aner_coord.computations.dense.model import DenseModel
+from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
 
 Floats = npt.NDArray[np.float64]
 
 MAX_FILE_BYTES = 2 << 30  # as for training data
+MAX_VALUES = (4 << 30) // 8  # feature values as binary64 in memory, as for training data
 
 
 class FeatureError(ValueError):
@@ -37,9 +38,11 @@ def read_rows(path: str, model: DenseModel, label: str | None) -> Floats:
     """The `(n, d)` feature rows of the file at `path`, in the model's feature order."""
     where = f"--data {path}"
     try:
-        data = read_regular(path, MAX_FILE_BYTES, where)
+        data = read_user_file(path, MAX_FILE_BYTES, where)
         if path.lower().endswith(".npz"):
-            return _npz_rows(npz_arrays(data, where, MAX_FILE_BYTES), model.sizes[0], where)
+            return _npz_rows(
+                npz_arrays(data, where, MAX_FILE_BYTES, MAX_VALUES), model.sizes[0], where
+            )
     except UnsafeFile as exc:
         raise FeatureError(str(exc)) from None
     return _csv_rows(data, model, label, where)

@@ -1,4 +1,5 @@
-"""A trained ``aner-dense/v1`` model and its ``model.npz`` file (SPEC section 9, Files).
+"""A trained ``aner-dense/v1`` model and its ``model.npz`` file (docs/contracts.md, section 9,
+Files).
 
 The file holds ``W1, b1, ..., W(L+1), b(L+1)``, ``mean``, ``std``, ``classes`` and ``meta``
 (a JSON string: layer sizes, data identity, seed, epoch of the model, the compute precision
@@ -8,7 +9,7 @@ that `predict` maps a CSV's columns by). It is written without pickles, atomical
 so a reader never sees half a model.
 
 It is read as untrusted input (`load_model`): a regular file of bounded size, members
-checked before they are decompressed (`files.npz_arrays`), a meta that is a JSON object of
+checked before they are decompressed (`aner_worker.npzfile`), a meta that is a JSON object of
 this schema, layer sizes within the training limits, every array of its exact shape and
 finite, `std` positive, classes numbers or text. Anything else is a `ModelFileError`, one
 line naming the file. A file of an older aner (no feature names) still reads: its
@@ -26,7 +27,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aner_coord.computations.dense.files import UnsafeFile, npz_arrays, read_regular
 from aner_worker.kernels.dense.network import (
     DEFAULT_PRECISION,
     PRECISIONS,
@@ -35,6 +35,7 @@ from aner_worker.kernels.dense.network import (
     predict_proba,
 )
 from aner_worker.kernels.dense.plan import Normalisation
+from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
 
 Floats = npt.NDArray[np.float64]
 Classes = npt.NDArray[np.float64] | npt.NDArray[np.str_]
@@ -120,7 +121,7 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
     and its ``meta``."""
     where = str(path)
     try:
-        contents = npz_arrays(read_regular(where, MAX_MODEL_BYTES, where), where, MAX_MODEL_BYTES)
+        contents = npz_arrays(read_user_file(where, MAX_MODEL_BYTES, where), where, MAX_MODEL_BYTES)
     except UnsafeFile as exc:
         raise ModelFileError(f"{exc} (not a readable model file)") from None
     meta = _meta(contents, where)
@@ -132,7 +133,9 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
     mean = _floats(contents, "mean", (sizes[0],), where)
     std = _floats(contents, "std", (sizes[0],), where)
     if not np.all(std > 0):
-        raise ModelFileError(f"{where}: std has a value that is not positive (SPEC: 1 where 0)")
+        raise ModelFileError(
+            f"{where}: std has a value that is not positive (a constant feature's is stored as 1)"
+        )
     classes = _classes(contents, sizes[-1], where)
     features = _features(meta, sizes[0], where)
     # A model written before precisions were declared was trained in float64.

@@ -1,6 +1,6 @@
-"""What a Dense training job asks for (SPEC section 9): its options, declared once here. The
-API (`parallel.dense_fit`), the command line (`aner parallel train`) and spec files take them
-from this type; each field's description is its help.
+"""What a Dense training job asks for (docs/contracts.md, section 9): its options, declared once
+here. The API (`parallel.dense_fit`), the command line (`aner parallel train`) and spec files take
+them from this type; each field's description is its help.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ PRECISIONS = ("float64", "float32")
 
 class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
     """A Dense classifier trained on `data` (a CSV or NPZ path, or "digits") or on the
-    procedural `teacher` set (rows, features, classes), SPEC section 9."""
+    procedural `teacher` set (rows, features, classes), docs/contracts.md, section 9."""
 
     data: Annotated[
         str | None,

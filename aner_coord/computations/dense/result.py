@@ -1,9 +1,9 @@
 """The result of `aner-dense/v1` training (`result.json`) and the API's fitted model.
 
-`DenseResult` is what `result.json` holds (SPEC section 9, Files): the per-epoch history, test
-metrics, `best_epoch`, `committed_steps`, rows per role and the accounting. The parameters
-live in `model.npz`, not here. `DenseFit`, returned by `parallel.dense_fit`, pairs the result
-with the model so that `fit.predict(X)` works without a job directory.
+`DenseResult` is what `result.json` holds (docs/contracts.md, section 9, Files): the per-epoch
+history, test metrics, `best_epoch`, `committed_steps`, rows per role and the accounting. The
+parameters live in `model.npz`, not here. `DenseFit`, returned by `parallel.dense_fit`, pairs the
+result with the model so that `fit.predict(X)` works without a job directory.
 """
 
 from __future__ import annotations

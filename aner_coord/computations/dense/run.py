@@ -50,8 +50,8 @@ MODEL_ID = "aner-dense/v1"
 FRACTIONS = (DEFAULT_TEST_FRACTION, DEFAULT_VALIDATION_FRACTION)
 
 
-# Audits across platforms (SPEC section 9 lets plans on two platforms differ by rounding):
-# each statistic within this fraction of its largest magnitude. On one platform: bitwise.
+# Audits across platforms (docs/contracts.md, section 9 lets plans on two platforms differ by
+# rounding): each statistic within this fraction of its largest magnitude. On one platform: bitwise.
 AUDIT_TOLERANCE = 1e-9
 
 
@@ -164,7 +164,7 @@ class DenseRun:
 
     def _label(self, spec: TrainingPass) -> str:
         """The pass in its user's terms, epochs and steps counted from 1 (the job files'
-        indices count from 0, as SPEC section 9 does)."""
+        indices count from 0, as docs/contracts.md, section 9 does)."""
         training = self.training
         epoch = f"epoch {training.epoch + 1} of {training.options.epochs}"
         if spec.step == MOMENTS:

@@ -70,7 +70,7 @@ def train_single(
     max_steps: int | None = None,
     precision: Precision = "float64",
 ) -> SingleFit:
-    """Train a Dense classifier on ``dataset`` as SPEC section 9 prescribes.
+    """Train a Dense classifier on ``dataset`` as docs/contracts.md, section 9 prescribes.
 
     ``threads`` local threads compute a pass's chunks; the result does not depend on it.
     ``precision``: the chunks' compute precision (float64 or float32).

@@ -1,5 +1,5 @@
-"""Model search and cross-validation `aner-search/v1` (SPEC section 12), the coordinator's
-half: independent Dense fits spread over the group, each whole on one worker slot.
+"""Model search and cross-validation `aner-search/v1` (docs/contracts.md, section 12), the
+coordinator's half: independent Dense fits spread over the group, each whole on one worker slot.
 
 - `request`: `SearchRequest`, the options of a search (every `train` option, the folds,
   the group column, the refit, the grid), declared once;

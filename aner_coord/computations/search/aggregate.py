@@ -1,4 +1,4 @@
-"""From fits to a selection (SPEC section 12, Aggregation), as pure functions.
+"""From fits to a selection (docs/contracts.md, section 12, Aggregation), as pure functions.
 
 Per candidate, over its folds in fold order: the mean and the sample standard deviation
 (`n - 1`; undefined, NaN, for one fit) of the best validation loss and accuracy, and the

@@ -1,6 +1,6 @@
-"""Model search and cross-validation `aner-search/v1` (SPEC section 12): the computation the
-registry names, admission (every option, the grid, the data and its folds, every limit,
-before anything starts) and the start of a run (`run.SearchRun`).
+"""Model search and cross-validation `aner-search/v1` (docs/contracts.md, section 12): the
+computation the registry names, admission (every option, the grid, the data and its folds, every
+limit, before anything starts) and the start of a run (`run.SearchRun`).
 
 A search's items are its fits: every `(candidate, fold)` and the refit. Admission reports
 them as one pass of that many fits (`Admitted.passes = 1`) so that `status` counts fits
@@ -78,8 +78,7 @@ def _prepare(request: SearchRequest) -> Prepared:
     k = check_int("folds", request.folds)
     if not 1 <= k <= MAX_FOLDS:
         raise RequestError(
-            f"{{folds}} must be 2..{MAX_FOLDS}, or 1 for the train/validation split of "
-            f"`train`; got {k}",
+            f"{{folds}} must be 2..{MAX_FOLDS}, or 1 for train's own validation split; got {k}",
             "folds",
         )
     fixed = {

@@ -1,4 +1,5 @@
-"""The data of a search: section 9's data sets, and a CSV's group column (SPEC section 12).
+"""The data of a search: section 9's data sets, and a CSV's group column (docs/contracts.md, section
+12).
 
 Without a group column the data set is Dense's own (`dense.data.open_dataset`: a CSV, an
 NPZ or the digits; or the teacher set). With one, the CSV is read as Dense reads it with the
@@ -18,15 +19,16 @@ import hashlib
 import io
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense import arrays
-from aner_coord.computations.dense.computation import MAX_DATA_BYTES, MAX_FILE_BYTES
 from aner_coord.errors import AdmissionError, RequestError
+from aner_worker.files import FileRefused, stat_regular
 from aner_worker.kernels.dense.data import (
+    MAX_DATA_BYTES,
+    MAX_FILE_BYTES,
     ArrayDataset,
     DataError,
     Dataset,
@@ -34,6 +36,7 @@ from aner_worker.kernels.dense.data import (
     open_dataset,
     parse_csv,
 )
+from aner_worker.npzfile import UnsafeFile, read_user_file
 
 MAX_SEARCH_ROWS = 1 << 24  # 16 MiB of fold bytes per pass's parameters
 _BLOCK = 1 << 16
@@ -112,7 +115,9 @@ def _check_file(path: str) -> None:
     if path == "digits":
         return
     try:
-        size = os.stat(path).st_size
+        size = stat_regular(path).st_size  # a FIFO or a device is refused, not trusted
+    except FileRefused as exc:
+        raise RequestError(f"{{data}}: cannot read {path}: it is {exc}", "data") from None
     except OSError as exc:
         raise RequestError(f"{{data}}: cannot read {path}: {exc.strerror or exc}", "data") from None
     if size > MAX_FILE_BYTES:
@@ -152,9 +157,9 @@ def _column(name: str, header: list[str], where: str, what: str) -> int:
 def load_grouped_csv(path: str, label: str | None, group: str) -> tuple[ArrayDataset, list[str]]:
     """A CSV's rows without its group column, and each row's group label."""
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        data = read_user_file(path, MAX_FILE_BYTES, path)
+    except UnsafeFile as exc:
+        raise DataError(str(exc)) from None
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:

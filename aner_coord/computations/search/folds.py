@@ -1,11 +1,11 @@
-"""Which rows validate which fit (SPEC section 12, Pool and folds), as pure functions of the
-seed and the data.
+"""Which rows validate which fit (docs/contracts.md, section 12, Pool and folds), as pure functions
+of the seed and the data.
 
 - Test rows are section 9's: `U(W8[r]) < 0.15`. Every other row is in the pool.
 - Stratified folds (`folds = K >= 2`): for each class in class order, its pool rows ordered
   by the key `W9[r]` ascending (ties by `r`) are dealt round robin, the `j`-th to fold
   `j mod K`. Reading chosen: `j` counts that class's rows, so it starts at 0 for every
-  class (the SPEC's sentence has one class's rows as its subject). Each class is then
+  class (the contract's sentence has one class's rows as its subject). Each class is then
   balanced within one row per fold; the totals may lean towards the low folds by up to one
   row per class.
 - Grouped folds (a group column): every group's pool rows go to one fold. Groups are placed
@@ -174,7 +174,7 @@ def _check(folds: Folds, groups: Sequence[str] | None, n_rows: int) -> None:
     if folds.k == 1:
         which = "validation" if empty[0] == 0 else "training"
         raise FoldError(
-            f"{n_rows} rows leave the train/validation split no {which} rows: use more rows, or "
+            f"{n_rows} rows leave train's own validation split no {which} rows: use more rows, or "
             "{folds} of 2 or more"
         )
     raise FoldError(f"fold {empty[0]} of {folds.k} has no rows ({pool} pool rows): lower {{folds}}")

@@ -1,4 +1,5 @@
-"""The candidates of a search (SPEC section 12, Candidates) and the checks of their options.
+"""The candidates of a search (docs/contracts.md, section 12, Candidates) and the checks of their
+options.
 
 Candidates are the cartesian product of the grid's lists in the grid's key order (the
 order of the search file or of the `grid` mapping), the last key varying fastest; candidate

@@ -1,4 +1,5 @@
-"""What a model search or a cross-validation asks for (SPEC section 12), declared once here.
+"""What a model search or a cross-validation asks for (docs/contracts.md, section 12), declared once
+here.
 
 `SearchRequest` is a `DenseRequest` (every `train` option, fixed for every candidate, with
 Dense's own defaults and help) plus what a search adds: the folds, an optional group
@@ -17,7 +18,7 @@ from msgspec import Meta
 
 from aner_coord.computations.dense.request import DenseRequest
 
-# The options a grid may vary (SPEC section 12), in the order the help lists them.
+# The options a grid may vary (docs/contracts.md, section 12), in the order the help lists them.
 GRID_KEYS = ("hidden", "lr", "batch", "epochs", "optimizer", "patience", "chunk")
 # Rows of a chunk within a fit unless the request says otherwise: Dense's own default, so
 # that a one-candidate search of a `train` configuration computes its very numbers.
@@ -40,8 +41,8 @@ class SearchRequest(DenseRequest, frozen=True, tag="search"):
     folds: Annotated[
         int,
         Meta(
-            description=f"folds of the cross-validation (2..{MAX_FOLDS}); 1 uses the "
-            "train/validation split of `train`",
+            description=f"folds of the cross-validation (2..{MAX_FOLDS}); 1 uses train's own "
+            "validation split",
             extra={"metavar": "K"},
         ),
     ] = 5

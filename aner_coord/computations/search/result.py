@@ -81,7 +81,7 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
     staging: list[StagingRecord] = msgspec.field(default_factory=list)
 
     def summary(self) -> str:
-        folds = f"{self.folds} folds" if self.folds >= 2 else "train's validation split"
+        folds = f"{self.folds} folds" if self.folds >= 2 else "train's own validation split"
         head = f"{len(self.candidates)} candidate(s) x {folds}: "
         if self.selected is None:
             return head + "every candidate diverged; nothing selected"

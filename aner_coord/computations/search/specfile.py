@@ -1,4 +1,4 @@
-"""The search file of `aner parallel search --spec FILE.toml` (SPEC section 12).
+"""The search file of `aner parallel search --spec FILE.toml` (docs/contracts.md, section 12).
 
 TOML; every `train` option may stand at the top level (fixed for every candidate) beside
 `group`, `folds`, `refit`, `chunk` and `seed`, and `[grid]` holds the lists of values that
@@ -19,6 +19,7 @@ import msgspec
 from aner_coord.computations.search.grid import check_conflicts, check_shape
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import RequestError
+from aner_coord.specfile import decode_toml, read_small_file
 
 _WORDS = {"int": "an integer", "float": "a number", "str": "a string", "array": "a list",
           "bool": "true or false", "object": "a table", "null": "nothing"}  # fmt: skip
@@ -30,14 +31,7 @@ def known_keys() -> list[str]:
 
 def load_search_file(path: str | Path) -> SearchRequest:
     where = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise RequestError(f"{where}: cannot read the search file: {exc.strerror or exc}") from None
-    try:
-        raw: dict[str, Any] = msgspec.toml.decode(data, type=dict[str, Any])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise RequestError(f"{where}: not a TOML search file: {exc}") from None
+    raw = decode_toml(read_small_file(where, "search file", where), "search file", where)
     known = known_keys()
     for key in raw:
         if key not in known:

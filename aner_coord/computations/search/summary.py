@@ -29,7 +29,7 @@ def _plus_minus(mean: Any, std: Any) -> str:
 def summarize(result: dict[str, Any]) -> list[str]:
     candidates = result["candidates"]
     folds = result["folds"]
-    how = f"{folds} folds" if folds >= 2 else "train's validation split"
+    how = f"{folds} folds" if folds >= 2 else "train's own validation split"
     grouped = ", grouped" if result.get("grouped") else ""
     lines = [f"search    {len(candidates)} candidate(s) x {how}{grouped}: {len(result['fits'])} "
              "fits"]  # fmt: skip

@@ -1,5 +1,5 @@
-"""Dense classifier training `aner-dense/v1` (SPEC section 9), the worker's half, and the
-numerics both halves share.
+"""Dense classifier training `aner-dense/v1` (docs/contracts.md, section 9), the worker's half, and
+the numerics both halves share.
 
 - `kernel`: the "dense" kernel a worker runs per task; `params`: what a task carries;
 - `rows`: where a chunk's rows come from (a staged file, the teacher set) and one chunk's

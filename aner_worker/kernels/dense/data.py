@@ -1,4 +1,5 @@
-"""Data sources of ``aner-dense/v1`` (SPEC section 9): CSV, NPZ, digits and the teacher set.
+"""Data sources of ``aner-dense/v1`` (docs/contracts.md, section 9): CSV, NPZ, digits and the
+teacher set.
 
 A ``Dataset`` answers ``rows(positions)`` with the float64 features and class indices of any
 rows, by global position, so a task needs to carry only positions. File data (CSV, NPZ and
@@ -18,7 +19,7 @@ import hashlib
 import importlib.util
 import io
 import math
-import zipfile
+import sys
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Sequence
@@ -30,13 +31,19 @@ from numba import njit
 
 from aner_worker.kernels.dense.streams import signed, words
 from aner_worker.kernels.philox import philox_block
+from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
+
+# Limits of a data file: its bytes before parsing, and its features in memory as binary64
+# (an NPZ member's declared shape is checked against the second before it is decompressed).
+MAX_FILE_BYTES = 2 << 30
+MAX_DATA_BYTES = 4 << 30
 
 TEACHER_ID = "aner-dataset/teacher/v1"
 DIGITS = "digits"
 
 TEACHER_HIDDEN = 32
 TEACHER_MAX_FEATURES = 256
-# Not a SPEC limit: it keeps `r * d` word indices far inside int64 and matches the largest
+# Not a contract's limit: it keeps `r * d` word indices far inside int64 and matches the largest
 # procedural set the project promises to handle, 10**8 rows with room to spare.
 TEACHER_MAX_ROWS = 10**12
 FEATURE_STREAM, HIDDEN_STREAM, OUTPUT_STREAM, NOISE_STREAM, FLIP_STREAM = 3, 4, 5, 6, 7
@@ -210,6 +217,7 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
         n_cols = len(header)
         if n_cols < 2:
             raise DataError(f"{where}: line 1: need a label and at least one feature column")
+        _check_unique(header, where)
         label_col = _resolve_label(label, header, where)
         features = array("d")
         labels: list[str] = []
@@ -268,6 +276,19 @@ def _raise_bad_row(
     raise AssertionError("a row that failed to parse parsed")  # pragma: no cover
 
 
+def _check_unique(header: list[str], where: str) -> None:
+    """Columns are found by name (a model records its features' names and `predict` maps
+    a file's columns by them), so a name given twice is ambiguous."""
+    seen: dict[str, int] = {}
+    for col, name in enumerate(header):
+        if name in seen:
+            raise DataError(
+                f"{where}: line 1: columns {seen[name] + 1} and {col + 1} are both named "
+                f"{name[:80]!r}; give every column its own name"
+            )
+        seen[name] = col
+
+
 def load_csv(path: str | Path, label: str | None = None) -> ArrayDataset:
     """Read a CSV file (see ``parse_csv``); identity is the SHA256 of its bytes."""
     return parse_csv(_read(path), str(path), label)
@@ -282,20 +303,14 @@ def load_npz(path: str | Path) -> ArrayDataset:
     where = str(path)
     data = _read(path)
     identity = "sha256:" + hashlib.sha256(data).hexdigest()
-    # Without this check numpy would try a non-zip file as a pickle and blame pickling.
-    if not zipfile.is_zipfile(io.BytesIO(data)):
-        raise DataError(f"{where}: not a readable NPZ archive (not a zip file)")
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            missing = [name for name in ("X", "y") if name not in archive.files]
-            if missing:
-                raise DataError(f"{where}: missing array {missing[0]!r} (need X and y)")
-            x_raw, y_raw = archive["X"], archive["y"]
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise DataError(f"{where}: not a readable NPZ archive ({exc})") from None
-    except ValueError as exc:
-        # numpy refuses object arrays when pickles are off; say so in one line.
-        raise DataError(f"{where}: unreadable array ({exc})") from None
+        archive = npz_arrays(data, where, MAX_FILE_BYTES, MAX_DATA_BYTES // 8)
+    except UnsafeFile as exc:
+        raise DataError(str(exc)) from None
+    missing = [name for name in ("X", "y") if name not in archive]
+    if missing:
+        raise DataError(f"{where}: missing array {missing[0]!r} (need X and y)")
+    x_raw, y_raw = archive["X"], archive["y"]
     if x_raw.ndim != 2:
         raise DataError(f"{where}: X must be 2-D, got shape {x_raw.shape}")
     if x_raw.dtype.kind not in "biuf":
@@ -329,7 +344,8 @@ def digits_path() -> Path:
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise DataError(
-            "--data digits needs scikit-learn, which ships the data set: pip install 'aner[digits]'"
+            "--data digits needs scikit-learn, which ships the data set: install it into aner's "
+            f"environment: {sys.executable} -m pip install scikit-learn"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
     if not path.is_file():
@@ -372,10 +388,12 @@ def open_dataset(source: str, label: str | None = None) -> ArrayDataset:
 
 
 def _read(path: str | Path) -> bytes:
+    """The file's bytes, if it is a regular file within MAX_FILE_BYTES (never waited on,
+    never read past the limit: `npzfile.read_user_file`)."""
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return read_user_file(str(path), MAX_FILE_BYTES, str(path))
+    except UnsafeFile as exc:
+        raise DataError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -398,9 +416,9 @@ def _teacher_kernel(seed, positions, hidden_wt, output_wt, x, y):  # type: ignor
     weights come transposed: ``hidden_wt[j, h] = A[h][j]``, ``output_wt[h, c] = C[c][h]``.
 
     No fastmath: every sum runs in index order from 0.0 with separate multiply and add,
-    exactly as SPEC section 9 writes it, so any implementation derives the same labels. The
-    loops run over the sum's index outside and over the independent sums inside (all hidden
-    units, all classes), so each sum still adds its terms in index order while LLVM
+    exactly as docs/contracts.md, section 9 writes it, so any implementation derives the same
+    labels. The loops run over the sum's index outside and over the independent sums inside (all
+    hidden units, all classes), so each sum still adds its terms in index order while LLVM
     vectorises across sums, which it may not do within one (2-3x the rows per second).
     """
     d = x.shape[1]

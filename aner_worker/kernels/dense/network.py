@@ -35,7 +35,7 @@ mask and the float32 bias sums are numba loops (`loops`). The returned gradient 
 workspace buffer.
 
 Parameters are a list ``[W1, b1, ..., W(L+1), b(L+1)]`` with ``W_l`` of shape
-``(fan_out, fan_in)`` (SPEC's ``W_l[o][i]``); ``flatten`` / ``unflatten`` give the single
+``(fan_out, fan_in)`` (the contract's ``W_l[o][i]``); ``flatten`` / ``unflatten`` give the single
 float64 vector that travels on the wire and that the optimizer updates, in that order,
 each ``W_l`` row-major.
 """

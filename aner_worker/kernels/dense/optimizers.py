@@ -1,4 +1,5 @@
-"""The one canonical optimizer of ``aner-dense/v1`` (SPEC section 9): Adam or SGD, binary64.
+"""The one canonical optimizer of ``aner-dense/v1`` (docs/contracts.md, section 9): Adam or SGD,
+binary64.
 
 Optimizer state lives on the coordinator only and is applied once per committed step to the
 flat parameter vector (the layout of ``network.flatten``). Updates are pure: they return new
@@ -6,7 +7,7 @@ arrays and a new state, so a step that is abandoned halfway leaves the committed
 and state untouched. ``OptimizerState.to_arrays`` / ``from_arrays`` give
 a checkpoint as plain arrays for an ``.npz`` file.
 
-The Adam update is written exactly in SPEC's order of operations; every operation is
+The Adam update is written exactly in the contract's order of operations; every operation is
 elementwise and correctly rounded, so any implementation that follows the text gets the
 same bits.
 """
@@ -78,7 +79,7 @@ def adam_step(
 ) -> tuple[Floats, OptimizerState]:
     """One Adam step on the mean gradient ``grad``; ``t`` of the step is ``state.t + 1``.
 
-    SPEC's expressions evaluated in their order, each operation into a buffer of this step
+    The contract's expressions evaluated in their order, each operation into a buffer of this step
     (`out=`) instead of a fresh temporary: multiplication and addition of two operands are
     commutative in IEEE arithmetic, so ``m * beta1 + grad * (1 - beta1)`` is bitwise
     ``beta1 * m + (1 - beta1) * grad``, and so on. Half the allocations of the plain form.

@@ -1,4 +1,5 @@
-"""The coordinator's plan of ``aner-dense/v1`` training (SPEC section 9), as pure functions.
+"""The coordinator's plan of ``aner-dense/v1`` training (docs/contracts.md, section 9), as pure
+functions.
 
 Everything here is a function of ``(seed, data)`` and the request alone: which rows are
 train, validation and test; the normalisation fitted on training rows; the initial weights;

@@ -153,7 +153,7 @@ def dataset_for(params: DenseParams) -> Dataset:
 
 @functools.lru_cache(maxsize=8)
 def role_positions(seed: int, n_rows: int, fractions: tuple[float, float], role: int) -> Ints:
-    """Ascending positions of the rows of `role` (SPEC section 9, Roles)."""
+    """Ascending positions of the rows of `role` (docs/contracts.md, section 9, Roles)."""
     codes = role_codes(seed, n_rows, fractions[0], fractions[1])
     out: Ints = np.flatnonzero(codes == role).astype(np.int64)
     out.flags.writeable = False

@@ -1,8 +1,9 @@
-"""Philox words of ``aner-dense/v1`` (SPEC section 9): role codes, epoch keys, raw words.
+"""Philox words of ``aner-dense/v1`` (docs/contracts.md, section 9): role codes, epoch keys, raw
+words.
 
 Every random quantity of Dense training (teacher rows, roles, epoch orders, initial weights)
-is word ``k`` of a Philox4x64-10 stream ``(seed, stream)`` of SPEC section 1, mapped by
-``U(w) = (w >> 11) * 2**-53`` or ``S(w) = (w >> 11) * 2**-52 - 1.0``. Both maps are exact in
+is word ``k`` of a Philox4x64-10 stream ``(seed, stream)`` of docs/contracts.md, section 1, mapped
+by ``U(w) = (w >> 11) * 2**-53`` or ``S(w) = (w >> 11) * 2**-52 - 1.0``. Both maps are exact in
 binary64 (``w >> 11 < 2**53``, a power-of-two scale, and a subtraction whose result is a
 multiple of ``2**-52`` in ``[-1, 1)``), so numpy applied to these words gives the same bits as
 the kernels do.

@@ -1,5 +1,5 @@
-"""One ``aner-dense/v1`` training (SPEC section 9) as a pure state machine: which pass comes
-next, what a chunk's statistics may be, and what committing a pass does.
+"""One ``aner-dense/v1`` training (docs/contracts.md, section 9) as a pure state machine: which pass
+comes next, what a chunk's statistics may be, and what committing a pass does.
 
 A training is a sequence of passes, each cut into chunks of ``chunk`` rows computed under
 frozen parameters and committed only when every chunk is in its slot:
@@ -80,7 +80,7 @@ class Divergence(ArithmeticError):
 
 @dataclass(frozen=True)
 class TrainingOptions:
-    """What a training is asked to do; the defaults are SPEC section 9's."""
+    """What a training is asked to do; the defaults are docs/contracts.md, section 9's."""
 
     seed: int
     hidden: tuple[int, ...] = (64, 64)

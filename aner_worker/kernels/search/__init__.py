@@ -1,5 +1,5 @@
-"""Model search and cross-validation `aner-search/v1` (SPEC section 12), the worker's half:
-whole Dense fits, each on one worker slot.
+"""Model search and cross-validation `aner-search/v1` (docs/contracts.md, section 12), the worker's
+half: whole Dense fits, each on one worker slot.
 
 - `kernel`: the "search" kernel a worker runs per task (a range of the pass's fits);
 - `params`: what a task carries (`SearchParams`) and what a fit returns (`FitResult`);

@@ -1,4 +1,4 @@
-"""Whole fits of a model search on one worker slot (SPEC section 12).
+"""Whole fits of a model search on one worker slot (docs/contracts.md, section 12).
 
 A fit `(c, f)` is section 9's training (`dense.training.Training`) with candidate `c`'s
 options and the search's seed, its roles taken from the fold bytes: training rows are the

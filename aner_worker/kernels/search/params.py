@@ -1,5 +1,5 @@
 """What a search task carries and what it returns, as msgspec Structs the kernel registry
-encodes (SPEC section 12).
+encodes (docs/contracts.md, section 12).
 
 A pass's `SearchParams` name the data set, the seed, every row's fold byte (255 for a test
 row), every candidate's training options, and the pass's fits in dispatch order: a task is

@@ -1,0 +1,73 @@
+"""Every option of every command has help, and help that states the option's default where
+it has one (issue 17, item 5): the whole parser walked, command by command, as
+`aner parallel COMMAND --help` builds it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from aner_coord.cli.main import COMMANDS, build_parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def options_of(command: str) -> list[argparse.Action]:
+    parser = build_parser(command)
+    group = _subparsers(parser).choices["parallel"]
+    own = _subparsers(group).choices[command]
+    return [a for a in own._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+
+
+def rendered(action: argparse.Action) -> str:
+    """The help as argparse prints it (`%(default)s` and the like expanded)."""
+    text = action.help or ""
+    if "%" in text:
+        text = text % {**vars(action), "prog": "aner"}
+    return " ".join(text.split())
+
+
+def stated(default: object, text: str) -> bool:
+    """Whether `text` says "default" and the value (as a user would write it)."""
+    words = {str(default)}
+    if isinstance(default, int):
+        words.add(f"{default:,}")
+    if isinstance(default, float):
+        words.add(f"{default:g}")
+    if isinstance(default, (list, tuple)):
+        words.add(",".join(map(str, default)))
+    return "default" in text.lower() and any(w in text for w in words)
+
+
+# A flag's default is its absence: `--background` is off unless given.
+FLAGS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction)
+
+
+CASES = [(command, action) for command in COMMANDS for action in options_of(command)]
+
+
+@pytest.mark.parametrize(
+    ("command", "action"), CASES, ids=[f"{c}:{a.option_strings[-1]}" for c, a in CASES]
+)
+def test_every_option_has_help_that_states_its_default(
+    command: str, action: argparse.Action
+) -> None:
+    text = rendered(action)
+    assert text and action.help != argparse.SUPPRESS, f"{command} {action.option_strings}: no help"
+    default = action.default
+    if default is None or default is False or default == argparse.SUPPRESS:
+        return
+    if isinstance(action, FLAGS):
+        return
+    assert stated(default, text), (
+        f"aner parallel {command} {action.option_strings[-1]}: the help does not state the "
+        f"default {default!r}: {text!r}"
+    )
+
+
+def test_the_walk_reaches_every_command() -> None:
+    assert {c for c, _ in CASES} == set(COMMANDS)
+    assert len(CASES) > 80
