@@ -232,7 +232,7 @@ class Coordinator:
                 # just been published (one snapshot per wake-up, not two).
                 if not self._ended.is_set() and time.monotonic() - self._last_publish >= TICK_S:
                     try:
-                        self._publish_now()
+                        self._publish()
                     except _ObserverError as exc:
                         self._handle(ShellFailed(exc.where, exc.detail))
         finally:
@@ -320,11 +320,19 @@ class Coordinator:
         self._state = instruction.progress.state
         self._error = instruction.progress.error
         if instruction.urgent:
-            self._publish_now()
+            self._publish()
             if changed:  # the main loop acts on states (cancelling); a new pass is no news
                 self._changed.set()
         elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
+            self._publish()
+
+    def _publish(self) -> None:
+        """A snapshot for the observers, if the job has any: a job without (an API call
+        without a job directory) builds none until its final one, not one per pass."""
+        if self.observers:
             self._publish_now()
+        else:
+            self._last_publish = time.monotonic()  # the main loop's tick counts from here
 
     def _record_loss(self, loss: WorkerLoss) -> None:
         log.warning('worker "%s" lost, going on without it: %s', loss.identity, loss.detail)
