@@ -22,6 +22,8 @@ outlives its coordinator by more than that.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import platform
@@ -58,6 +60,15 @@ log = logging.getLogger("aner.worker")
 # no result waits longer than HOLD_MAX_S plus one task, and the coordinator's window hides
 # that delay.
 HOLD_TASK_S = 0.001
+# The capacity asked for the worker's stdin and stdout pipes. A chunk's result of the
+# 256-wide Dense model is a 680 KB frame (its float64 gradient sums), and a pass's
+# parameters as large: through Linux's default 64 KiB pipe the computing thread that writes
+# a result blocks until the coordinator has read it in 11 pieces, each a wake-up of its
+# event loop, before it starts its next chunk. 1 MiB (Linux's default pipe-max-size) takes a
+# whole frame at once. Where it cannot be had (not a pipe, over the limits), the default
+# stays: only the speed differs.
+PIPE_BYTES = 1 << 20
+READ_BYTES = 1 << 18  # a read of stdin: a pass's parameters in three, not eleven
 HOLD_MAX_S = 0.002
 HOLD_MAX_FRAMES = 64
 
@@ -344,7 +355,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     status = 0
     try:
         while True:
-            data = os.read(stdin_fd, 1 << 16)
+            data = os.read(stdin_fd, READ_BYTES)
             if not data:
                 with out.lock:
                     connection.end_of_input()
@@ -382,4 +393,17 @@ def main() -> int:
     stdout_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    for fd in (0, stdout_fd):
+        widen_pipe(fd)
     return serve(0, stdout_fd)
+
+
+def widen_pipe(fd: int, size: int = PIPE_BYTES) -> None:
+    """Ask for a pipe capacity of `size` bytes on `fd` (Linux); nothing where it is not a
+    pipe, or the system refuses (EPERM above /proc/sys/fs/pipe-max-size or the user's pipe
+    pages, EINVAL, EBADF), or the platform has no F_SETPIPE_SZ."""
+    setter = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setter is None:
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, setter, size)

@@ -71,9 +71,13 @@ class FrameDecoder:
                 if available < end:
                     break
                 # A copy per frame: a decoded `msgspec.Raw` field keeps a reference to the
-                # bytes it was decoded from, which must not be the buffer we trim.
+                # bytes it was decoded from, which must not be the buffer we trim. One copy,
+                # through a view (slicing the bytearray first would copy it twice); the view
+                # is released before the buffer is trimmed.
+                with memoryview(buffer) as view:
+                    body = bytes(view[offset + _HEADER : end])
                 try:
-                    messages.append(self._decoder.decode(bytes(buffer[offset + _HEADER : end])))
+                    messages.append(self._decoder.decode(body))
                 except msgspec.DecodeError as exc:
                     raise RemoteProtocolError(self.peer, f"malformed message: {exc}") from None
                 offset = end

@@ -234,8 +234,10 @@ class Coordinator:
             while not self._ended.is_set():
                 self._changed.clear()
                 changed = asyncio.ensure_future(self._changed.wait())
+                # Wake when the next tick's snapshot is due, not TICK_S after any wake-up.
+                due = max(0.0, self._last_publish + TICK_S - time.monotonic())
                 await asyncio.wait(
-                    {changed, cancel_wait}, timeout=TICK_S, return_when=asyncio.FIRST_COMPLETED
+                    {changed, cancel_wait}, timeout=due, return_when=asyncio.FIRST_COMPLETED
                 )
                 changed.cancel()
                 if self.cancel.is_set() and self._state.active:
@@ -243,9 +245,11 @@ class Coordinator:
                 if self._state is JobState.CANCELLING:
                     await backend.wait_stopped()
                     self.deliver(WorkersStopped())
-                if not self._ended.is_set():
+                # Keep elapsed time and ETA moving; an urgent snapshot that woke the loop has
+                # just been published (one snapshot per wake-up, not two).
+                if not self._ended.is_set() and time.monotonic() - self._last_publish >= TICK_S:
                     try:
-                        self._publish_now()  # keep elapsed time and ETA moving
+                        self._publish()
                     except _ObserverError as exc:
                         self._handle(ShellFailed(exc.where, exc.detail))
         finally:
@@ -333,13 +337,23 @@ class Coordinator:
             self._final_checkpoint()  # before the status that says CANCELLING
         self._progress = instruction.progress
         self._progress_at = time.monotonic()
+        changed = instruction.progress.state is not self._state
         self._state = instruction.progress.state
         self._error = instruction.progress.error
         if instruction.urgent:
-            self._publish_now()
-            self._changed.set()
+            self._publish()
+            if changed:  # the main loop acts on states (cancelling); a new pass is no news
+                self._changed.set()
         elif time.monotonic() - self._last_publish >= STATUS_INTERVAL_S:
+            self._publish()
+
+    def _publish(self) -> None:
+        """A snapshot for the observers, if the job has any: a job without (an API call
+        without a job directory) builds none until its final one, not one per pass."""
+        if self.observers:
             self._publish_now()
+        else:
+            self._last_publish = time.monotonic()  # the main loop's tick counts from here
 
     def _checkpoint(self, passes: int) -> None:
         """A pass barrier: the checkpointer writes the run's state if one is due."""

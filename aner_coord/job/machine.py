@@ -381,7 +381,9 @@ class JobMachine:
             ]
         if not self._todo:  # the ledger of a resumed job already holds this whole pass
             return [committed, *begin, *self._end_pass()]
-        return [committed, *begin, self._status(urgent=True), *self._dispatch()]
+        # Every pass is reported (observers see each step), but after its tasks are sent:
+        # the workers compute while the shell publishes.
+        return [committed, *begin, *self._dispatch(), self._status(urgent=True)]
 
     def _begin_pass(self) -> list[Instruction]:
         try:

@@ -77,8 +77,14 @@ class StatusWriter:
             self._write_first(snapshot)
             return
         with self._cond:
+            # Wake the writer only when this snapshot changes what it waits for: an empty
+            # slot (it waits for one), or a new state (due at once). A snapshot of the same
+            # state replacing a pending one is due when that one was: the writer's timed
+            # wait takes it (a wake-up per pass of a fast job took the GIL for nothing).
+            wake = self._slot is None or snapshot.state != self._last_state
             self._slot = snapshot
-            self._cond.notify()
+            if wake:
+                self._cond.notify()
 
     def _write_first(self, snapshot: StatusSnapshot) -> None:
         # A first status that never reached the disk stops everything after it: no later

@@ -33,6 +33,10 @@ from aner_coord.transports.base import (
 log = logging.getLogger("aner.coordinator")
 
 KILL_WAIT_S = 10.0  # after SIGKILL, how long a child may take to be gone
+# What one read of a worker's stdout may return, and the stream's buffer limit: a Dense
+# result of the 256-wide model (a 680 KB frame) is one wake-up of the event loop, not
+# eleven of 64 KiB (the worker widens its pipe to 1 MiB: `aner_worker.worker.PIPE_BYTES`).
+READ_BYTES = 1 << 20
 
 
 class ProcessTransport:
@@ -86,7 +90,7 @@ class ProcessTransport:
         if not stdin.is_closing():
             stdin.close()
 
-    async def read(self, n: int = 65536) -> bytes:
+    async def read(self, n: int = READ_BYTES) -> bytes:
         stdout = self._process.stdout
         assert stdout is not None
         if self._closing:
@@ -181,7 +185,7 @@ async def spawn(
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.subprocess_exec(
-            lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=2**16, loop=loop),
+            lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=READ_BYTES, loop=loop),
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -100,3 +100,37 @@ def test_refusals() -> None:
         OptimizerState.from_arrays(
             {"optimizer": np.array("x"), "t": np.array(1), "m": np.zeros(1), "v": np.zeros(1)}
         )
+
+
+def _adam_numpy(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: int, lr: float):  # type: ignore[no-untyped-def]
+    """The numpy form (one operation over the whole vector at a time) that the numba loop
+    replaced: SPEC's operations in SPEC's order."""
+    m = np.multiply(m, 0.9) + np.multiply(g, 1.0 - 0.9)
+    v = np.multiply(v, 0.999) + np.multiply(g, 1.0 - 0.999) * g
+    m_hat = m / (1.0 - 0.9**t)
+    v_hat = v / (1.0 - 0.999**t)
+    return p - (m_hat * lr) / (np.sqrt(v_hat) + 1e-8), m, v
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8192])
+def test_adam_on_a_sum_is_bitwise_the_numpy_form_on_its_mean(rows: int) -> None:
+    # Wide magnitudes (tiny, huge, subnormal products) over many steps: any fused
+    # multiply-add or reordering in the loop would show in some of 50,000 elements.
+    rng = np.random.default_rng(rows)
+    n = 50_000
+    p = rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)
+    state = initial_state("adam", n)
+    ref_p, ref_m, ref_v = p.copy(), np.zeros(n), np.zeros(n)
+    for t in range(1, 6):
+        grad_sum = rng.standard_normal(n) * 10.0 ** rng.integers(-150, 150, n)
+        ref_p, ref_m, ref_v = _adam_numpy(ref_p, grad_sum / rows, ref_m, ref_v, t, 3e-3)
+        p, state = step(p, grad_sum, state, 3e-3, n=rows)
+        assert state.t == t
+        assert np.array_equal(p, ref_p) and np.array_equal(state.m, ref_m)
+        assert np.array_equal(state.v, ref_v)
+
+
+def test_sgd_on_a_sum_divides_first() -> None:
+    grad_sum = np.array([3.0, -1.0, 0.1])
+    p, _ = step(np.ones(3), grad_sum, initial_state("sgd", 3), 0.1, n=3)
+    assert np.array_equal(p, np.ones(3) - 0.1 * (grad_sum / 3))

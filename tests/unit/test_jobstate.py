@@ -831,9 +831,9 @@ def test_barrier_no_task_of_the_next_pass_before_the_pass_is_accepted() -> None:
         RecordAccepted(0, 1, fx_stats(task(2, 2, 2), zero)),
         RecordCommitted(0),  # the barrier: committed before the next pass begins
         BeginPass(1, RegressionParams(SEED, theta)),
-        status(R),
         SendTask("a", task(4, 0, 2, pass_id=1)),
         SendTask("b", task(5, 2, 2, pass_id=1)),
+        status(R),  # after the sends: the workers compute while the shell publishes
     ]
     p = progress(out)
     assert (p.pass_index, p.chunks_done, p.phase, p.committed_steps) == (1, 0, "step 1 of 2", 0)

@@ -75,45 +75,44 @@ def initial_state(name: OptimizerName, n_params: int) -> OptimizerState:
 
 
 def adam_step(
-    params: Floats, grad: Floats, state: OptimizerState, lr: float
+    params: Floats, grad: Floats, state: OptimizerState, lr: float, *, n: float = 1.0
 ) -> tuple[Floats, OptimizerState]:
-    """One Adam step on the mean gradient ``grad``; ``t`` of the step is ``state.t + 1``.
+    """One Adam step on the mean gradient ``grad / n`` (``n`` the step's valid rows, or 1.0
+    for a gradient already averaged); ``t`` of the step is ``state.t + 1``.
 
-    The contract's expressions evaluated in their order, each operation into a buffer of this step
-    (`out=`) instead of a fresh temporary: multiplication and addition of two operands are
-    commutative in IEEE arithmetic, so ``m * beta1 + grad * (1 - beta1)`` is bitwise
-    ``beta1 * m + (1 - beta1) * grad``, and so on. Half the allocations of the plain form.
+    The contract's expressions evaluated in their order, element by element in one numba loop
+    (`loops.adam`) into fresh arrays: per element ``g = grad / n``,
+    ``m' = (beta1 * m) + ((1 - beta1) * g)``, ``v' = (beta2 * v) + (((1 - beta2) * g) * g)``,
+    ``p' = p - ((m' / (1 - beta1**t)) * lr) / (sqrt(v' / (1 - beta2**t)) + eps)``, each
+    operation correctly rounded (multiplication and addition of two operands commute in IEEE
+    arithmetic), so these are the bits of the numpy form, one operation over the whole vector
+    at a time, without its twelve passes and temporaries.
     """
+    from aner_worker.kernels.dense.loops import adam
+
     t = state.t + 1
-    m = np.multiply(state.m, BETA1)
-    scratch = np.multiply(grad, 1.0 - BETA1)
-    m += scratch
-    v = np.multiply(state.v, BETA2)
-    np.multiply(grad, 1.0 - BETA2, out=scratch)
-    scratch *= grad  # ((1 - beta2) * grad) * grad
-    v += scratch
     # Bias corrections are scalars: Python's float power (C pow), once per step.
-    m_hat = np.divide(m, 1.0 - BETA1**t)
-    np.divide(v, 1.0 - BETA2**t, out=scratch)  # v_hat
-    np.sqrt(scratch, out=scratch)
-    scratch += EPS
-    m_hat *= lr  # lr * m_hat
-    m_hat /= scratch
-    new = np.subtract(params, m_hat, out=m_hat)
+    constants = np.array(
+        [BETA1, 1.0 - BETA1, BETA2, 1.0 - BETA2, 1.0 - BETA1**t, 1.0 - BETA2**t, lr, EPS]
+    )
+    new, m, v = np.empty_like(params), np.empty_like(params), np.empty_like(params)
+    adam(params, grad, float(n), state.m, state.v, constants, (new, m, v))
     return new, OptimizerState("adam", t, m, v)
 
 
 def sgd_step(
-    params: Floats, grad: Floats, state: OptimizerState, lr: float
+    params: Floats, grad: Floats, state: OptimizerState, lr: float, *, n: float = 1.0
 ) -> tuple[Floats, OptimizerState]:
-    """``p - lr * g``."""
-    return params - lr * grad, OptimizerState("sgd", state.t + 1, state.m, state.v)
+    """``p - lr * g`` with ``g = grad / n`` (divided only when ``n`` is not 1.0)."""
+    g = grad / n if n != 1.0 else grad
+    return params - lr * g, OptimizerState("sgd", state.t + 1, state.m, state.v)
 
 
 def step(
-    params: Floats, grad: Floats, state: OptimizerState, lr: float
+    params: Floats, grad: Floats, state: OptimizerState, lr: float, *, n: float = 1.0
 ) -> tuple[Floats, OptimizerState]:
-    """One update by the optimizer the state belongs to; inputs are never modified."""
+    """One update by the optimizer the state belongs to on the mean gradient ``grad / n``
+    (`n`: the step's valid rows; 1.0 for a mean gradient); inputs are never modified."""
     if params.shape != grad.shape or params.ndim != 1:
         raise ValueError(
             f"params and grad must be equal flat vectors: {params.shape}, {grad.shape}"
@@ -125,5 +124,5 @@ def step(
             raise ValueError(
                 f"Adam state holds {state.m.size} moments for {params.size} parameters"
             )
-        return adam_step(params, grad, state, lr)
-    return sgd_step(params, grad, state, lr)
+        return adam_step(params, grad, state, lr, n=n)
+    return sgd_step(params, grad, state, lr, n=n)

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from aner_worker.kernels.dense.loops import accumulate, all_finite
 from aner_worker.kernels.dense.network import (
     DEFAULT_PRECISION,
-    ChunkStats,
     Precision,
     flatten,
     unflatten,
@@ -59,12 +59,12 @@ from aner_worker.kernels.dense.params import EVALUATE, MOMENTS, TRAIN, DenseStat
 from aner_worker.kernels.dense.plan import (
     EarlyStopping,
     Normalisation,
+    PlanError,
     bounds,
     combine_moments,
     epoch_order,
     init_params,
     layer_sizes,
-    reduce_chunks,
 )
 from aner_worker.kernels.dense.streams import TEST, VALIDATION
 from aner_worker.kernels.dense.streams import TRAIN as TRAIN_ROLE
@@ -204,6 +204,11 @@ class Training:
         self._bounds = bounds(int(rows.train.size), options.batch)
         self._phase = _Phase.NORMALISE  # of the pass in progress (or next, before it)
         self._slots: list[DenseStats | None] = []
+        # A training step's gradient sum, added up in chunk order as the slots fill: chunk c
+        # joins once chunks 0..c-1 have (the order of `plan.reduce_chunks`, so the same bits),
+        # while later chunks are still being computed. One buffer, reused by every step.
+        self._grad_sum: Floats = np.empty(self.flat.size)
+        self._summed = 0  # leading slots of the current pass already in `_grad_sum`
         self.test: tuple[float, float] | None = None
 
     # -- what the driver asks ----------------------------------------------------------------
@@ -232,6 +237,7 @@ class Training:
             return None
         spec = self._pass(phase)
         self._slots = [None] * len(bounds(spec.items, self.options.chunk))
+        self._summed = 0
         return spec
 
     def _pass(self, phase: _Phase) -> TrainingPass:
@@ -273,12 +279,20 @@ class Training:
         if phase is _Phase.TRAIN:
             if len(stats.sums) != 8 * self.flat.size:
                 return f"{len(stats.sums) // 8} gradient sums, expected {self.flat.size}"
-            if not np.isfinite(np.frombuffer(stats.sums, dtype="<f8")).all():
+            if not all_finite(_floats(stats.sums)):
                 raise Divergence(f"non-finite gradient at {self.where()}: lower --lr")
         return None
 
     def accept(self, chunk: int, stats: DenseStats) -> None:
-        self._slots[chunk] = stats
+        slots = self._slots
+        slots[chunk] = stats
+        if self._phase is _Phase.TRAIN:
+            while self._summed < len(slots):
+                ready = slots[self._summed]
+                if ready is None:
+                    break
+                accumulate(self._grad_sum, _floats(ready.sums), self._summed == 0)
+                self._summed += 1
 
     def commit(self) -> None:
         """Every chunk of the current pass is in its slot: apply the pass."""
@@ -310,15 +324,24 @@ class Training:
         self._phase = _Phase.TRAIN
 
     def _commit_step(self, slots: Sequence[DenseStats]) -> None:
+        """`plan.reduce_chunks` of the slots (the gradient already summed by `accept`, in
+        chunk order), then one optimizer update on the mean gradient."""
         b0, b1 = self._bounds[self.step]
-        results = [ChunkStats(_floats(s.sums), s.loss_sum, s.correct, s.valid) for s in slots]
-        totals = reduce_chunks(results, b1 - b0)
-        if not (math.isfinite(totals.loss_sum) and np.isfinite(totals.grad_sum).all()):
-            raise Divergence(f"loss {totals.loss_sum} at {self.where()}: lower --lr")
-        self.flat, self._opt = step(self.flat, totals.mean_grad(), self._opt, self.options.lr)
+        assert self._summed == len(slots), "commit before every gradient was summed"
+        loss_sum, correct, valid = 0.0, 0, 0
+        for s in slots:
+            loss_sum += s.loss_sum
+            correct += s.correct
+            valid += s.valid
+        if valid != b1 - b0:
+            raise PlanError(f"chunks accepted {valid} rows, the batch has {b1 - b0}")
+        grad_sum = self._grad_sum
+        if not (math.isfinite(loss_sum) and all_finite(grad_sum)):
+            raise Divergence(f"loss {loss_sum} at {self.where()}: lower --lr")
+        self.flat, self._opt = step(self.flat, grad_sum, self._opt, self.options.lr, n=valid)
         self.committed += 1
-        self.rows_processed += totals.valid
-        self._epoch_loss += totals.loss_sum
+        self.rows_processed += valid
+        self._epoch_loss += loss_sum
         self.step += 1
         if self.step == len(self._bounds):
             if self.rows.validation.size:
