@@ -8,13 +8,14 @@ tolerance, with bias and loss sums taken in binary64.
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import dense_reference as ref
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from threadpoolctl import threadpool_info
 
@@ -346,14 +347,31 @@ def _abs_terms(params: list[F], mean: F, std: F, x: F, y: npt.NDArray[np.int64])
     return total
 
 
+def _with_layer_floor(terms: F, sizes: list[int]) -> F:
+    """`terms` plus, for each parameter, the mean of its layer's terms: a row's term is
+    `delta * activation`, and where `delta` itself comes from a cancelling sum (a one-unit
+    bottleneck, a softmax near its target) its binary32 error is relative to the layer's
+    scale, not to the small term it cancelled down to."""
+    floor = np.zeros_like(terms)
+    start = 0
+    for a, b in itertools.pairwise(sizes):
+        n = a * b + b
+        floor[start : start + n] = terms[start : start + n].mean()
+        start += n
+    out: F = terms + floor
+    return out
+
+
 # Tolerance of a float32 chunk against the float32 reference (each row's pass in binary32 from
 # the same rounded inputs, terms summed in binary64): 1e-4 of the sum of |row terms|, per
 # parameter. Both sides round every product and sum of a row to binary32 (eps 6e-8) but in a
 # different order (BLAS blocking against one row at a time) and sgemm sums the weight terms in
 # binary32 blocks: a row term's error grows with the layers, their widths and the logits'
-# size, here up to 5 layers of 9 units with logits in the hundreds. Measured: at most 2.9e-5
-# over 200 such random problems. A fault (parameters not rounded once, a row or a layer
-# missing, a term of the wrong row) is of the order of the terms themselves.
+# size, here up to 5 layers of 9 units with logits in the hundreds. Relative to the sum of
+# |terms| alone, hypothesis found 1.7e-4 (layers 8, 9, 1, 9: a one-unit bottleneck whose
+# delta cancels); relative to that sum plus its layer's mean term (`_with_layer_floor`), at
+# most 6.3e-7 over 600 random problems including that one. A fault (parameters not rounded
+# once, a row or a layer missing, a term of the wrong row) is of the order of the terms.
 F32_CHUNK = 1e-4
 
 
@@ -364,6 +382,7 @@ F32_CHUNK = 1e-4
     rows=st.integers(1, 60),
     scale=st.sampled_from([0.1, 1.0]),
 )
+@example(seed=7, sizes=[8, 9, 1, 9], rows=7, scale=1.0)  # a bottleneck whose delta cancels
 def test_float32_chunk_agrees_with_the_float32_reference(
     seed: int, sizes: list[int], rows: int, scale: float
 ) -> None:
@@ -372,7 +391,7 @@ def test_float32_chunk_agrees_with_the_float32_reference(
     stats = chunk_stats(prepare(flatten(params), sizes, "float32"), mean, std, x, y)
     gw, gb, loss, _ = ref.batch_sums(params[0::2], params[1::2], (x - mean) / std, y, "float32")
     grad = np.concatenate([a for w, b in zip(gw, gb, strict=True) for a in (w.ravel(), b)])
-    bound = F32_CHUNK * _abs_terms(params, mean, std, x, y)
+    bound = F32_CHUNK * _with_layer_floor(_abs_terms(params, mean, std, x, y), sizes)
     assert np.all(np.abs(stats.grad - grad) <= bound)
     assert abs(stats.loss_sum - loss) <= 1e-6 * max(1.0, abs(loss))
     assert stats.valid == rows
