@@ -28,7 +28,8 @@ from aner_coord.job.execute import Resumption, execute
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
-from aner_coord.specfile import decode_request, read_small_file
+from aner_coord.specfile import decode_request
+from aner_coord.userfiles import read_small_file
 
 # The request type of each job command: its flags are that type's fields.
 REQUEST_TYPES: dict[str, type[ComputationRequest]] = {

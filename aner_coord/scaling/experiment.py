@@ -141,7 +141,7 @@ def load_experiment(path: str) -> Experiment:
     from aner_coord.computations import request_types
 
     source = f"experiment {path}"
-    from aner_coord.specfile import decode_toml, read_small_file
+    from aner_coord.userfiles import decode_toml, read_small_file
 
     raw = decode_toml(read_small_file(path, "experiment file", source), "experiment file", source)
     try:

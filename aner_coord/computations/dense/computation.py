@@ -120,7 +120,8 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
         raise RequestError(str(exc)) from None
 
 
-def _check_hidden(hidden: object) -> tuple[int, ...]:
+def check_hidden(hidden: object) -> tuple[int, ...]:
+    """Hidden layer sizes within the limits (a search's grid values are checked alike)."""
     if not isinstance(hidden, tuple | list):
         raise RequestError(f"{{hidden}} must be a list of layer sizes, got {hidden!r}", "hidden")
     if len(hidden) > MAX_HIDDEN_LAYERS:
@@ -180,7 +181,7 @@ def _check_options(
             "data",
             "teacher",
         )
-    hidden = _check_hidden(request.hidden)
+    hidden = check_hidden(request.hidden)
     batch = check_positive("batch", request.batch)
     if batch > MAX_BATCH:
         raise AdmissionError(f"{{batch}} is {batch:,}; the limit is {MAX_BATCH:,}", "batch")

@@ -268,12 +268,8 @@ class DenseRun:
 
     # -- what the job leaves ---------------------------------------------------------------
     def staging(self) -> StagePlan | None:
-        dataset = self._dataset
-        if not isinstance(dataset, ArrayDataset):
-            return None  # a teacher set is generated where it is used, never sent
         if self._stage_plan is None:
-            blob = dense_rows.encode_blob(dataset.x, dataset.y)
-            self._stage_plan = StagePlan(self._data_name, tuple(split(blob)))
+            self._stage_plan = stage_plan(self._data_name, self._dataset)
         return self._stage_plan
 
     @property
@@ -362,3 +358,13 @@ class DenseRun:
             execution=accounting.execution,
             workers=list(accounting.workers),
         )
+
+
+def stage_plan(name: str, dataset: Dataset) -> StagePlan | None:
+    """The blocks that stage `dataset` to worker processes under `name` (its blob digest),
+    for a Dense training and a search alike; None for a teacher set, which is generated
+    where it is used and never sent."""
+    if not isinstance(dataset, ArrayDataset):
+        return None
+    blob = dense_rows.encode_blob(dataset.x, dataset.y)
+    return StagePlan(name, tuple(split(blob)))

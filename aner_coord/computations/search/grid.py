@@ -23,12 +23,7 @@ from typing import Any
 
 import msgspec
 
-from aner_coord.computations.dense.computation import (
-    MAX_BATCH,
-    MAX_EPOCHS,
-    MAX_HIDDEN_LAYERS,
-    MAX_LAYER,
-)
+from aner_coord.computations.dense.computation import MAX_BATCH, MAX_EPOCHS, check_hidden
 from aner_coord.computations.search.request import GRID_KEYS, SearchRequest
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_positive
@@ -101,7 +96,7 @@ def check_option(name: str, value: Any) -> Any:
     """One option's value as `train` admits it (RequestError naming `{name}`)."""
     match name:
         case "hidden":
-            return _hidden(value)
+            return check_hidden(value)
         case "batch" | "epochs":
             limit = MAX_BATCH if name == "batch" else MAX_EPOCHS
             number = check_positive(name, value)
@@ -128,21 +123,6 @@ def check_option(name: str, value: Any) -> Any:
             return value
         case _:
             return value
-
-
-def _hidden(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, tuple | list):
-        raise RequestError(f"{{hidden}} must be a list of layer sizes, got {value!r}", "hidden")
-    if len(value) > MAX_HIDDEN_LAYERS:
-        raise AdmissionError(
-            f"{{hidden}} has {len(value)} layers; the limit is {MAX_HIDDEN_LAYERS}", "hidden"
-        )
-    sizes = tuple(check_positive("hidden", h) for h in value)
-    if any(h > MAX_LAYER for h in sizes):
-        raise AdmissionError(
-            f"{{hidden}} has a layer of {max(sizes):,} units; the limit is {MAX_LAYER:,}", "hidden"
-        )
-    return sizes
 
 
 def check_teacher(value: Any) -> tuple[int, int, int]:

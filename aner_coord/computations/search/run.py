@@ -29,7 +29,7 @@ import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
 from aner_coord.computations.dense.model import DenseModel
-from aner_coord.computations.dense.run import feature_names
+from aner_coord.computations.dense.run import feature_names, stage_plan
 from aner_coord.computations.search import aggregate
 from aner_coord.computations.search.files import completed_files, partial_files, warm_charts
 from aner_coord.computations.search.plan import Prepared, plain
@@ -40,7 +40,6 @@ from aner_coord.computations.search.result import (
     SearchResult,
 )
 from aner_coord.jobdir.status import JobState
-from aner_worker.blocks import split
 from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, TeacherDataset
 from aner_worker.kernels.dense.network import parameter_count, unflatten
@@ -276,12 +275,8 @@ class SearchRun:
 
     # -- what the job leaves -----------------------------------------------------------------
     def staging(self) -> StagePlan | None:
-        dataset = self._dataset
-        if not isinstance(dataset, ArrayDataset):
-            return None  # a teacher set is generated where it is used, never sent
         if self._stage_plan is None:
-            blob = dense_rows.encode_blob(dataset.x, dataset.y)
-            self._stage_plan = StagePlan(self._data_name, tuple(split(blob)))
+            self._stage_plan = stage_plan(self._data_name, self._dataset)
         return self._stage_plan
 
     @property

@@ -19,7 +19,7 @@ import msgspec
 from aner_coord.computations.search.grid import check_conflicts, check_shape
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import RequestError
-from aner_coord.specfile import decode_toml, read_small_file
+from aner_coord.userfiles import decode_toml, read_small_file
 
 _WORDS = {"int": "an integer", "float": "a number", "str": "a string", "array": "a list",
           "bool": "true or false", "object": "a table", "null": "nothing"}  # fmt: skip
