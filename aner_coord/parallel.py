@@ -42,6 +42,7 @@ cancelled.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from aner_coord.admission import cluster, local
@@ -56,6 +57,8 @@ from aner_coord.requests import ClusterExecution, LocalExecution
 from aner_coord.session import Session, session
 
 if TYPE_CHECKING:
+    from aner_coord.computations.dense.estimator import DenseClassifier
+    from aner_coord.computations.dense.model import DenseModel
     from aner_coord.computations.dense.result import DenseFit, DenseResult
     from aner_coord.computations.search.result import SearchFit, SearchResult
 
@@ -63,7 +66,9 @@ __all__ = [
     "AdmissionError",
     "AnerError",
     "ClusterExecution",
+    "DenseClassifier",
     "DenseFit",
+    "DenseModel",
     "DenseRequest",
     "DenseResult",
     "JobCancelled",
@@ -85,6 +90,7 @@ __all__ = [
     "dense_fit",
     "dense_fit_async",
     "inventory",
+    "load_model",
     "local",
     "monte_carlo",
     "monte_carlo_async",
@@ -103,6 +109,16 @@ def inventory() -> dict[str, Any]:
     from aner_worker.inventory import current
 
     return current().to_dict()
+
+
+def load_model(path: str | os.PathLike[str], *, allow_incomplete: bool = False) -> DenseModel:
+    """The model of a completed Dense job: its job directory, or a `model.npz` path, read
+    with `aner parallel predict`'s checks (a tampered or foreign file is a RequestError).
+    The model gives `predict(X)`, `predict_proba(X)` and `classes`; `allow_incomplete` takes
+    the last model of a failed or cancelled job."""
+    from aner_coord.computations.dense.saved import read_model
+
+    return read_model(os.fspath(path), "path=", allow_incomplete=allow_incomplete)
 
 
 # Each call is written once, in `aner_coord.calls`; these are a one-off caller's.
@@ -127,6 +143,14 @@ def __getattr__(name: str) -> Any:
         from aner_coord.computations.dense import result
 
         return getattr(result, name)
+    if name == "DenseModel":
+        from aner_coord.computations.dense.model import DenseModel
+
+        return DenseModel
+    if name == "DenseClassifier":  # scikit-learn's bases too, where it is installed
+        from aner_coord.computations.dense.estimator import DenseClassifier
+
+        return DenseClassifier
     if name in ("SearchFit", "SearchResult"):
         from aner_coord.computations.search import result as search_result
 

@@ -118,25 +118,12 @@ def predict(
 
 
 def _load(model_dir: str, allow_incomplete: bool) -> tuple[DenseModel, dict[str, Any]]:
-    from aner_coord.computations.dense.model import ModelFileError, load_model
+    from aner_coord.computations.dense.saved import read_saved
 
-    directory = Path(model_dir)
-    if not directory.is_dir():
+    if not Path(model_dir).is_dir():
         raise RequestError(f"--model {model_dir}: not a job directory")
-    path = directory / "model.npz"
-    if not os.path.lexists(path):
-        raise RequestError(f"--model {model_dir}: no model.npz (is it a completed train job?)")
-    try:
-        model, meta = load_model(path)
-    except ModelFileError as exc:
-        raise RequestError(f"--model: {exc}") from None
-    if meta.get("complete") is False and not allow_incomplete:
-        state = str(meta.get("state", "unfinished"))[:20]
-        raise RequestError(
-            f"--model {model_dir}: model.npz is the incomplete model of a {state} job (after "
-            f"{meta.get('committed_steps')} committed steps): give --allow-incomplete to use it"
-        )
-    return model, meta
+    hint = "give --allow-incomplete to use it"
+    return read_saved(model_dir, "--model", allow_incomplete=allow_incomplete, incomplete_hint=hint)
 
 
 def _predictions(model: DenseModel, x: Floats, data: str, model_dir: str) -> str:

@@ -196,4 +196,8 @@ class SearchFit:
         return self.result.summary()
 
     def __getattr__(self, name: str) -> Any:
+        # Only the result's fields pass through: pickle and copy look up `__setstate__` and
+        # the like on an instance whose `result` is not set yet, which would recurse.
+        if name.startswith("__") or name == "result":
+            raise AttributeError(name)
         return getattr(self.result, name)
