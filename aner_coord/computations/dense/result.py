@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
+from aner_coord.computations.display import fields_table, short
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import StagingRecord
 from aner_worker.kernels.dense.plan import Roles
@@ -118,6 +119,36 @@ class DenseFit:
 
     def summary(self) -> str:
         return self.result.summary()
+
+    def __repr__(self) -> str:
+        r = self.result
+        head = (
+            f"DenseFit({r.model}, layers {'-'.join(map(str, r.layer_sizes))}, {r.optimizer} "
+            f"lr {r.lr:g}, batch {r.batch}, seed {r.seed})"
+        )
+        return "\n".join([head, *(f"  {short(line)}" for line in r.summary().split("\n"))])
+
+    def _repr_html_(self) -> str:
+        r = self.result
+        best = r.history[r.best_epoch]
+        fields: list[tuple[str, object]] = [
+            ("model", f"{r.model}, layers {'-'.join(map(str, r.layer_sizes))}, {r.precision}"),
+            ("options", f"{r.optimizer} lr {r.lr:g}, batch {r.batch}, patience {r.patience}"),
+            ("data", r.data),
+            ("seed", r.seed),
+            ("rows", ", ".join(f"{role} {n:,}" for role, n in r.roles.items())),
+            ("epochs", f"{len(r.history)} run of at most {r.epochs}, {r.committed_steps} steps"),
+            (
+                "best epoch",
+                f"{r.best_epoch + 1}: validation loss {best.validation_loss:.4f}, "
+                f"accuracy {best.validation_accuracy:.4f}",
+            ),
+            ("test", f"accuracy {r.test_accuracy:.4f}, loss {r.test_loss:.4f}"),
+            ("workers", f"{len(r.workers)}: {', '.join(w.identity for w in r.workers)}"),
+            ("seconds", f"{r.seconds:.3f}"),
+            *(("note", note) for note in r.notes),
+        ]
+        return fields_table("Dense fit", fields)
 
     def __getattr__(self, name: str) -> Any:
         # Only the result's fields pass through: pickle and copy look up `__setstate__` and

@@ -10,6 +10,7 @@ refit model (`predict(X)`) and gives the tables as records (`records()`, `candid
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
+from aner_coord.computations.display import fields_table, records_table, short
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import StagingRecord
 
@@ -195,9 +197,141 @@ class SearchFit:
     def summary(self) -> str:
         return self.result.summary()
 
+    # -- scikit-learn's names, where they mean what GridSearchCV's mean -----------------
+    @property
+    def best_index_(self) -> int:
+        """The selected candidate (the lowest mean validation loss, docs/contracts.md,
+        section 12): `rank_test_loss` 1 in `cv_results_`."""
+        if self.result.selected is None:
+            raise ValueError("every candidate diverged: nothing was selected")
+        return self.result.selected
+
+    @property
+    def best_params_(self) -> dict[str, Any]:
+        """The selected candidate's grid values ({} for cross-validation of one option set)."""
+        return dict(self.result.candidates[self.best_index_].options)
+
+    @property
+    def best_score_(self) -> float | None:
+        """The selected candidate's mean validation accuracy over its folds."""
+        return self.result.candidates[self.best_index_].validation_accuracy_mean
+
+    @property
+    def cv_results_(self) -> dict[str, Any]:
+        """GridSearchCV's table, a dict of arrays (`pandas.DataFrame(fit.cv_results_)`):
+        `params`, `param_<name>`, `split<k>_test_score` (each fold's validation accuracy),
+        `mean_test_score`, `std_test_score` (as scikit-learn's: over folds, `n`),
+        `rank_test_score`, `mean_fit_time`, `std_fit_time`, and aner's loss, by which it
+        selects: `split<k>_test_loss`, `mean_test_loss`, `std_test_loss`, `rank_test_loss`."""
+        return cv_results(self.result)
+
+    def __repr__(self) -> str:
+        r = self.result
+        folds = f"{r.folds} folds" if r.folds >= 2 else "train's own validation split"
+        head = f"SearchFit({r.model}, {len(r.candidates)} candidate(s) x {folds}, seed {r.seed})"
+        tables = "records(): one per fit; candidate_records(), cv_results_: one per candidate"
+        return "\n".join([head, f"  {short(r.summary())}", f"  {tables}"])
+
+    def _repr_html_(self) -> str:
+        r = self.result
+        grid = list(r.grid)
+        header = ["candidate", *grid, "fits", "validation loss", "validation accuracy",
+                  "best epoch (mean)", "diverged", "selected"]  # fmt: skip
+        rows = [
+            [c.candidate, *(format_value(c.options.get(k)) for k in grid), c.n,
+             _spread(c.validation_loss_mean, c.validation_loss_std),
+             _spread(c.validation_accuracy_mean, c.validation_accuracy_std),
+             f"{c.best_epoch_mean:.1f}", c.diverged, "yes" if c.candidate == r.selected else ""]
+            for c in r.candidates
+        ]  # fmt: skip
+        fields: list[tuple[str, object]] = [
+            ("search", f"{r.model}, {len(r.candidates)} candidate(s), {len(r.fits)} fits"),
+            ("folds", f"{r.folds}{' (grouped)' if r.grouped else ''}, test rows {r.test_rows:,}"),
+            ("options", _options(r.options).removesuffix(": ") or "defaults"),
+            ("seed", r.seed),
+            ("selected", "none" if r.selected is None else r.selected),
+            (
+                "test",
+                "n/a"
+                if r.test_accuracy is None
+                else f"accuracy {r.test_accuracy:.4f}, loss {_number(r.test_loss)}",
+            ),
+            ("workers", f"{len(r.workers)}, {r.seconds:.3f} s"),
+        ]
+        table = records_table(header, rows, "candidate_records() has them all")
+        return fields_table("Search", fields) + table
+
     def __getattr__(self, name: str) -> Any:
         # Only the result's fields pass through: pickle and copy look up `__setstate__` and
         # the like on an instance whose `result` is not set yet, which would recurse.
         if name.startswith("__") or name == "result":
             raise AttributeError(name)
         return getattr(self.result, name)
+
+
+def cv_results(result: SearchResult) -> dict[str, Any]:
+    """`SearchFit.cv_results_`: GridSearchCV's `cv_results_` of this search (see there)."""
+    candidates = result.candidates
+    by_candidate: dict[int, list[FitRecord]] = {c.candidate: [] for c in candidates}
+    for f in result.fits:
+        by_candidate[f.candidate].append(f)
+    splits = max((len(fits) for fits in by_candidate.values()), default=0)
+
+    def per_fold(value: Callable[[FitRecord], float | None]) -> npt.NDArray[np.float64]:
+        table = np.full((len(candidates), splits), np.nan)
+        for i, c in enumerate(candidates):
+            for f in by_candidate[c.candidate]:
+                v = value(f)
+                table[i, f.fold] = np.nan if v is None else v
+        return table
+
+    table: dict[str, Any] = {"params": [dict(c.options) for c in candidates]}
+    for name in result.grid:
+        values = np.empty(len(candidates), dtype=object)
+        values[:] = [c.options.get(name) for c in candidates]
+        table[f"param_{name}"] = values
+    seconds = per_fold(lambda f: f.seconds)
+    table["mean_fit_time"] = seconds.mean(axis=1)
+    table["std_fit_time"] = seconds.std(axis=1)
+    _metric(
+        table,
+        "score",
+        per_fold(lambda f: f.validation_accuracy),
+        [c.validation_accuracy_mean for c in candidates],
+        best_high=True,
+    )
+    _metric(
+        table,
+        "loss",
+        per_fold(lambda f: f.validation_loss),
+        [c.validation_loss_mean for c in candidates],
+        best_high=False,
+    )
+    return table
+
+
+def _metric(
+    table: dict[str, Any],
+    metric: str,
+    scores: npt.NDArray[np.float64],
+    means: list[float | None],
+    *,
+    best_high: bool,
+) -> None:
+    for k in range(scores.shape[1]):
+        table[f"split{k}_test_{metric}"] = scores[:, k]
+    # The aggregation's own means, so that rank_test_loss 1 is the selection, bit for bit.
+    mean = np.array([np.nan if m is None else m for m in means])
+    table[f"mean_test_{metric}"] = mean
+    table[f"std_test_{metric}"] = scores.std(axis=1)
+    table[f"rank_test_{metric}"] = _ranks(mean, best_high)
+
+
+def _ranks(values: npt.NDArray[np.float64], best_high: bool) -> npt.NDArray[np.int32]:
+    """Ranks as scikit-learn gives them (1 the best, ties share the lowest rank, NaN last);
+    for a loss, the lowest is the best and ties go to the lower index as selection does."""
+    key = np.where(np.isnan(values), np.inf, -values if best_high else values)
+    ranks = np.empty(len(values), dtype=np.int32)
+    for i, v in enumerate(key):
+        ranks[i] = 1 + int(np.sum(key < v)) + (0 if best_high else int(np.sum(key[:i] == v)))
+    return ranks
