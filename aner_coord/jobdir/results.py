@@ -2,8 +2,9 @@
 and how it is written. Each computation defines its own result Struct on this base.
 
 Each result is a frozen msgspec Struct, tagged with its computation; `result.json` is its
-JSON encoding (schema `aner-result/2`). Results are read by attribute (`result.hits`,
-`result.theta`), and their accounting names workers by public identity only.
+JSON encoding (schema `aner-result/3`: epochs counted from 1, as every display counts them;
+schema 2 indexed a Dense history and best epoch from 0). Results are read by attribute
+(`result.hits`, `result.theta`), and their accounting names workers by public identity only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import msgspec
 
 from aner_coord.jobdir.status import WorkerAccount, WorkerLoss
 
-RESULT_SCHEMA = "aner-result/2"
+RESULT_SCHEMA = "aner-result/3"
 
 
 class ResultBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="computation"):

@@ -6,9 +6,10 @@ progress displays, systemd and exit codes read.
 written (docs/contracts.md, section 7). `WorkerAccount` is the one per-worker accounting type,
 shared by status snapshots and results.
 
-Schema `aner-status/2`; files of schema 1 keep reading (their kind "fixture" is today's
-"regression"). New fields are appended with defaults; checked-in examples of each schema
-live in tests/data.
+Schema `aner-status/3`; files of schema 1 keep reading (their kind "fixture" is today's
+"regression"), and of schemas 1 and 2 (whose training `step` counted the epoch's committed
+steps, from 0) read as schema 3 counts it, the step in progress, from 1. New fields are
+appended with defaults; checked-in examples of each schema live in tests/data.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import msgspec
 
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OFFLINE, EXIT_OK
 
-STATUS_SCHEMA = "aner-status/2"
+STATUS_SCHEMA = "aner-status/3"
 _OLD_KINDS = {"fixture": "regression"}
 
 
@@ -109,8 +110,9 @@ class StagingRecord(msgspec.Struct, frozen=True):
 
 class TrainingPosition(msgspec.Struct, frozen=True, omit_defaults=True):
     """Where a training stands, in its user's terms: epoch `epoch` (1-based) of at most
-    `epochs`, `step` optimizer steps committed of the epoch's `steps`, and the validation
-    accuracy after the latest finished epoch (None before the first)."""
+    `epochs`, step `step` (1-based, the one in progress, as the phase names it) of the
+    epoch's `steps`, and the validation accuracy after the latest finished epoch (None
+    before the first)."""
 
     epoch: int
     epochs: int
@@ -181,6 +183,12 @@ def decode_status(data: bytes) -> StatusSnapshot:
         kind = _OLD_KINDS.get(snapshot.kind, snapshot.kind)
         unit = "rows" if kind == "regression" else "samples"
         snapshot = msgspec.structs.replace(snapshot, kind=kind, unit=unit)
+    at = snapshot.position
+    if at is not None and snapshot.schema in ("aner-status/1", "aner-status/2"):
+        step = min(at.step + 1, at.steps)  # committed steps, then; the step in progress now
+        snapshot = msgspec.structs.replace(
+            snapshot, position=msgspec.structs.replace(at, step=step)
+        )
     return snapshot
 
 

@@ -23,7 +23,7 @@ from aner_worker.kernels.dense.plan import Roles
 
 
 class EpochRecord(msgspec.Struct, frozen=True):
-    epoch: int
+    epoch: int  # from 1, as every display counts (result schema 2 counted from 0)
     train_loss: float  # mean over the epoch's rows, each under its step's parameters
     validation_loss: float
     validation_accuracy: float
@@ -45,7 +45,7 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     roles: dict[str, int]
     roles_sha256: str
     history: list[EpochRecord]
-    best_epoch: int
+    best_epoch: int  # from 1: the model kept had trained best_epoch epochs
     test_loss: float
     test_accuracy: float
     time_to_target_s: float | None
@@ -69,8 +69,8 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
         notes = "".join(f"\nnote: {note}" for note in self.notes)
         return (
             f"{len(self.history)} epoch(s), {self.committed_steps} steps: best epoch "
-            f"{self.best_epoch + 1} (validation accuracy "
-            f"{self.history[self.best_epoch].validation_accuracy:.4f}), test accuracy "
+            f"{self.best_epoch} (validation accuracy "
+            f"{self.history[self.best_epoch - 1].validation_accuracy:.4f}), test accuracy "
             f"{self.test_accuracy:.4f}, test loss {self.test_loss:.4f} | last epoch "
             f"validation loss {last.validation_loss:.4f} | {len(self.workers)} worker(s), "
             f"{self.seconds:.3f} s{notes}"
@@ -130,7 +130,7 @@ class DenseFit:
 
     def _repr_html_(self) -> str:
         r = self.result
-        best = r.history[r.best_epoch]
+        best = r.history[r.best_epoch - 1]
         fields: list[tuple[str, object]] = [
             ("model", f"{r.model}, layers {'-'.join(map(str, r.layer_sizes))}, {r.precision}"),
             ("options", f"{r.optimizer} lr {r.lr:g}, batch {r.batch}, patience {r.patience}"),
@@ -140,7 +140,7 @@ class DenseFit:
             ("epochs", f"{len(r.history)} run of at most {r.epochs}, {r.committed_steps} steps"),
             (
                 "best epoch",
-                f"{r.best_epoch + 1}: validation loss {best.validation_loss:.4f}, "
+                f"{r.best_epoch}: validation loss {best.validation_loss:.4f}, "
                 f"accuracy {best.validation_accuracy:.4f}",
             ),
             ("test", f"accuracy {r.test_accuracy:.4f}, loss {r.test_loss:.4f}"),

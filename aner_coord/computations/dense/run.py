@@ -163,8 +163,8 @@ class DenseRun:
         return PassSpec(spec.items, self._params(spec), self._label(spec))
 
     def _label(self, spec: TrainingPass) -> str:
-        """The pass in its user's terms, epochs and steps counted from 1 (the job files'
-        indices count from 0, as docs/contracts.md, section 9 does)."""
+        """The pass in its user's terms, epochs and steps counted from 1 (as the job files
+        count them; the training indexes from 0, as docs/contracts.md, section 9 does)."""
         training = self.training
         epoch = f"epoch {training.epoch + 1} of {training.options.epochs}"
         if spec.step == MOMENTS:
@@ -176,8 +176,9 @@ class DenseRun:
         return f"test of the best model (epoch {training.best_epoch + 1})"
 
     def position(self) -> TrainingPosition | None:
-        """Epoch e of E and step s of S (both from 1 as shown; `step` counts committed
-        steps), with the latest validation accuracy; None while normalising."""
+        """Epoch e of E and step s of S, both from 1, the step in progress as the phase
+        names it (the last while its epoch is validated), with the latest validation
+        accuracy; None while normalising."""
         training = self.training
         if training.normalisation is None:
             return None
@@ -185,7 +186,7 @@ class DenseRun:
         return TrainingPosition(
             epoch=training.epoch + 1,
             epochs=training.options.epochs,
-            step=training.step,
+            step=min(training.step + 1, training.steps_per_epoch),
             steps=training.steps_per_epoch,
             validation_accuracy=last,
         )
@@ -304,10 +305,10 @@ class DenseRun:
         }
         if state is JobState.COMPLETED:
             model = self._model(training.best_flat)
-            meta.update(epoch=training.best_epoch, complete=True)
+            meta.update(epoch=training.best_epoch + 1, complete=True)
         else:
             model = self._model(training.flat)
-            meta.update(epoch=training.epoch, complete=False, state=state.value)
+            meta.update(epoch=training.epoch + 1, complete=False, state=state.value)
         return {"model.npz": encode_model(model, meta)}
 
     def result(self, accounting: Accounting) -> DenseResult:
@@ -318,7 +319,7 @@ class DenseRun:
         notes = [note] if note is not None else []
         history = [
             EpochRecord(
-                h.epoch,
+                h.epoch + 1,  # the user's count, from 1 (the training indexes from 0)
                 h.train_loss,
                 h.validation_loss if h.validation_loss is not None else float("nan"),
                 h.validation_accuracy if h.validation_accuracy is not None else float("nan"),
@@ -342,7 +343,7 @@ class DenseRun:
             roles=self.roles.counts(),
             roles_sha256=self.roles.sha256,
             history=history,
-            best_epoch=training.best_epoch,
+            best_epoch=training.best_epoch + 1,
             test_loss=training.test[0],
             test_accuracy=training.test[1],
             time_to_target_s=training.time_to_target,

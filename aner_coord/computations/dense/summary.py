@@ -1,6 +1,7 @@
 """What `status` shows of a completed Dense training job, from its `result.json`: kept apart
 from `dense`, which imports numpy and the kernels, so that a monitor never does. Epochs are
-counted from 1 here, as every display counts them; `result.json` indexes them from 0."""
+counted from 1, as `result.json` counts them since schema `aner-result/3` (schema 2 indexed
+them from 0, and still reads)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from typing import Any
 
 def summarize(result: dict[str, Any]) -> list[str]:
     history = result["history"]
-    best = result["best_epoch"]
+    best = result["best_epoch"] + (1 if result.get("schema") == "aner-result/2" else 0)
     lines = [
-        f"epochs    {len(history)} run, the best was epoch {best + 1} (validation accuracy "
-        f"{history[best]['validation_accuracy']:.4f})",
+        f"epochs    {len(history)} run, the best was epoch {best} (validation accuracy "
+        f"{history[best - 1]['validation_accuracy']:.4f})",
         f"test      accuracy {result['test_accuracy']:.4f}, loss {result['test_loss']:.4f}",
     ]
     if result.get("time_to_target_s") is not None:

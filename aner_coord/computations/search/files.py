@@ -1,7 +1,8 @@
 """The files a search leaves in its job directory (besides `result.json`):
 
 - `fits.csv`: one row per fit: candidate, its grid values, fold, epochs run, best epoch
-  (0-based), validation loss and accuracy at it, seconds, worker, and why it diverged;
+  (from 1, as every file counts epochs), validation loss and accuracy at it, seconds,
+  worker, and why it diverged;
 - `candidates.csv`: one row per candidate: its grid values, n, mean and sample standard
   deviation of the validation loss and accuracy, mean best epoch, and which is selected;
 - `histories.csv`: every epoch of every fit (the refit's as fold `refit`): training loss,
@@ -82,7 +83,7 @@ def completed_files(
             "seed": result.seed,
             "label": label,  # `predict` drops this column from a CSV that has it
             "group": group,  # not a feature either
-            "epoch": result.refit.epochs - 1,
+            "epoch": result.refit.epochs,  # from 1, as every file counts epochs
             "complete": True,
             "search": {
                 "candidate": result.selected,
@@ -120,17 +121,17 @@ def _as_dict(record: FitRecord) -> dict[str, Any]:
 def _histories(fits: Sequence[FitResult]) -> bytes:
     rows: list[dict[str, Any]] = []
     for f in fits:
-        for epoch, train_loss in enumerate(f.train_loss):
-            has_validation = epoch < len(f.validation_losses)
+        for index, train_loss in enumerate(f.train_loss):
+            has_validation = index < len(f.validation_losses)
             rows.append(
                 {
                     "candidate": f.candidate,
                     "fold": "refit" if f.fold == REFIT else f.fold,
-                    "epoch": epoch,
+                    "epoch": index + 1,  # from 1, as every file counts epochs
                     "train_loss": train_loss,
-                    "validation_loss": f.validation_losses[epoch] if has_validation else None,
+                    "validation_loss": f.validation_losses[index] if has_validation else None,
                     "validation_accuracy": (
-                        f.validation_accuracies[epoch] if has_validation else None
+                        f.validation_accuracies[index] if has_validation else None
                     ),
                 }
             )

@@ -30,7 +30,7 @@ class FitRecord(msgspec.Struct, frozen=True):
     candidate: int
     fold: int
     epochs: int  # run (early stopping may end a fit early)
-    best_epoch: int  # 0-based; the model kept had trained best_epoch + 1 epochs
+    best_epoch: int  # from 1: the model kept had trained best_epoch epochs (schema 2: from 0)
     validation_loss: float | None  # at the best epoch; null if the fit diverged
     validation_accuracy: float | None
     seconds: float
@@ -48,7 +48,7 @@ class CandidateRecord(msgspec.Struct, frozen=True):
     validation_loss_std: float | None  # sample (n - 1); null for one fit
     validation_accuracy_mean: float | None
     validation_accuracy_std: float | None
-    best_epoch_mean: float
+    best_epoch_mean: float  # of best_epoch, from 1 (schema 2: from 0)
     diverged: int = 0
 
 

@@ -363,7 +363,7 @@ def _fit_record(fit: FitResult) -> FitRecord:
         candidate=fit.candidate,
         fold=fit.fold,
         epochs=fit.epochs,
-        best_epoch=fit.best_epoch,
+        best_epoch=fit.best_epoch + 1,  # the user's count, from 1 (the worker's from 0)
         validation_loss=_finite(fit.validation_loss),
         validation_accuracy=_finite(fit.validation_accuracy),
         seconds=fit.seconds,
