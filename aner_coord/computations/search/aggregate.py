@@ -3,7 +3,8 @@
 Per candidate, over its folds in fold order: the mean and the sample standard deviation
 (`n - 1`; undefined, NaN, for one fit) of the best validation loss and accuracy, and the
 mean best epoch (counted from 1, as the result counts epochs). Sums run left to right in
-fold order and are divided by `n` once, so that equal inputs give equal means bit for bit, whatever order the fits finished in.
+fold order and are divided by `n` once, so that equal inputs give equal means bit for bit,
+whatever order the fits finished in.
 
 - The best validation accuracy of a fit is its accuracy at its best (lowest loss) epoch.
 - A fit that diverged has NaN metrics, so its candidate's means are NaN, and a NaN mean is
