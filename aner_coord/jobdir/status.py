@@ -186,9 +186,9 @@ def decode_status(data: bytes) -> StatusSnapshot:
     at = snapshot.position
     if at is not None and snapshot.schema in ("aner-status/1", "aner-status/2"):
         step = min(at.step + 1, at.steps)  # committed steps, then; the step in progress now
-        snapshot = msgspec.structs.replace(
-            snapshot, position=msgspec.structs.replace(at, step=step)
-        )
+        position = msgspec.structs.replace(at, step=step)
+        # In schema 3's terms now: written back, it must not be counted on again.
+        snapshot = msgspec.structs.replace(snapshot, schema=STATUS_SCHEMA, position=position)
     return snapshot
 
 

@@ -109,7 +109,7 @@ def test_foreground_run_writes_the_job_directory(
 def test_final_status_is_completed(completed_job: tuple[Path, object]) -> None:
     job, _ = completed_job
     status = status_of(job)
-    assert status.schema == "aner-status/2"
+    assert status.schema == "aner-status/3"
     assert status.state is JobState.COMPLETED
     assert status.accepted == status.requested == 10_000_000
     assert status.chunks_total == 153

@@ -57,12 +57,12 @@ def test_every_snapshot_of_a_training_job_tells_the_truth(tmp_path: Path) -> Non
         if snap.position is not None:
             at = snap.position
             assert 1 <= at.epoch <= ran and at.epochs == epochs
-            assert 0 <= at.step <= at.steps == steps
+            assert 1 <= at.step <= at.steps == steps  # the step in progress, from 1
             assert f"epoch {at.epoch} of {epochs}, step {at.step} of {steps}" in describe(snap)
             assert compact(snap).startswith(f"epoch {at.epoch}/{epochs} step {at.step}/{steps}")
     # Several points: every epoch and every step of each was reported, accuracies once known.
     positions = {(s.position.epoch, s.position.step) for s in seen if s.position is not None}
-    assert {(e, s) for e in range(1, ran + 1) for s in range(steps + 1)} <= positions
+    assert {(e, s) for e in range(1, ran + 1) for s in range(1, steps + 1)} <= positions
     accuracies = [s.position.validation_accuracy for s in seen if s.position is not None]
     history = [h["validation_accuracy"] for h in result["history"]]
     assert [a for a in dict.fromkeys(accuracies) if a is not None] == list(dict.fromkeys(history))

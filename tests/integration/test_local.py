@@ -92,7 +92,7 @@ def test_result_attributes() -> None:
     assert "1 worker(s)" in summary
     data = result.to_dict()
     assert data["computation"] == "monte-carlo"
-    assert data["schema"] == "aner-result/2"
+    assert data["schema"] == "aner-result/3"
     assert data["hits"] == HITS and data["samples"] == SAMPLES and data["seed"] == SEED
     (worker,) = data["workers"]
     costs = {k: worker.pop(k) for k in ("compute_s", "wait_s", "machine")}

@@ -196,7 +196,7 @@ def test_the_job_directory_holds_the_tables_the_model_and_the_chart(on_one_worke
         mean += float(row["validation_loss"])
     assert mean / 3 == losses[selected]  # summed in fold order, bit for bit
     best = [int(row["best_epoch"]) for row in fits]
-    assert result["refit"]["epochs"] == max(1, (2 * sum(b + 1 for b in best) + 3) // 6)
+    assert result["refit"]["epochs"] == max(1, (2 * sum(best) + 3) // 6)
     _model, meta = load_model(job / "model.npz")
     assert meta["search"]["candidate"] == selected and meta["complete"]
     assert (job / "candidates.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

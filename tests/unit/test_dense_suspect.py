@@ -82,8 +82,8 @@ def test_a_run_that_ends_while_still_improving_says_so() -> None:
     fit = parallel.dense_fit(
         teacher=(3000, 8, 3), seed=1, hidden=(16,), epochs=3, execution=parallel.local(workers=1)
     )
-    assert fit.best_epoch == 2  # three epochs of Adam at 1e-3 are far from done
-    assert fit.notes == [still_improving(fit.history, 2, 3)]
+    assert fit.best_epoch == 3  # three epochs of Adam at 1e-3 are far from done
+    assert fit.notes == [still_improving(fit.history, 2, 3)]  # the training's index, from 0
     assert fit.summary().splitlines()[1] == f"note: {fit.notes[0]}"
 
 

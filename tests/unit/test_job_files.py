@@ -80,7 +80,7 @@ def test_a_schema_1_fixture_reads_as_regression() -> None:
 def test_checked_in_status_v2_reads() -> None:
     data = (DATA / "status-v2.json").read_bytes()
     status = decode_status(data)
-    assert status.schema == STATUS_SCHEMA == "aner-status/2"
+    assert status.schema == "aner-status/2" and STATUS_SCHEMA == "aner-status/3"
     assert status.state is JobState.COMPLETED
     assert (status.kind, status.unit, status.phase) == ("monte-carlo", "samples", "done")
     assert status.requested == status.accepted == status.accepted_in_pass == 10_000_000
@@ -129,7 +129,7 @@ def test_the_offline_state_is_observed_never_written_and_each_state_has_its_exit
 def test_checked_in_monte_carlo_result_v2_reads() -> None:
     result = read_result("result-v2.json")
     assert isinstance(result, MonteCarloResult)
-    assert result.schema == RESULT_SCHEMA == "aner-result/2"
+    assert result.schema == "aner-result/2" and RESULT_SCHEMA == "aner-result/3"
     assert (result.samples, result.seed, result.hits) == (10_000_000, 42, HITS_1E7_SEED_42)
     assert result.estimate == 4 * HITS_1E7_SEED_42 / 10_000_000
     assert result.stream == "aner-mc/philox4x64-10/v1"
@@ -161,6 +161,25 @@ def test_results_are_tagged_by_computation() -> None:
     data["computation"] = "fixture"
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(json.dumps(data), type=JobResult)
+
+
+def test_checked_in_dense_and_search_results_v2_read_with_epochs_from_1() -> None:
+    # Schema 2 indexed a Dense history and best epoch from 0; shown, they count from 1.
+    from aner_coord.computations.dense.result import DenseResult
+    from aner_coord.computations.dense.summary import summarize
+    from aner_coord.computations.search.result import SearchResult
+
+    data = json.loads((DATA / "result-v2-dense.json").read_text())
+    assert data["schema"] == "aner-result/2" and data["best_epoch"] == 3
+    assert summarize(data)[0] == (
+        "epochs    4 run, the best was epoch 4 (validation accuracy "
+        f"{data['history'][3]['validation_accuracy']:.4f})"
+    )
+    dense = msgspec.json.decode((DATA / "result-v2-dense.json").read_bytes(), type=DenseResult)
+    assert dense.history[0].epoch == 0  # the file as it was written
+    search = msgspec.json.decode((DATA / "result-v2-search.json").read_bytes(), type=SearchResult)
+    assert search.selected is not None
+    assert search.fits[0].best_epoch == 2  # 0-based in schema 2, of 3 epochs
 
 
 # -- run-manifest.json ---------------------------------------------------------------------
@@ -223,11 +242,14 @@ def test_checked_in_dense_status_reads_and_renders_its_position() -> None:
     status = decode_status((DATA / "status-v2-dense.json").read_bytes())
     assert (status.kind, status.unit, status.state) == ("dense", "rows", JobState.RUNNING)
     assert status.total_work == status.work == 595_742 and status.work_upper_bound
-    assert status.position == TrainingPosition(3, 6, 137, 274, 0.8272800106823341)
+    # Schema 2 counted the epoch's committed steps (137) where its phase said "step 138 of
+    # 274"; it reads as schema 3 counts, the step in progress, from 1.
+    assert status.phase == "epoch 3 of 6, step 138 of 274"
+    assert status.position == TrainingPosition(3, 6, 138, 274, 0.8272800106823341)
     assert status.notes and "1 slot(s) idle during every step" in status.notes[0]
     line = describe(status)
     assert line.startswith(
-        "RUNNING [epoch 3 of 6, step 137 of 274, validation accuracy 0.8273] "
+        "RUNNING [epoch 3 of 6, step 138 of 274, validation accuracy 0.8273] "
         "275,454 of at most 595,742 rows (46.2%), "
     )
     assert " rows/s, ETA at most 0:02" in line

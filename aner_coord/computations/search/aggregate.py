@@ -2,9 +2,8 @@
 
 Per candidate, over its folds in fold order: the mean and the sample standard deviation
 (`n - 1`; undefined, NaN, for one fit) of the best validation loss and accuracy, and the
-mean best epoch (counted from 1, as the result counts epochs). Sums run left to right in
-fold order and are divided by `n` once, so that equal inputs give equal means bit for bit,
-whatever order the fits finished in.
+mean best epoch. Sums run left to right in fold order and are divided by `n` once, so that
+equal inputs give equal means bit for bit, whatever order the fits finished in.
 
 - The best validation accuracy of a fit is its accuracy at its best (lowest loss) epoch.
 - A fit that diverged has NaN metrics, so its candidate's means are NaN, and a NaN mean is
@@ -67,7 +66,7 @@ def summarize(candidate: int, fits: Sequence[FitResult]) -> CandidateSummary:
         validation_loss_std=sample_std(losses),
         validation_accuracy_mean=mean(accuracies),
         validation_accuracy_std=sample_std(accuracies),
-        best_epoch_mean=mean([float(f.best_epoch + 1) for f in fits]),
+        best_epoch_mean=mean([float(f.best_epoch) for f in fits]),
         diverged=sum(1 for f in fits if f.diverged),
     )
 

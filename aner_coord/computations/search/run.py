@@ -381,7 +381,7 @@ def _candidate_record(s: aggregate.CandidateSummary, options: dict[str, Any]) ->
         validation_loss_std=_finite(s.validation_loss_std),
         validation_accuracy_mean=_finite(s.validation_accuracy_mean),
         validation_accuracy_std=_finite(s.validation_accuracy_std),
-        best_epoch_mean=s.best_epoch_mean,
+        best_epoch_mean=s.best_epoch_mean + 1.0,  # counted from 1, as the result counts
         diverged=s.diverged,
     )
 
