@@ -11,7 +11,9 @@
   lower the learning rate (`divergence`).
 - A run that used all of `--epochs` while its validation loss was still falling (the best
   epoch is the last) gets a note, printed and recorded in `result.json`
-  (`still_improving`): more epochs would probably give a better model.
+  (`still_improving`): more epochs would probably give a better model. A search or a
+  cross-validation gets the same note when fits of its selected candidate ended so
+  (`folds_still_improving`).
 """
 
 from __future__ import annotations
@@ -92,4 +94,18 @@ def still_improving(history: Sequence[EpochRecord], best_epoch: int, epochs: int
     return (
         f"training reached --epochs {epochs} while the validation loss was still falling "
         f"(the best epoch is the last): more epochs may give a better model"
+    )
+
+
+def folds_still_improving(best_epochs: Sequence[int], epochs_run: Sequence[int]) -> str | None:
+    """The note for a selected candidate whose fits (their best epochs, from 0, and epochs
+    run) ended at their last epoch with the validation loss still falling. Early stopping
+    never ends a fit at its best epoch, so such a fit used all its epochs."""
+    last = [run for best, run in zip(best_epochs, epochs_run, strict=True) if best == run - 1]
+    if not last or max(last) < 2:
+        return None
+    return (
+        f"{len(last)} of {len(best_epochs)} fit(s) of the selected candidate reached their last "
+        f"epoch ({max(last)}) with the validation loss still falling: more epochs may give a "
+        "better model"
     )

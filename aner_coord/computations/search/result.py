@@ -81,6 +81,9 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
     test_loss: float | None
     test_accuracy: float | None
     staging: list[StagingRecord] = msgspec.field(default_factory=list)
+    # What the user should know of the result: the selected candidate's fits still
+    # improving at their last epoch (`dense.suspect.folds_still_improving`).
+    notes: list[str] = msgspec.field(default_factory=list)
 
     def summary(self) -> str:
         folds = f"{self.folds} folds" if self.folds >= 2 else "train's own validation split"
@@ -98,10 +101,12 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
                 f" | refit {self.refit.epochs} epoch(s): test accuracy "
                 f"{self.refit.test_accuracy:.4f}, test loss {self.refit.test_loss:.4f}"
             )
+        notes = "".join(f"\nnote: {note}" for note in self.notes)
         return (
             text
             + f" | {len(self.fits)} fits, {len(self.workers)} worker(s), "
             + (f"{self.seconds:.3f} s")
+            + notes
         )
 
 
@@ -230,7 +235,8 @@ class SearchFit:
         folds = f"{r.folds} folds" if r.folds >= 2 else "train's own validation split"
         head = f"SearchFit({r.model}, {len(r.candidates)} candidate(s) x {folds}, seed {r.seed})"
         tables = "records(): one per fit; candidate_records(), cv_results_: one per candidate"
-        return "\n".join([head, f"  {short(r.summary())}", f"  {tables}"])
+        lines = [f"  {short(line)}" for line in r.summary().split("\n")]
+        return "\n".join([head, *lines, f"  {tables}"])
 
     def _repr_html_(self) -> str:
         r = self.result
@@ -257,6 +263,7 @@ class SearchFit:
                 else f"accuracy {r.test_accuracy:.4f}, loss {_number(r.test_loss)}",
             ),
             ("workers", f"{len(r.workers)}, {r.seconds:.3f} s"),
+            *(("note", note) for note in r.notes),
         ]
         table = records_table(header, rows, "candidate_records() has them all")
         return fields_table("Search", fields) + table

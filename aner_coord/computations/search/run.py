@@ -28,6 +28,7 @@ import msgspec
 import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
+from aner_coord.computations.dense import suspect
 from aner_coord.computations.dense.model import DenseModel
 from aner_coord.computations.dense.run import feature_names, stage_plan
 from aner_coord.computations.search import aggregate
@@ -320,6 +321,13 @@ class SearchRun:
         fits = [_fit_record(f) for fits in self.by_candidate() for f in fits]
         refit = None if self.refit is None else _refit_record(self.refit)
         fixed = {k: plain(v) for k, v in p.options[0].items() if k not in p.grid}
+        notes = []
+        if self.selected is not None:
+            chosen = self.by_candidate()[self.selected]
+            note = suspect.folds_still_improving(
+                [f.best_epoch for f in chosen], [f.epochs for f in chosen]
+            )
+            notes = [] if note is None else [note]
         return SearchResult(
             model=MODEL_ID,
             data=self._dataset.identity,
@@ -343,6 +351,7 @@ class SearchRun:
             seconds=accounting.seconds,
             execution=accounting.execution,
             workers=list(accounting.workers),
+            notes=notes,
         )
 
 

@@ -52,6 +52,7 @@ def summarize(result: dict[str, Any]) -> list[str]:
             f"test      accuracy {refit['test_accuracy']:.4f}, loss {refit['test_loss']:.4f} "
             f"(refit of {refit['epochs']} epoch(s) on the pool)"
         )
+    lines.extend(f"note      {note}" for note in result.get("notes") or [])
     return lines
 
 
