@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def test_a_search_and_a_cross_validation_show_a_few_lines_and_a_table(
         assert text.startswith("SearchFit(aner-search/v1, ")
         assert len(text.splitlines()) <= 4 and len(text) < 1000
         page = result._repr_html_()
-        assert page.count("<tr>") == 7 + 1 + candidates  # fields, header, candidates
+        assert page.count("<tr>") == 7 + len(result.notes) + 1 + candidates  # fields, header, rows
     assert "<td>8</td><td>0.01</td>" in searched._repr_html_()  # the grid values, by name
 
 
@@ -137,3 +138,36 @@ def test_a_search_gives_scikit_learns_names(searched: Any) -> None:
     assert np.array_equal(table["std_test_score"], scores.std(axis=1))  # scikit-learn's: n
     best = np.argsort(-table["mean_test_score"], kind="stable")[0]
     assert table["rank_test_score"][best] == 1
+
+
+def test_the_candidates_chart_names_candidates_by_their_options(searched: Any, cv: Any) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from aner_coord.computations.search.files import chart_figure
+
+    figure = chart_figure(searched.result)
+    ax = figure.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["hidden 4\nlr 0.001", "hidden 4\nlr 0.01", "hidden 8\nlr 0.001",
+                      "hidden 8\nlr 0.01"]  # fmt: skip
+    (span,) = ax.patches  # the selected candidate, a candidate wide
+    left, right = ax.get_xlim()
+    assert left < -0.4 and right > len(labels) - 0.6  # room beside every candidate's span
+    assert span.get_x() == pytest.approx(searched.selected - 0.4)
+    plt.close(figure)
+    # One candidate (cross-validation): named by its model's options, nothing shaded.
+    figure = chart_figure(cv.result)
+    ax = figure.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "hidden 8\nbatch 256\nepochs 3\noptimizer adam\nlr 0.001"
+    ]
+    assert len(ax.patches) == 0 and "of one candidate" in ax.get_title()
+    plt.close(figure)
+
+
+def test_the_docs_embed_images_that_exist() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", page.read_text()):
+            assert (page.parent / target).is_file(), f"{page.name}: {target}"

@@ -40,6 +40,8 @@ from aner_coord.computations.search.result import (
 )
 from aner_worker.kernels.search.params import REFIT, FitResult
 
+_LABEL_KEYS = ("hidden", "lr", "batch", "epochs", "optimizer")
+
 log = logging.getLogger("aner.coordinator")
 
 
@@ -162,6 +164,13 @@ def warm_charts() -> None:
     thread.start()
 
 
+def candidate_label(result: SearchResult, options: dict[str, Any]) -> str:
+    """A candidate named by its options, one `key value` a line: its grid values, or for a
+    cross-validation (no grid) its model and optimizer's."""
+    shown = options or {k: v for k, v in result.options.items() if k in _LABEL_KEYS}
+    return "\n".join(f"{k} {format_value(v)}" for k, v in shown.items())
+
+
 def _chart(result: SearchResult) -> bytes | None:
     """`candidates.png`, or None without matplotlib (the optional `charts` extra)."""
     try:
@@ -172,7 +181,21 @@ def _chart(result: SearchResult) -> bytes | None:
     except ImportError:
         log.info("no chart of the candidates: matplotlib is not installed (the charts extra)")
         return None
-    figure, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(result.candidates) + 2), 4))
+    figure = chart_figure(result)
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return out.getvalue()
+
+
+def chart_figure(result: SearchResult) -> Any:
+    """The matplotlib figure of `candidates.png` (matplotlib imported, the Agg backend)."""
+    import matplotlib.pyplot as plt
+
+    labels = [candidate_label(result, c.options) for c in result.candidates]
+    lines = max(label.count("\n") + 1 for label in labels)
+    width = max(5.0, 1.1 * len(result.candidates) + 2)
+    figure, ax = plt.subplots(figsize=(min(width, 24.0), 4 + 0.15 * lines))
     for f in result.fits:
         if f.validation_accuracy is not None:
             ax.plot(f.candidate, f.validation_accuracy, "o", color="0.6", markersize=4)
@@ -180,15 +203,20 @@ def _chart(result: SearchResult) -> bytes | None:
     shown = [(c, m) for c, m in means if m is not None]
     ax.plot([c for c, _ in shown], [m for _, m in shown], "_", color="C0", markersize=18,
             markeredgewidth=2, label="mean over folds")  # fmt: skip
-    if result.selected is not None:
+    if result.selected is not None and len(result.candidates) > 1:  # one needs no marking
         ax.axvspan(result.selected - 0.4, result.selected + 0.4, color="C1", alpha=0.15,
-                   zorder=0, label="selected")  # fmt: skip
+                   zorder=0, label="selected (lowest mean loss)")  # fmt: skip
+    # Half a candidate's room either side, so that a span (of one candidate, say) never
+    # fills the plot.
+    ax.set_xlim(-0.9, len(result.candidates) - 0.1)
     ax.set_xticks([c.candidate for c in result.candidates])
-    ax.set_xlabel("candidate")
+    many = len(result.candidates) > 8
+    ax.set_xticklabels(labels, rotation=30 if many else 0, ha="right" if many else "center",
+                       fontsize="small")  # fmt: skip
+    ax.set_xlabel("candidate (its options)")
     ax.set_ylabel("validation accuracy (best epoch)")
-    ax.set_title("validation accuracy per candidate: every fold and the mean")
+    folds = f"{result.folds} folds" if result.folds >= 2 else "train's own validation split"
+    what = "per candidate" if len(result.candidates) > 1 else "of one candidate"
+    ax.set_title(f"validation accuracy {what}, {folds}:\nevery fit and the mean", fontsize="medium")
     ax.legend(loc="best", fontsize="small")
-    out = io.BytesIO()
-    figure.savefig(out, format="png", dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return out.getvalue()
+    return figure
