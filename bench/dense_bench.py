@@ -285,9 +285,10 @@ def digits(epochs: int, repetitions: int) -> dict[str, Any]:
         },
         "aner_defaults_seed_0": {
             "epochs_run": len(defaults.history),
-            "best_epoch": defaults.best_epoch,
+            # Epochs from 1, as result.json counts them (the training indexes from 0).
+            "best_epoch": defaults.best_epoch + 1,
             "first_epoch_validation_accuracy_ge_0.95": next(
-                (h.epoch for h in defaults.history if h.validation_accuracy >= 0.95), None
+                (h.epoch + 1 for h in defaults.history if h.validation_accuracy >= 0.95), None
             ),
             "test_accuracy": defaults.test_accuracy,
             "seconds": round(defaults.seconds, 3),

@@ -101,5 +101,5 @@ def test_cross_validation_notes_underfitting_as_train_does() -> None:
     assert f"note: {cv.notes[0]}" in cv.summary()
     # A fit that stopped early (best epoch 2 of 7 run) is not one.
     assert folds_still_improving([1, 4], [7, 5]) is not None
-    assert folds_still_improving([1, 4], [7, 5]).startswith("1 of 2 fit(s)")  # type: ignore[union-attr]
+    assert folds_still_improving([1, 4], [7, 5]).startswith("1 of 2 fit(s)")
     assert folds_still_improving([1, 2], [7, 8]) is None

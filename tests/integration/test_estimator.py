@@ -44,7 +44,7 @@ def blobs(n: int = 240, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 @parametrize_with_checks(
-    [parallel.DenseClassifier(**SMALL, random_state=0)],  # type: ignore[arg-type]
+    [parallel.DenseClassifier(**SMALL, random_state=0)],
     expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS,
 )
 def test_scikit_learns_estimator_checks(estimator: Any, check: Any) -> None:
@@ -53,7 +53,7 @@ def test_scikit_learns_estimator_checks(estimator: Any, check: Any) -> None:
 
 def test_random_state_is_the_seed_and_the_fit_is_dense_fits() -> None:
     x, y = blobs()
-    model = parallel.DenseClassifier(**SMALL, random_state=7).fit(x, y)  # type: ignore[arg-type]
+    model = parallel.DenseClassifier(**SMALL, random_state=7).fit(x, y)
     fit = parallel.dense_fit(x, y, seed=7, hidden=8, epochs=5, batch=32)
     assert model.fit_.seed == 7 and model.n_iter_ == len(fit.history)
     assert np.array_equal(model.predict_proba(x), fit.predict_proba(x))
@@ -62,8 +62,8 @@ def test_random_state_is_the_seed_and_the_fit_is_dense_fits() -> None:
     assert not hasattr(model, "feature_names_in_")  # fitted on an array
     assert model.score(x, y) == fit.score(x, y)
     # A RandomState draws the seed as scikit-learn does; the same state, the same seed.
-    a = parallel.DenseClassifier(**SMALL, random_state=np.random.RandomState(1)).fit(x, y)  # type: ignore[arg-type]
-    b = parallel.DenseClassifier(**SMALL, random_state=np.random.RandomState(1)).fit(x, y)  # type: ignore[arg-type]
+    a = parallel.DenseClassifier(**SMALL, random_state=np.random.RandomState(1)).fit(x, y)
+    b = parallel.DenseClassifier(**SMALL, random_state=np.random.RandomState(1)).fit(x, y)
     assert a.fit_.seed == b.fit_.seed == np.random.RandomState(1).randint(2**63)
     # Pickled, it predicts bitwise the same.
     again = pickle.loads(pickle.dumps(model))
@@ -72,7 +72,7 @@ def test_random_state_is_the_seed_and_the_fit_is_dense_fits() -> None:
 
 def test_clone_cross_val_score_pipeline_and_grid_search() -> None:
     x, y = blobs()
-    model = parallel.DenseClassifier(**SMALL, random_state=2)  # type: ignore[arg-type]
+    model = parallel.DenseClassifier(**SMALL, random_state=2)
     twin = clone(model)
     assert twin.get_params() == model.get_params() and twin is not model
     assert twin.set_params(lr=0.01).lr == 0.01
@@ -97,7 +97,7 @@ def test_workers_and_execution_together_are_refused_before_anything_runs() -> No
     with pytest.raises(RequestError, match="workers= or execution=, not both"):
         both.fit(x, y)
     with pytest.raises(RequestError, match="random_state= must be an integer"):
-        parallel.DenseClassifier(random_state="seven").fit(x, y)  # type: ignore[arg-type]
+        parallel.DenseClassifier(random_state="seven").fit(x, y)
     with pytest.raises(sklearn.exceptions.NotFittedError, match="call fit before predict"):
         parallel.DenseClassifier().predict(x)
 
@@ -106,7 +106,7 @@ def test_feature_names_in_only_from_a_frame() -> None:
     pandas = pytest.importorskip("pandas")
     x, y = blobs()
     frame = pandas.DataFrame(x, columns=["a", "b", "c", "d"])
-    model = parallel.DenseClassifier(**SMALL, random_state=1).fit(frame, y)  # type: ignore[arg-type]
+    model = parallel.DenseClassifier(**SMALL, random_state=1).fit(frame, y)
     assert model.feature_names_in_.tolist() == ["a", "b", "c", "d"]
     assert np.array_equal(model.predict(frame), model.predict(x))
 

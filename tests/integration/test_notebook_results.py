@@ -110,6 +110,7 @@ def test_load_model_reads_a_job_directory_or_its_model_file(
         assert np.array_equal(model.predict_proba(x), fit.predict_proba(x))
         assert np.array_equal(model.predict(x), fit.predict(x))
         assert model.labels.tolist() == ["no", "yes"]
+        assert repr(model) == "DenseModel(layers 6-64-64-2, classes [no, yes], float64)"
     tampered = tmp_path / "model.npz"
     tampered.write_bytes((job / "model.npz").read_bytes()[:-40])
     with pytest.raises(RequestError, match=r"^path=: .*model.npz"):

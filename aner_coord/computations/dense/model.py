@@ -80,6 +80,15 @@ class DenseModel:
         out: npt.NDArray[np.generic] = self.labels[index]
         return out
 
+    def __repr__(self) -> str:
+        # The parameters stay out: a notebook shows a line, not megabytes of weights.
+        classes = ", ".join(map(str, self.labels[:10].tolist()))
+        more = f", ... ({len(self.classes)})" if len(self.classes) > 10 else ""
+        return (
+            f"DenseModel(layers {'-'.join(map(str, self.sizes))}, classes [{classes}{more}], "
+            f"{self.precision})"
+        )
+
     @property
     def labels(self) -> npt.NDArray[np.generic]:
         """The classes as a user wrote them: whole numbers as integers."""
