@@ -55,13 +55,13 @@ def test_the_builtin_registries_list_names_without_loading() -> None:
 def test_a_dense_summary_needs_no_dense_computation() -> None:
     result = {
         "history": [{"validation_accuracy": 0.5}, {"validation_accuracy": 0.75}],
-        "best_epoch": 1,
+        "best_epoch": 2,  # from 1 (schema aner-result/3)
         "test_accuracy": 0.7,
         "test_loss": 0.9,
     }
     lines = summarize("dense", result)
     assert lines is not None
-    assert lines[0].startswith("epochs    2 run, the best was epoch 2 (validation")
+    assert lines[0] == "epochs    2 run, the best was epoch 2 (validation accuracy 0.7500)"
     assert summarize("no-such-kind", result) is None
 
 

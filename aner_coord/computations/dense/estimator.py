@@ -112,7 +112,7 @@ class DenseClassifier(_Estimator):
     def fit(self, X: Any, y: Any, groups: Any = None) -> DenseClassifier:
         """Train on rows `X` (an array or a frame) with labels `y`; `groups` keeps each
         group's rows in one role."""
-        from aner_coord import parallel
+        from aner_coord.calls import OneOff  # what `parallel.dense_fit` calls
 
         X = _rows(X, "fit", fit=True)
         y = _labels(y)
@@ -133,7 +133,7 @@ class DenseClassifier(_Estimator):
             arguments["chunk"] = self.chunk
         if groups is not None:
             arguments["groups"] = groups
-        fit = parallel.dense_fit(X, y, **arguments)
+        fit = OneOff().dense_fit(X, y, **arguments)
         self.fit_: DenseFit = fit
         self.classes_: npt.NDArray[np.generic] = fit.model.labels
         self.n_features_in_: int = fit.model.sizes[0]
