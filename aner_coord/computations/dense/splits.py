@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -275,22 +276,17 @@ def columns_named(data: str | None, group: str | None, split: str | None) -> dic
                     what,
                 )
             continue
-        if (
-            data is None
-            or data == "digits"
-            or data.startswith("array:")
-            or data.lower().endswith(".npz")
-        ):
-            where = (
-                "the teacher set"
-                if data is None
-                else "arrays"
-                if data.startswith("array:")
-                else data.rsplit("/", 1)[-1]
-            )
+        if data is None:
+            raise RequestError(f"{{{what}}} needs a CSV file: the teacher set has no columns", what)
+        if data.startswith("array:"):
             raise RequestError(
-                f"{{{what}}} {value!r} names a CSV column, and {where} has none: give a CSV "
-                "file, or the values as an array (API)",
+                f"{{{what}}} needs a CSV file: arrays have no named columns (give the values "
+                "as an array)",
+                what,
+            )
+        if data == "digits" or data.lower().endswith(".npz"):
+            raise RequestError(
+                f"{{{what}}} needs a CSV file: {os.path.basename(data)} has no named columns",
                 what,
             )
         out[what] = value
@@ -333,9 +329,9 @@ def roles_for(
     )
     codes = codes_of(request.seed, dataset.n_rows, rule, validation_needed=validation_used)
     if groups is not None:
-        where = f"{len(set(groups))} groups (stream {GROUP_STREAM}, seed {request.seed})"
+        where = f"{len(set(groups))} groups"
     else:
-        where = f"{dataset.n_rows} rows (seed {request.seed})"
+        where = f"{dataset.n_rows} rows"
     test_wanted = rule.test_fraction is not None and rule.test_fraction > 0
     try:
         roles = roles_of(
