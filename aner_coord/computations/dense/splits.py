@@ -129,14 +129,24 @@ def group_codes(
     seed: int, groups: Sequence[str], test_fraction: float, validation_fraction: float
 ) -> Codes:
     """One role byte per row, every row taking its group's role."""
-    labels, inverse = np.unique(np.array(groups, dtype=np.str_), return_inverse=True)
-    index = np.array([group_index(str(label)) for label in labels], dtype=np.int64)
+    labels, inverse = group_indices(groups)
+    index = np.array([group_index(label) for label in labels], dtype=np.int64)
     u = (words_at(seed, GROUP_STREAM, index) >> _SHIFT).astype(np.float64) * 2.0**-53
-    per_group = np.full(labels.size, TRAIN, dtype=np.uint8)
+    per_group = np.full(len(labels), TRAIN, dtype=np.uint8)
     per_group[u < test_fraction + validation_fraction] = VALIDATION
     per_group[u < test_fraction] = TEST
-    out: Codes = per_group[inverse.reshape(-1)]
+    out: Codes = per_group[inverse]
     return out
+
+
+def group_indices(groups: Sequence[str]) -> tuple[list[str], npt.NDArray[np.int64]]:
+    """The distinct labels in order of appearance, and each row's index among them. (Not
+    numpy's `unique` of a string array: it drops trailing NUL characters, merging groups.)"""
+    first: dict[str, int] = {}
+    inverse = np.fromiter(
+        (first.setdefault(g, len(first)) for g in groups), dtype=np.int64, count=len(groups)
+    )
+    return list(first), inverse
 
 
 def given_codes(values: Sequence[str], what: str, *, validation_needed: bool = True) -> Codes:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.splits import group_indices
 from aner_worker.kernels.dense.streams import TEST, TRAIN, VALIDATION, words
 from aner_worker.kernels.search.params import TEST_FOLD
 
@@ -103,13 +104,12 @@ def group_order(labels: Sequence[str], counts: Sequence[int]) -> list[int]:
 def grouped(groups: Sequence[str], k: int, pool: npt.NDArray[np.bool_]) -> Codes:
     """Group-aware fold bytes of rows whose group labels are `groups` (pool rows: `pool`)."""
     n = len(groups)
-    labels, inverse = np.unique(np.array(groups, dtype=np.str_), return_inverse=True)
-    inverse = inverse.reshape(-1)
-    counts = np.bincount(inverse[pool], minlength=labels.size)
-    present = [g for g in range(labels.size) if counts[g] > 0]
-    placed = np.full(labels.size, TEST_FOLD, dtype=np.uint8)
+    labels, inverse = group_indices(groups)
+    counts = np.bincount(inverse[pool], minlength=len(labels))
+    present = [g for g in range(len(labels)) if counts[g] > 0]
+    placed = np.full(len(labels), TEST_FOLD, dtype=np.uint8)
     sizes = [(0, f) for f in range(k)]  # a heap of (pool rows so far, fold): ties lowest fold
-    for i in group_order([str(labels[g]) for g in present], [int(counts[g]) for g in present]):
+    for i in group_order([labels[g] for g in present], [int(counts[g]) for g in present]):
         g = present[i]
         size, fold = heapq.heappop(sizes)
         placed[g] = fold
