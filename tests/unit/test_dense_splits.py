@@ -45,7 +45,7 @@ def test_no_group_spans_two_roles_or_two_folds(
 @SETTINGS
 def test_a_groups_role_depends_on_its_label_alone(seed: int, groups: list[str]) -> None:
     whole = splits.group_codes(seed, groups, 0.15, 0.15)
-    shuffled = groups[::-1] + ["another group"]
+    shuffled = [*groups[::-1], "another group"]
     again = splits.group_codes(seed, shuffled, 0.15, 0.15)
     assert np.array_equal(again[:-1][::-1], whole)
 
@@ -57,9 +57,7 @@ def test_ungrouped_data_keeps_the_per_row_rule_bit_for_bit(seed: int, n: int) ->
     assert (rule.test_fraction, rule.validation_fraction) == (0.15, 0.15)
     assert np.array_equal(splits.codes_of(seed, n, rule), dense_reference.roles(seed, n))
     other = splits.rule_of(0.0, 0.4, None, None)
-    assert np.array_equal(
-        splits.codes_of(seed, n, other), dense_reference.roles(seed, n, 0.0, 0.4)
-    )
+    assert np.array_equal(splits.codes_of(seed, n, other), dense_reference.roles(seed, n, 0.0, 0.4))
 
 
 def test_array_values_are_the_texts_a_csv_holds() -> None:

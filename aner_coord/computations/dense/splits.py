@@ -338,10 +338,7 @@ def roles_for(
         validation_used=validation_used,
     )
     codes = codes_of(request.seed, dataset.n_rows, rule, validation_needed=validation_used)
-    if groups is not None:
-        where = f"{len(set(groups))} groups"
-    else:
-        where = f"{dataset.n_rows} rows"
+    where = f"{len(set(groups))} groups" if groups is not None else f"{dataset.n_rows} rows"
     test_wanted = rule.test_fraction is not None and rule.test_fraction > 0
     try:
         roles = roles_of(
