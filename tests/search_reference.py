@@ -206,8 +206,8 @@ def grouped_folds(seed, groups, k, test_fraction=0.15):
 
     groups: group label (a string) per row, for every row including test rows.
     Test rows (whole test groups: group_role_codes) leave first; a group's count
-    is its number of pool rows. Groups in grouped_order() are each placed whole in the fold with the fewest (pool)
-    rows so far, ties to the lowest fold index.
+    is its number of pool rows. Groups in grouped_order() are each placed whole
+    in the fold with the fewest (pool) rows so far, ties to the lowest fold index.
     """
     _check_k(k)
     n_rows = len(groups)
