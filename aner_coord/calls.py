@@ -62,6 +62,8 @@ class Placement(TypedDict, total=False):
 
 
 PLACEMENT: tuple[str, ...] = tuple(Placement.__annotations__)
+# Arrays a Dense call takes besides X and y, each row's (`_array_options`): not request fields.
+ROW_ARRAYS = ("groups", "split", "validation")
 
 
 @dataclass(frozen=True)
@@ -427,7 +429,8 @@ def request_of(kind: type[Any], options: dict[str, Any], call: str) -> Any:
     fields = {f.name for f in msgspec.structs.fields(kind)}
     unknown = sorted(set(options) - fields)
     if unknown:
-        known = ", ".join(f"{name}=" for name in sorted(fields | set(PLACEMENT)))
+        extra = set(ROW_ARRAYS) if issubclass(kind, DenseRequest) else set()
+        known = ", ".join(f"{name}=" for name in sorted(fields | set(PLACEMENT) | extra))
         raise RequestError(f"{call}() has no argument {unknown[0]}=: it takes {known}")
     values = {k: plain(v) for k, v in options.items()}
     try:
@@ -466,6 +469,8 @@ def options_signature(
     for field in msgspec.structs.fields(kind):
         default = inspect.Parameter.empty if field.required else field.default
         parameters.append(inspect.Parameter(field.name, keyword, default=default))
+    if issubclass(kind, DenseRequest):
+        parameters += [inspect.Parameter(name, keyword, default=None) for name in ROW_ARRAYS]
     parameters.extend(
         inspect.Parameter(name, keyword, default=None) for name in Placement.__annotations__
     )
@@ -490,6 +495,7 @@ def _search_signature(*, grid: bool) -> inspect.Signature:
             continue
         default = inspect.Parameter.empty if field.required else field.default
         parameters.append(inspect.Parameter(field.name, keyword, default=default))
+    parameters += [inspect.Parameter(n, keyword, default=None) for n in ("groups", "split")]
     parameters.extend(
         inspect.Parameter(name, keyword, default=None) for name in PLACEMENT if name != "chunk"
     )

@@ -50,6 +50,9 @@ MAX_HIDDEN_LAYERS = 16
 MAX_PARAMS = 4_000_000  # 32 MB of binary64 per pass's frozen parameters
 MAX_BATCH = 1_000_000
 MAX_EPOCHS = 10_000
+# Under groups or a split of your own a role's row positions travel with each of its passes
+# (8 bytes a row, beside up to 32 MB of parameters in one frame): 16 MiB of them at most.
+MAX_CARRIED_ROWS = 1 << 21
 
 Floats = npt.NDArray[np.float64]
 
@@ -274,6 +277,15 @@ class Dense:
         rule, roles = splits.roles_for(request, dataset)
         _check_moments(request, dataset, roles.train)
         counts = roles.counts()
+        if (rule.groups is not None or rule.given is not None) and max(
+            counts.values()
+        ) > MAX_CARRIED_ROWS:
+            raise AdmissionError(
+                f"a role of {max(counts.values()):,} rows; with {{group}} or {{split_column}} "
+                f"a role has at most {MAX_CARRIED_ROWS:,} (its rows travel with each pass)",
+                "group",
+                "split_column",
+            )
         n_train = counts["train"]
         steps = steps_per_epoch(n_train, batch)
         return Admitted(
@@ -319,5 +331,14 @@ class Dense:
         dataset = load_dataset(request)
         teacher = (max(200, rows), min(dataset.n_features, 256), dataset.n_classes)
         return msgspec.structs.replace(
-            request, data=None, label=None, teacher=teacher, epochs=1, batch=MAX_BATCH
+            request,
+            data=None,
+            label=None,
+            group=None,  # a teacher set has no columns: its roles are by row
+            split_column=None,
+            test_fraction=None,
+            validation_fraction=None,
+            teacher=teacher,
+            epochs=1,
+            batch=MAX_BATCH,
         )
