@@ -135,6 +135,13 @@ def test_the_fractions_are_options_and_zero_means_no_test(wine: Wine, tmp_path: 
     assert (request["test_fraction"], request["validation_fraction"]) == (0.0, 0.25)
     shown = run_aner("parallel", "status", "--job", str(tmp_path / "job"))
     assert shown.returncode == 0 and "no test rows" in shown.stdout
+    # A cross-validation without a held-out test: the refit has no test metrics.
+    cv = parallel.cross_validate(
+        wine.x, wine.y, groups=wine.site, test_fraction=0, folds=2, **SMALL
+    )
+    assert cv.result.test_rows == 0 and sum(cv.result.rows_per_fold) == wine.y.size
+    assert cv.test_accuracy is None and cv.result.refit.test_loss is None
+    assert "no test rows" in cv.summary()
 
 
 def test_a_split_you_made_is_taken_as_it_is(wine: Wine, tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ fractions as options, a split the user made. Checked against the independent ref
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dense_reference
 import numpy as np
 import pytest
@@ -14,6 +16,8 @@ from hypothesis import strategies as st
 
 from aner_coord.computations.dense import splits
 from aner_coord.computations.search import folds
+from aner_coord.computations.search.computation import prepare
+from aner_coord.computations.search.specfile import admitted_search_file
 from aner_coord.errors import RequestError, cli_name
 from aner_worker.kernels.dense.streams import TEST
 
@@ -124,3 +128,19 @@ def test_a_given_split_is_taken_as_it_is_and_refused_in_one_line() -> None:
         assert info.value.render(cli_name) == (
             f"--split-column decides every row's role: give it without {flag}"
         )
+
+
+def test_a_search_file_takes_the_fractions_and_the_split_keys(tmp_path: Path) -> None:
+    spec = tmp_path / "search.toml"
+    spec.write_text("teacher = [300, 4, 3]\nseed = 2\nfolds = 1\ntest_fraction = 0.0\n"
+                    "validation_fraction = 0.3\n[grid]\nlr = [1e-3]\n")  # fmt: skip
+    request = admitted_search_file(str(spec))
+    assert (request.test_fraction, request.validation_fraction) == (0.0, 0.3)
+    described = prepare(request).describe()
+    assert (described["test_rows"], described["test_fraction"]) == (0, 0.0)
+    assert described["rows_per_fold"][0] == int(
+        np.sum(dense_reference.roles(2, 300, 0.0, 0.3) == 1)
+    )
+    spec.write_text('teacher = [300, 4, 3]\nseed = 2\nsplit_column = "role"\n')
+    with pytest.raises(RequestError, match="split_column needs a CSV file: the teacher set"):
+        admitted_search_file(str(spec))
