@@ -84,12 +84,19 @@ def test_grouped_cv_keeps_each_group_wholly_in_the_test_or_the_pool(
     assert request["test_rows"] == int(np.sum(expected == 255)) > 0
     assert (request["split"], request["groups"], request["test_fraction"]) == ("groups", 30, 0.15)
     assert request["validation_fraction"] is None  # the folds validate
-    # The API: `group=` an array (refused before), the same folds.
+    # The API: `group=` an array (refused before), on a pipe group: the same folds, and
+    # every fit's numbers bitwise those of the local run.
+    pipes = parallel.cluster(write_pipe_pair(tmp_path / "cluster"))
     api = parallel.cross_validate(
-        wine.x, wine.y, group=wine.site, folds=3, output=tmp_path / "api", **SMALL
-    )
+        wine.x, wine.y, group=wine.site, folds=3, output=tmp_path / "api", execution=pipes,
+        **SMALL,
+    )  # fmt: skip
     assert described(tmp_path / "api")["folds_sha256"] == request["folds_sha256"]
     assert api.result.test_rows == request["test_rows"]
+    numbers = ("fold", "validation_loss", "validation_accuracy", "best_epoch")
+    local = [tuple(f[k] for k in numbers) for f in result_of(job)["fits"]]
+    assert [tuple(f[k] for k in numbers) for f in api.records()] == local
+    assert result_of(job)["test_loss"] == api.test_loss
 
 
 def test_train_groups_take_one_role_each_wherever_the_fit_runs(wine: Wine, tmp_path: Path) -> None:
