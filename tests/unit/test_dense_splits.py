@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from aner_coord.computations.dense import splits
 from aner_coord.computations.search import folds
 from aner_coord.computations.search.computation import prepare
+from aner_coord.computations.search.request import SearchRequest
 from aner_coord.computations.search.specfile import admitted_search_file
 from aner_coord.errors import RequestError, cli_name
 from aner_worker.kernels.dense.streams import TEST
@@ -144,3 +145,20 @@ def test_a_search_file_takes_the_fractions_and_the_split_keys(tmp_path: Path) ->
     spec.write_text('teacher = [300, 4, 3]\nseed = 2\nsplit_column = "role"\n')
     with pytest.raises(RequestError, match="split_column needs a CSV file: the teacher set"):
         admitted_search_file(str(spec))
+
+
+def test_one_fold_with_groups_is_section_9s_grouped_split(tmp_path: Path) -> None:
+    # Refused before ("needs folds of 2 or more"); now train's own split, by group.
+    rng = np.random.default_rng(4)
+    groups = [f"g{r % 23}" for r in range(400)]
+    data = tmp_path / "rows.csv"
+    lines = ["a,b,site,label"]
+    lines += [f"{rng.normal()!r},{rng.normal()!r},{g},{r % 2}" for r, g in enumerate(groups)]
+    data.write_text("\n".join(lines) + "\n")
+    request = SearchRequest(seed=3, data=str(data), label="label", group="site", folds=1)
+    prepared = prepare(request)
+    roles = ref.group_role_codes(3, groups)
+    expected = np.where(roles == 2, 255, np.where(roles == 1, 0, 1)).astype(np.uint8)
+    assert prepared.folds.sha256 == ref.fold_sha256(expected)
+    assert prepared.dataset.n_features == 2  # the group column is not a feature
+    assert prepared.describe()["split"] == "groups"
