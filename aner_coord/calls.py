@@ -62,6 +62,8 @@ class Placement(TypedDict, total=False):
 
 
 PLACEMENT: tuple[str, ...] = tuple(Placement.__annotations__)
+# Arrays a Dense call takes besides X and y, each row's (`_array_options`): not request fields.
+ROW_ARRAYS = ("groups", "split", "validation")
 
 
 @dataclass(frozen=True)
@@ -306,21 +308,95 @@ def _dense_options(
 
 def _array_options(x: Any, y: Any, options: dict[str, Any], call: str) -> dict[str, Any]:
     """A call's options with arrays `X`, `y` (positional or keywords) registered as its
-    data, which `data=` then names."""
+    data, which `data=` then names; `groups=` and `split=` (arrays, one value a row, or a
+    CSV column's name) become `group` and `split_column`, and `validation=(X_val, y_val)`
+    (dense_fit) appends its rows as validation rows."""
     options = dict(options)
     x = options.pop("X", x)
     y = options.pop("y", y)
+    sides: dict[str, Any] = {n: options.pop(n) for n in ("groups", "split") if n in options}
+    for field, name in (("group", "groups"), ("split_column", "split")):
+        if options.get(field) is not None and not isinstance(options[field], str):
+            if name in sides:
+                raise RequestError(f"{call}() takes {field}= or {name}=: give one")
+            sides[name] = options.pop(field)  # an array where a column's name would be
+    validation = options.pop("validation", None)
+    if validation is not None and call != "dense_fit":
+        raise RequestError(
+            f"{call}() takes no validation=: its folds validate (or give split= with folds=1)"
+        )
     if x is None and y is None:
-        return options
+        if validation is not None:
+            raise RequestError(f"{call}() takes validation=(X_val, y_val) with arrays X and y")
+        return _side_columns(options, sides, call)
     if x is None or y is None:
         raise RequestError(f"{call}() takes arrays as X and y together: give both")
     if options.get("data") is not None or options.get("teacher") is not None:
         raise RequestError(f"{call}() takes X and y, data= or teacher=: give exactly one")
-    from aner_coord.computations.dense.arrays import register
+    from aner_coord.computations.dense import splits
+    from aner_coord.computations.dense.arrays import held, register
     from aner_worker.kernels.dense.data import MAX_DATA_BYTES
 
+    n_rows = held(register(x, y, limit_bytes=MAX_DATA_BYTES)).n_rows
+    roles = None
+    if "split" in sides and not isinstance(sides["split"], str):
+        roles = splits.label_texts(sides.pop("split"), "split", n_rows)
+    if validation is not None:
+        x, y, extra = _appended(x, y, validation, call)
+        roles = (roles or ["train"] * n_rows) + ["validation"] * extra
     options["data"] = register(x, y, limit_bytes=MAX_DATA_BYTES)
+    if roles is not None:
+        options["split_column"] = splits.hold(roles)
+    if "groups" in sides and not isinstance(sides["groups"], str):
+        if validation is not None:
+            raise RequestError(
+                f"{call}() takes validation= or groups=: a split you made decides every role"
+            )
+        texts = splits.label_texts(sides.pop("groups"), "groups", n_rows)
+        if options.get("group") is not None:
+            raise RequestError(f"{call}() takes group= (a column) or groups=: give one")
+        options["group"] = splits.hold(texts)
+    return _side_columns(options, sides, call)
+
+
+def _side_columns(options: dict[str, Any], sides: dict[str, Any], call: str) -> dict[str, Any]:
+    """`groups=` and `split=` given as a CSV column's name: `group` and `split_column`."""
+    for name, field in (("groups", "group"), ("split", "split_column")):
+        if name not in sides:
+            continue
+        if not isinstance(sides[name], str):
+            raise RequestError(f"{call}() takes {name}= as an array together with arrays X and y")
+        if options.get(field) is not None:
+            raise RequestError(f"{call}() takes {field}= or {name}=: give one")
+        options[field] = sides[name]
     return options
+
+
+def _appended(x: Any, y: Any, validation: Any, call: str) -> tuple[Any, Any, int]:
+    """X and y with `validation`'s rows after theirs, and how many rows it added."""
+    import numpy as np
+
+    if not isinstance(validation, tuple | list) or len(validation) != 2:
+        raise RequestError(f"{call}() takes validation= as a pair (X_val, y_val)")
+    x_val, y_val = validation
+    if hasattr(x, "columns") and hasattr(x_val, "columns"):  # frames keep their names
+        import importlib
+
+        pandas: Any = importlib.import_module("pandas")  # a frame's own: pandas is there
+        together = pandas.concat([x, x_val], ignore_index=True)
+    else:
+        first, second = np.asarray(x), np.asarray(x_val)
+        if first.ndim != 2 or second.ndim != 2 or first.shape[1] != second.shape[1]:
+            raise RequestError(
+                f"validation=: X_val must have X's {first.shape[1:]} columns, got shape "
+                f"{second.shape}"
+            )
+        together = np.concatenate([first, second])
+    labels = np.concatenate([np.asarray(y).reshape(-1), np.asarray(y_val).reshape(-1)])
+    extra = len(together) - len(x)
+    if labels.size != len(together) or extra < 1:
+        raise RequestError("validation=: X_val and y_val must have one label per row, and rows")
+    return together, labels, extra
 
 
 def is_array_data(data: Any) -> bool:
@@ -353,7 +429,8 @@ def request_of(kind: type[Any], options: dict[str, Any], call: str) -> Any:
     fields = {f.name for f in msgspec.structs.fields(kind)}
     unknown = sorted(set(options) - fields)
     if unknown:
-        known = ", ".join(f"{name}=" for name in sorted(fields | set(PLACEMENT)))
+        extra = set(ROW_ARRAYS) if issubclass(kind, DenseRequest) else set()
+        known = ", ".join(f"{name}=" for name in sorted(fields | set(PLACEMENT) | extra))
         raise RequestError(f"{call}() has no argument {unknown[0]}=: it takes {known}")
     values = {k: plain(v) for k, v in options.items()}
     try:
@@ -392,6 +469,8 @@ def options_signature(
     for field in msgspec.structs.fields(kind):
         default = inspect.Parameter.empty if field.required else field.default
         parameters.append(inspect.Parameter(field.name, keyword, default=default))
+    if issubclass(kind, DenseRequest):
+        parameters += [inspect.Parameter(name, keyword, default=None) for name in ROW_ARRAYS]
     parameters.extend(
         inspect.Parameter(name, keyword, default=None) for name in Placement.__annotations__
     )
@@ -416,6 +495,7 @@ def _search_signature(*, grid: bool) -> inspect.Signature:
             continue
         default = inspect.Parameter.empty if field.required else field.default
         parameters.append(inspect.Parameter(field.name, keyword, default=default))
+    parameters += [inspect.Parameter(n, keyword, default=None) for n in ("groups", "split")]
     parameters.extend(
         inspect.Parameter(name, keyword, default=None) for name in PLACEMENT if name != "chunk"
     )

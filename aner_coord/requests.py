@@ -59,8 +59,9 @@ class ComputationRequest(_Data, frozen=True, tag_field="kind"):
     A computation's options are declared once, as the fields of its request type: the API,
     the command line (`aner_coord.cli.arguments.add_request_arguments`) and spec files take
     them from there. A field's `Meta(description=...)` is its help; `extra` may give the
-    command line a `metavar`, `choices`, or `path=True` (made absolute: a background
-    coordinator starts in `/`)."""
+    command line a `metavar`, `choices`, a `dest` (where a field's name is taken in the
+    parsed arguments), or `path=True` (made absolute: a background coordinator starts in
+    `/`)."""
 
     seed: Annotated[int, Meta(description="seed in [0, 2**64)")]
 

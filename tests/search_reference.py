@@ -151,6 +151,38 @@ def group_label_digest(label):
     return hashlib.sha256(str(label).encode("utf-8")).digest()
 
 
+def group_u(seed, label):
+    """A group's u (docs/contracts.md, section 9, Splits and groups; an extension of the
+    SPEC): D = SHA256(label's UTF-8 bytes), k = the first 8 bytes of D, big-endian, shifted
+    right by one, and u = U(W10[k]) of stream 10. numpy's counter b - 1 starts at block b."""
+    k = int.from_bytes(group_label_digest(label)[:8], "big") >> 1
+    bitgen = np.random.Philox(key=seed + (10 << 64), counter=(k // 4 - 1) % 2**256)
+    return U(bitgen.random_raw(4)[k % 4])
+
+
+def group_role_codes(seed, groups, test_fraction=0.15, validation_fraction=0.15):
+    """One byte per row, every row taking its group's role from the group's u."""
+    codes = np.zeros(len(groups), dtype=np.uint8)
+    role_of = {}
+    for r, label in enumerate(groups):
+        label = str(label)
+        if label not in role_of:
+            u = group_u(seed, label)
+            if u < test_fraction:
+                role_of[label] = ROLE_TEST
+            elif u < test_fraction + validation_fraction:
+                role_of[label] = ROLE_VALIDATION
+            else:
+                role_of[label] = ROLE_TRAIN
+        codes[r] = role_of[label]
+    return codes
+
+
+def group_pool_mask(seed, groups, test_fraction=0.15):
+    """With groups, the pool is every row of a group that is not a test group."""
+    return group_role_codes(seed, groups, test_fraction, 0.0) != ROLE_TEST
+
+
 def grouped_order(seed, groups, test_fraction=0.15):
     """Groups in placement order with their pool row counts: list of (label, count).
 
@@ -159,7 +191,7 @@ def grouped_order(seed, groups, test_fraction=0.15):
     (they have nothing to place and cannot change any fold's size).
     """
     n_rows = len(groups)
-    in_pool = pool_mask(seed, n_rows, test_fraction)
+    in_pool = group_pool_mask(seed, groups, test_fraction)
     counts = {}
     for r in range(n_rows):
         if in_pool[r]:
@@ -173,13 +205,13 @@ def grouped_folds(seed, groups, k, test_fraction=0.15):
     """Group-aware fold bytes, one per row in file order (255 for a test row).
 
     groups: group label (a string) per row, for every row including test rows.
-    Test rows leave first; a group's count is its number of pool rows. Groups in
-    grouped_order() are each placed whole in the fold with the fewest (pool)
-    rows so far, ties to the lowest fold index.
+    Test rows (whole test groups: group_role_codes) leave first; a group's count
+    is its number of pool rows. Groups in grouped_order() are each placed whole
+    in the fold with the fewest (pool) rows so far, ties to the lowest fold index.
     """
     _check_k(k)
     n_rows = len(groups)
-    in_pool = pool_mask(seed, n_rows, test_fraction)
+    in_pool = group_pool_mask(seed, groups, test_fraction)
 
     fold_of_group = {}
     fold_sizes = [0] * k

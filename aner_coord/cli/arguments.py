@@ -175,7 +175,7 @@ def add_request_arguments(
             options["choices"] = extra["choices"]
         if "metavar" in extra:
             options["metavar"] = extra["metavar"]
-        p.add_argument(_flag(field.name), dest=field.name, **options)
+        p.add_argument(_flag(field.name), dest=extra.get("dest", field.name), **options)
 
 
 def request_from_arguments(
@@ -189,12 +189,15 @@ def request_from_arguments(
     for field in msgspec.structs.fields(kind):
         if field.name in skip:
             continue
-        value = getattr(args, field.name, None)
+        _inner, metas, _optional = _parts(hints[field.name])
+        extra: dict[str, Any] = {}
+        for meta in metas:
+            extra.update(meta.extra or {})
+        value = getattr(args, extra.get("dest", field.name), None)
         if value is None:
             if field.required:
                 missing.append(_flag(field.name))
             continue
-        _inner, metas, _optional = _parts(hints[field.name])
         if any((m.extra or {}).get("path") for m in metas) and value != "digits":
             value = os.path.abspath(value)
         values[field.name] = value

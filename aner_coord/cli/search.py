@@ -4,9 +4,9 @@
 
 `search` reads a search file (`--spec`); everything about the search is in the file, and
 the flags say only where it runs and what becomes of it. `cv` takes the flags of `train`
-(derived from the request type, so it follows `train`'s options and defaults), `--folds`,
-`--group`, `--no-refit`; its `--chunk` is, as in `train`, the rows of a chunk, which the
-numbers depend on (within each fit: fits go out whole, one per task).
+(derived from the request type, so it follows `train`'s options and defaults: `--group`
+among them), `--folds`, `--no-refit`; its `--chunk` is, as in `train`, the rows of a chunk,
+which the numbers depend on (within each fit: fits go out whole, one per task).
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from aner_coord.cli.arguments import (
 from aner_coord.errors import RequestError
 
 # The fields of a search request that `cv` does not take as flags derived from the type:
-# `--chunk` is the execution flags', `--group` must not take the command line's own `group`
-# attribute (the `parallel` group), `--folds` has a metavar and `--no-refit` is a switch.
-_NOT_DERIVED = ("grid", "chunk", "refit", "group", "folds")
+# `--chunk` is the execution flags', `--folds` has a metavar and `--no-refit` is a switch.
+_NOT_DERIVED = ("grid", "chunk", "refit", "folds")
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,12 +44,6 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
         default=5,
         help="folds of the cross-validation (2..255; default 5); 1 uses train's own validation "
         "split",
-    )
-    p.add_argument(
-        "--group",
-        dest="group_column",
-        metavar="COL",
-        help="group column of a CSV: all of a group's rows go to one fold (not a feature)",
     )
     p.add_argument(
         "--no-refit",
@@ -101,9 +94,7 @@ def cv_request(args: argparse.Namespace) -> object:
     options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_DERIVED)
     chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK_ROWS
     args.chunk = None  # not the execution's: fits go out whole, one per task
-    return msgspec.structs.replace(
-        options, folds=args.folds, group=args.group_column, refit=args.refit, chunk=chunk
-    )
+    return msgspec.structs.replace(options, folds=args.folds, refit=args.refit, chunk=chunk)
 
 
 def cv_command(args: argparse.Namespace) -> int:

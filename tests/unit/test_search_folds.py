@@ -15,7 +15,9 @@ import search_reference as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aner_coord.computations.dense import splits
 from aner_coord.computations.search import aggregate, folds, grid, plan
+from aner_worker.kernels.dense.streams import TEST, role_codes
 from aner_worker.kernels.search.params import FitResult
 
 SEEDS = st.integers(min_value=0, max_value=2**64 - 1)
@@ -30,17 +32,32 @@ groups_of = st.integers(0, 300).flatmap(
 )
 
 
+def roles(seed: int, n: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """Section 9's role bytes by row, default fractions."""
+    return role_codes(seed, n, 0.15, 0.15)
+
+
 @given(seed=SEEDS, n=st.integers(0, 400))
 @SETTINGS
 def test_the_pool_is_every_row_but_section_9_test_rows(seed: int, n: int) -> None:
-    assert np.array_equal(folds.pool_mask(seed, n), ref.pool_mask(seed, n))
+    assert np.array_equal(roles(seed, n) != TEST, ref.pool_mask(seed, n))
+    assert np.array_equal(folds.split(roles(seed, n)) != 255, ref.pool_mask(seed, n))
+
+
+@given(seed=SEEDS, groups=groups_of)
+@SETTINGS
+def test_group_roles_are_the_references(seed: int, groups: list[str]) -> None:
+    made = splits.group_codes(seed, groups, 0.15, 0.15)
+    assert np.array_equal(made, ref.group_role_codes(seed, groups))
+    tenth = splits.group_codes(seed, groups, 0.1, 0.3)
+    assert np.array_equal(tenth, ref.group_role_codes(seed, groups, 0.1, 0.3))
 
 
 @given(seed=SEEDS, labels=labels_of, k=st.integers(2, 12))
 @SETTINGS
 def test_stratified_folds_are_the_reference_folds(seed: int, labels: list[int], k: int) -> None:
     y = np.array(labels, dtype=np.int64)
-    codes = folds.stratified(seed, y, k)
+    codes = folds.stratified(seed, y, k, roles(seed, len(labels)) != TEST)
     assert np.array_equal(codes, ref.stratified_folds(seed, labels, k))
     # Every class within one row per fold, every pool row in exactly one fold.
     pool = codes != 255
@@ -53,7 +70,7 @@ def test_stratified_folds_are_the_reference_folds(seed: int, labels: list[int], 
 @given(seed=SEEDS, groups=groups_of, k=st.integers(2, 6))
 @SETTINGS
 def test_grouped_folds_are_the_reference_folds(seed: int, groups: list[str], k: int) -> None:
-    codes = folds.grouped(seed, groups, k)
+    codes = folds.grouped(groups, k, splits.group_codes(seed, groups, 0.15, 0.0) != TEST)
     assert np.array_equal(codes, ref.grouped_folds(seed, groups, k))
     # Every group's pool rows in exactly one fold.
     by_group: dict[str, set[int]] = {}
@@ -66,7 +83,7 @@ def test_grouped_folds_are_the_reference_folds(seed: int, groups: list[str], k: 
 @given(seed=SEEDS, n=st.integers(0, 400))
 @SETTINGS
 def test_one_fold_is_section_9s_split(seed: int, n: int) -> None:
-    codes = folds.split(seed, n)
+    codes = folds.split(roles(seed, n))
     train, validation = ref.single_split_rows(seed, n)
     assert list(np.flatnonzero(codes == 0)) == list(validation)
     assert list(np.flatnonzero(codes == 1)) == list(train)
@@ -75,14 +92,14 @@ def test_one_fold_is_section_9s_split(seed: int, n: int) -> None:
 
 def test_assign_records_what_the_manifest_needs() -> None:
     y = np.arange(600, dtype=np.int64) % 3
-    made = folds.assign(7, y, 4)
+    made = folds.assign(7, y, 4, roles(7, 600))
     expected = ref.stratified_folds(7, y.tolist(), 4)
     assert made.sha256 == ref.fold_sha256(expected)
     assert made.rows == ref.rows_per_fold(expected, 4)
     assert made.test_rows == int(np.sum(expected == 255))
     assert made.fitted == [0, 1, 2, 3]
     assert made.training_rows(1) == sum(made.rows) - made.rows[1]
-    one = folds.assign(7, y, 1)
+    one = folds.assign(7, y, 1, roles(7, 600))
     assert one.fitted == [0] and one.rows == [
         int(np.sum(one.codes == 0)),
         int(np.sum(one.codes == 1)),
@@ -92,11 +109,10 @@ def test_assign_records_what_the_manifest_needs() -> None:
 def test_a_fold_without_rows_or_too_few_groups_is_refused() -> None:
     y = np.zeros(6, dtype=np.int64)
     with pytest.raises(folds.FoldError, match=r"has no rows .* lower \{folds\}"):
-        folds.assign(1, y, 20)
+        folds.assign(1, y, 20, roles(1, 6))
+    two = ["a", "b"] * 200
     with pytest.raises(folds.FoldError, match=r"2 group\(s\), fewer than the 3 folds"):
-        folds.assign(1, np.zeros(400, dtype=np.int64), 3, ["a", "b"] * 200)
-    with pytest.raises(folds.FoldError, match="needs folds of 2 or more"):
-        folds.assign(1, y, 1, ["a"] * 6)
+        folds.assign(1, np.zeros(400, dtype=np.int64), 3, roles(1, 400) * 0, two)
 
 
 def test_candidates_are_the_reference_product_in_key_order() -> None:
@@ -181,7 +197,7 @@ def test_refit_epochs_round_half_up() -> None:
 
 
 def test_fits_go_out_longest_first_each_once() -> None:
-    made = folds.assign(3, np.arange(900, dtype=np.int64) % 2, 3)
+    made = folds.assign(3, np.arange(900, dtype=np.int64) % 2, 3, roles(3, 900))
     order = plan.fits_in_order(made, [10, 30], [500, 100])
     assert sorted((f.candidate, f.fold) for f in order) == [
         (c, f) for c in (0, 1) for f in range(3)

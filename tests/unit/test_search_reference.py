@@ -211,7 +211,7 @@ groups_strategy = st.integers(0, 300).flatmap(
 def test_grouped_properties(seed, groups, k):
     n = len(groups)
     codes = ref.grouped_folds(seed, groups, k)
-    pool = ref.pool_mask(seed, n)
+    pool = ref.group_pool_mask(seed, groups)
     assert codes.dtype == np.uint8 and codes.shape == (n,)
     assert np.all(codes[~pool] == 255)
     assert np.all(codes[pool] < k)
@@ -228,7 +228,7 @@ def test_grouped_properties(seed, groups, k):
 def test_grouped_follows_greedy_rule(seed, groups, k):
     n = len(groups)
     codes = ref.grouped_folds(seed, groups, k)
-    pool = ref.pool_mask(seed, n)
+    pool = ref.group_pool_mask(seed, groups)
     counts = {}
     fold_of = {}
     for r in range(n):
@@ -273,15 +273,24 @@ def test_grouped_tie_uses_digest_not_label_order():
     assert list(codes) == [1, 0]
 
 
-def test_group_counts_only_pool_rows():
-    # A group with many test rows but few pool rows is ordered by its pool rows.
-    seed, n = 11, 200
-    pool = ref.pool_mask(seed, n)
-    groups = ["big-but-test" if not pool[r] else ("x" if r % 2 else "y") for r in range(n)]
-    # "big-but-test" has only test rows: it has no pool rows and is not placed
-    assert "big-but-test" not in dict(ref.grouped_order(seed, groups))
-    codes = ref.grouped_folds(seed, groups, 2)
-    assert np.all(codes[~pool] == 255)
+@given(seed=SEEDS, groups=groups_strategy)
+@SETTINGS
+def test_a_group_is_wholly_test_or_wholly_pool(seed, groups):
+    roles = ref.group_role_codes(seed, groups)
+    for g in set(groups):
+        assert len({int(roles[r]) for r in range(len(groups)) if groups[r] == g}) == 1
+    assert np.array_equal(ref.group_pool_mask(seed, groups), roles != 2)
+
+
+@pytest.mark.parametrize("label", ["a", "site 7", "東京", "10"])
+def test_a_groups_u_is_word_k_of_stream_10(label):
+    # The same word another way: numpy's advance() skips whole blocks of four words.
+    seed = 3
+    k = int.from_bytes(hashlib.sha256(label.encode("utf-8")).digest()[:8], "big") >> 1
+    bitgen = np.random.Philox(key=seed + (10 << 64), counter=2**256 - 1)
+    bitgen.advance(k // 4)
+    word = int(bitgen.random_raw(4)[k % 4])
+    assert ref.group_u(seed, label) == (word >> 11) * 2.0**-53
 
 
 # ---------------------------------------------------------------------------

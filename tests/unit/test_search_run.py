@@ -26,6 +26,7 @@ from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.base import Stopped
 from aner_worker.kernels.dense.data import TeacherDataset
 from aner_worker.kernels.dense.network import unflatten
+from aner_worker.kernels.dense.streams import role_codes
 from aner_worker.kernels.search.kernel import SearchKernel
 from aner_worker.kernels.search.params import REFIT, SearchParams, SearchStats
 
@@ -44,7 +45,7 @@ def params(codes: np.ndarray, fits: list[tuple[int, int]], **kwargs: Any) -> Sea
 
 
 def test_a_fit_on_section_9s_split_is_section_9s_training() -> None:
-    codes = split(SEED, ROWS)
+    codes = split(role_codes(SEED, ROWS, 0.15, 0.15))
     [fit] = KERNEL.run(params(codes, [(0, 0)]), 0, 1, None).fits
     single = train_single(TEACHER, seed=SEED, hidden=(8,), batch=64, epochs=4, lr=0.01,
                           patience=2, chunk=32)  # fmt: skip
@@ -58,7 +59,7 @@ def test_a_fit_on_section_9s_split_is_section_9s_training() -> None:
 
 
 def test_a_refit_trains_on_the_pool_and_tests_once() -> None:
-    codes = split(SEED, ROWS)
+    codes = split(role_codes(SEED, ROWS, 0.15, 0.15))
     [fit] = KERNEL.run(params(codes, [(0, REFIT)]), 0, 1, None).fits
     assert fit.epochs == 3 and fit.best_epoch == 2 and fit.validation_losses == []
     assert math.isnan(fit.validation_loss)
@@ -75,7 +76,7 @@ def test_a_refit_trains_on_the_pool_and_tests_once() -> None:
 
 
 def test_a_fit_is_the_same_whenever_it_runs_and_stops_when_asked() -> None:
-    codes = split(SEED, ROWS)
+    codes = split(role_codes(SEED, ROWS, 0.15, 0.15))
     a = KERNEL.run(params(codes, [(0, 0)]), 0, 1, None)
     b = KERNEL.run(params(codes, [(0, 0)]), 0, 1, lambda: False)
     assert msgspec.structs.replace(a.fits[0], seconds=0) == msgspec.structs.replace(
@@ -87,7 +88,7 @@ def test_a_fit_is_the_same_whenever_it_runs_and_stops_when_asked() -> None:
 
 
 def test_a_diverging_fit_is_a_result_with_no_metrics() -> None:
-    codes = split(SEED, ROWS)
+    codes = split(role_codes(SEED, ROWS, 0.15, 0.15))
     [fit] = KERNEL.run(params(codes, [(0, 0)], lr=1e12, optimizer="sgd"), 0, 1, None).fits
     assert "lower --lr" in fit.diverged
     assert math.isnan(fit.validation_loss) and math.isnan(fit.validation_accuracy)

@@ -3,6 +3,8 @@
 - `request`: `DenseRequest`, the options of a training job, declared once;
 - `computation`: admission (data, limits) and the run the job machine drives, pass by pass:
   normalisation, training steps, validation, test;
+- `splits`: which role each row takes (by row, by group, or a split the user made);
+  `columns`: a CSV's group and split columns, set aside from the features;
 - `single`: the same training driven in one process (the reference the tests compare with);
 - `model`: `model.npz`; `result`: `result.json` and the API's fitted model; `summary`: what
   `status` shows of a finished job (without numpy).

@@ -15,9 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.base import Admitted
-from aner_coord.computations.dense import arrays, suspect
+from aner_coord.computations.dense import arrays, splits, suspect
+from aner_coord.computations.dense.columns import load_csv_columns
 from aner_coord.computations.dense.request import PRECISIONS, DenseRequest
-from aner_coord.computations.dense.run import FRACTIONS, MODEL_ID, DenseRun, feature_names
+from aner_coord.computations.dense.run import MODEL_ID, DenseRun, feature_names
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_positive, check_seed
@@ -33,12 +34,7 @@ from aner_worker.kernels.dense.data import (
 )
 from aner_worker.kernels.dense.kernel import DenseKernel
 from aner_worker.kernels.dense.network import parameter_count
-from aner_worker.kernels.dense.plan import (
-    PlanError,
-    assign_roles,
-    layer_sizes,
-    steps_per_epoch,
-)
+from aner_worker.kernels.dense.plan import layer_sizes, steps_per_epoch
 
 # Rows a task unless the execution says otherwise; the parameters depend on it (the order
 # of the gradient sums), never on the workers. Two chunks for a default batch of 256: two
@@ -54,6 +50,9 @@ MAX_HIDDEN_LAYERS = 16
 MAX_PARAMS = 4_000_000  # 32 MB of binary64 per pass's frozen parameters
 MAX_BATCH = 1_000_000
 MAX_EPOCHS = 10_000
+# Under groups or a split of your own a role's row positions travel with each of its passes
+# (8 bytes a row, beside up to 32 MB of parameters in one frame): 16 MiB of them at most.
+MAX_CARRIED_ROWS = 1 << 21
 
 Floats = npt.NDArray[np.float64]
 
@@ -80,7 +79,13 @@ def _file_key(request: DenseRequest) -> tuple[Any, ...]:
             "train on a smaller file ({data})",
             "data",
         )
-    return ("file", os.path.abspath(request.data), request.label, info.st_mtime_ns, info.st_size)
+    named = tuple(sorted(_columns(request).items()))
+    where = os.path.abspath(request.data)
+    return ("file", where, request.label, info.st_mtime_ns, info.st_size, named)
+
+
+def _columns(request: DenseRequest) -> dict[str, str]:
+    return splits.columns_named(request.data, request.group, request.split_column)
 
 
 def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
@@ -91,10 +96,14 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
     the very bytes whose SHA256 its manifest records, even if the file changed meanwhile."""
     if admitted and request.data is not None and request.data != "digits":
         where = (os.path.abspath(request.data), request.label)
-        kept = next((d for key, d in _loaded.items() if key[1:3] == where), None)
+        named = tuple(sorted(_columns(request).items()))
+        kept = next(
+            (d for key, d in _loaded.items() if key[1:3] == where and key[-1] == named), None
+        )
         if kept is not None:
             return kept
     try:
+        _columns(request)  # a column named for data that has none is refused
         if request.teacher is not None:
             rows, features, classes = request.teacher
             if rows > MAX_TEACHER_ROWS:
@@ -112,7 +121,11 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
         found = _loaded.get(key)
         if found is None:
             assert request.data is not None
-            found = open_dataset(request.data, request.label)
+            columns = _columns(request)
+            if columns:  # the group and split columns are set aside, not features
+                found = load_csv_columns(request.data, request.label, columns)[0]
+            else:
+                found = open_dataset(request.data, request.label)
             _loaded.clear()  # one data set at a time: a parsed file may be large
             _loaded[key] = found
         return found
@@ -261,17 +274,23 @@ class Dense:
                 f"{MAX_PARAMS:,}: use smaller {{hidden}} layers",
                 "hidden",
             )
-        try:
-            roles = assign_roles(seed, dataset.n_rows, *FRACTIONS)
-        except PlanError as exc:
-            raise RequestError(str(exc)) from None
+        rule, roles = splits.roles_for(request, dataset)
         _check_moments(request, dataset, roles.train)
         counts = roles.counts()
+        if (rule.groups is not None or rule.given is not None) and max(
+            counts.values()
+        ) > MAX_CARRIED_ROWS:
+            raise AdmissionError(
+                f"a role of {max(counts.values()):,} rows; with {{group}} or {{split_column}} "
+                f"a role has at most {MAX_CARRIED_ROWS:,} (its rows travel with each pass)",
+                "group",
+                "split_column",
+            )
         n_train = counts["train"]
         steps = steps_per_epoch(n_train, batch)
         return Admitted(
             items=min(batch, n_train),
-            passes=1 + epochs * (steps + 1) + 1,
+            passes=1 + epochs * (steps + 1) + (1 if counts["test"] else 0),
             identity=MODEL_ID,
             # normalisation, every epoch's steps and validation, the test
             work=n_train + epochs * (n_train + counts["validation"]) + counts["test"],
@@ -293,6 +312,7 @@ class Dense:
                 "lr": lr,
                 "patience": request.patience,
                 "target_accuracy": target,
+                **rule.describe(),
                 "roles": roles.counts(),
                 "roles_sha256": roles.sha256,
             },
@@ -311,5 +331,14 @@ class Dense:
         dataset = load_dataset(request)
         teacher = (max(200, rows), min(dataset.n_features, 256), dataset.n_classes)
         return msgspec.structs.replace(
-            request, data=None, label=None, teacher=teacher, epochs=1, batch=MAX_BATCH
+            request,
+            data=None,
+            label=None,
+            group=None,  # a teacher set has no columns: its roles are by row
+            split_column=None,
+            test_fraction=None,
+            validation_fraction=None,
+            teacher=teacher,
+            epochs=1,
+            batch=MAX_BATCH,
         )

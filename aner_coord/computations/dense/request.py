@@ -27,6 +27,37 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
         str | None,
         Meta(description="label column of a CSV (default: the last)", extra={"metavar": "COL"}),
     ] = None
+    group: Annotated[
+        str | None,
+        Meta(
+            description="group column of a CSV: all of a group's rows take one role (and, in "
+            "cv and search, one fold); that column is not a feature",
+            extra={"metavar": "COL", "dest": "group_column"},
+        ),
+    ] = None
+    split_column: Annotated[
+        str | None,
+        Meta(
+            description="a CSV column holding each row's role (train, validation or test), a "
+            "split you made; that column is not a feature",
+            extra={"metavar": "COL"},
+        ),
+    ] = None
+    test_fraction: Annotated[
+        float | None,
+        Meta(
+            description="fraction of rows (or groups) held out for the test, in [0, 1); 0: no "
+            "test (default 0.15)",
+            extra={"metavar": "F"},
+        ),
+    ] = None
+    validation_fraction: Annotated[
+        float | None,
+        Meta(
+            description="fraction of rows (or groups) that validate, in (0, 1) (default 0.15)",
+            extra={"metavar": "F"},
+        ),
+    ] = None
     teacher: Annotated[
         tuple[int, int, int] | None,
         Meta(

@@ -46,8 +46,8 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     roles_sha256: str
     history: list[EpochRecord]
     best_epoch: int  # from 1: the model kept had trained best_epoch epochs
-    test_loss: float
-    test_accuracy: float
+    test_loss: float | None  # None: no test rows (test_fraction 0, or a split without any)
+    test_accuracy: float | None
     time_to_target_s: float | None
     committed_steps: int
     rows_processed: int
@@ -67,11 +67,15 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     def summary(self) -> str:
         last = self.history[-1]
         notes = "".join(f"\nnote: {note}" for note in self.notes)
+        test = (
+            "no test rows"
+            if self.test_accuracy is None or self.test_loss is None
+            else f"test accuracy {self.test_accuracy:.4f}, test loss {self.test_loss:.4f}"
+        )
         return (
             f"{len(self.history)} epoch(s), {self.committed_steps} steps: best epoch "
             f"{self.best_epoch} (validation accuracy "
-            f"{self.history[self.best_epoch - 1].validation_accuracy:.4f}), test accuracy "
-            f"{self.test_accuracy:.4f}, test loss {self.test_loss:.4f} | last epoch "
+            f"{self.history[self.best_epoch - 1].validation_accuracy:.4f}), {test} | last epoch "
             f"validation loss {last.validation_loss:.4f} | {len(self.workers)} worker(s), "
             f"{self.seconds:.3f} s{notes}"
         )

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
-from aner_coord.computations.dense import checkpoint, suspect
+from aner_coord.computations.dense import checkpoint, splits, suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.dense.result import DenseResult, EpochRecord
@@ -30,12 +30,7 @@ from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, Dataset, TeacherDataset
 from aner_worker.kernels.dense.network import check_precision
 from aner_worker.kernels.dense.params import MOMENTS, DenseParams, DenseStats
-from aner_worker.kernels.dense.plan import (
-    DEFAULT_TEST_FRACTION,
-    DEFAULT_VALIDATION_FRACTION,
-    Roles,
-    assign_roles,
-)
+from aner_worker.kernels.dense.plan import DEFAULT_VALIDATION_FRACTION
 from aner_worker.kernels.dense.rows import to_bytes
 from aner_worker.kernels.dense.streams import VALIDATION
 from aner_worker.kernels.dense.training import (
@@ -47,7 +42,6 @@ from aner_worker.kernels.dense.training import (
 )
 
 MODEL_ID = "aner-dense/v1"
-FRACTIONS = (DEFAULT_TEST_FRACTION, DEFAULT_VALIDATION_FRACTION)
 
 
 # Audits across platforms (docs/contracts.md, section 9 lets plans on two platforms differ by
@@ -98,7 +92,14 @@ class DenseRun:
         self._request = request
         self._chunk = chunk
         self._dataset = dataset
-        self.roles: Roles = assign_roles(request.seed, dataset.n_rows, *FRACTIONS)
+        self.rule, self.roles = splits.roles_for(request, dataset)
+        # Workers derive a role's rows from the seed and these fractions under the per-row
+        # rule; under groups or a given split each role pass carries its rows.
+        self._fractions = (
+            self.rule.test_fraction or 0.0,
+            self.rule.validation_fraction or DEFAULT_VALIDATION_FRACTION,
+        )
+        self._derived = self.rule.groups is None and self.rule.given is None
         options = TrainingOptions(
             seed=request.seed,
             hidden=tuple(request.hidden),
@@ -136,14 +137,16 @@ class DenseRun:
 
     # -- passes ------------------------------------------------------------------------------
     def _params(self, spec: TrainingPass) -> DenseParams:
-        # A batch travels as its positions; a whole role as its code (workers derive it).
-        positions = to_bytes(spec.rows, np.dtype("<i8")) if spec.role < 0 else b""
+        # A batch travels as its positions; a whole role as its code where workers derive
+        # it, else as its positions too.
+        sent = spec.role < 0 or not self._derived
+        positions = to_bytes(spec.rows, np.dtype("<i8")) if sent else b""
         return DenseParams(
             spec.step,
             self._data_name,
             self._teacher,
             self._request.seed,
-            FRACTIONS,
+            self._fractions,
             spec.role,
             positions,
             tuple(self.sizes),
@@ -313,8 +316,8 @@ class DenseRun:
 
     def result(self, accounting: Accounting) -> DenseResult:
         training = self.training
-        assert training.test is not None
         request = self._request
+        test = training.test or (None, None)  # no test rows: a null test (test_fraction 0)
         note = suspect.still_improving(training.history, training.best_epoch, request.epochs)
         notes = [note] if note is not None else []
         history = [
@@ -344,8 +347,8 @@ class DenseRun:
             roles_sha256=self.roles.sha256,
             history=history,
             best_epoch=training.best_epoch + 1,
-            test_loss=training.test[0],
-            test_accuracy=training.test[1],
+            test_loss=test[0],
+            test_accuracy=test[1],
             time_to_target_s=training.time_to_target,
             notes=notes,
             committed_steps=training.committed,

@@ -14,7 +14,9 @@ def summarize(result: dict[str, Any]) -> list[str]:
     lines = [
         f"epochs    {len(history)} run, the best was epoch {best} (validation accuracy "
         f"{history[best - 1]['validation_accuracy']:.4f})",
-        f"test      accuracy {result['test_accuracy']:.4f}, loss {result['test_loss']:.4f}",
+        "test      none (no test rows)"
+        if result.get("test_accuracy") is None
+        else f"test      accuracy {result['test_accuracy']:.4f}, loss {result['test_loss']:.4f}",
     ]
     if result.get("time_to_target_s") is not None:
         lines.append(f"target    reached after {result['time_to_target_s']:.3f} s")

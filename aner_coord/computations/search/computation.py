@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from aner_coord.computations.base import Admitted
+from aner_coord.computations.dense import splits
 from aner_coord.computations.dense.computation import MAX_LAYER, MAX_PARAMS
 from aner_coord.computations.search import data as search_data
 from aner_coord.computations.search import grid as grids
@@ -96,13 +97,16 @@ def _prepare(request: SearchRequest) -> Prepared:
             "grid",
             "folds",
         )
-    rows = search_data.load(request.data, request.label, teacher, request.group, seed)
+    rows = search_data.load(
+        request.data, request.label, teacher, request.group, seed, request.split_column
+    )
     dataset = rows.dataset
     for what, size in (("features", dataset.n_features), ("classes", dataset.n_classes)):
         if size > MAX_LAYER:
             raise AdmissionError(f"the data has {size:,} {what}; the limit is {MAX_LAYER:,}")
+    rule, roles = splits.roles_for(request, dataset, validation_used=k == 1)
     try:
-        folds = assign(seed, rows.labels, k, rows.groups)
+        folds = assign(seed, rows.labels, k, roles.codes, rule.groups)
     except FoldError as exc:
         raise RequestError(str(exc), "folds", "group") from None
     candidates = grids.candidates(grid)
@@ -112,7 +116,7 @@ def _prepare(request: SearchRequest) -> Prepared:
     counts = [parameter_count(s) for s in sizes]
     fits = fits_in_order(folds, [o["epochs"] for o in options], counts)
     options = [{name: plain(value) for name, value in o.items()} for o in options]
-    return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits)
+    return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits, rule)
 
 
 def _check_parameters(

@@ -1,22 +1,24 @@
 """Which rows validate which fit (docs/contracts.md, section 12, Pool and folds), as pure functions
 of the seed and the data.
 
-- Test rows are section 9's: `U(W8[r]) < 0.15`. Every other row is in the pool.
+- Test rows are section 9's (`dense.splits`: by row, by group, or a split the user made).
+  Every other row is in the pool.
 - Stratified folds (`folds = K >= 2`): for each class in class order, its pool rows ordered
   by the key `W9[r]` ascending (ties by `r`) are dealt round robin, the `j`-th to fold
   `j mod K`. Reading chosen: `j` counts that class's rows, so it starts at 0 for every
   class (the contract's sentence has one class's rows as its subject). Each class is then
   balanced within one row per fold; the totals may lean towards the low folds by up to one
   row per class.
-- Grouped folds (a group column): every group's pool rows go to one fold. Groups are placed
-  by decreasing pool row count (test rows leave first), ties by the SHA256 of the group
-  label's UTF-8 bytes compared as bytes (ascending), each in the fold with the fewest pool
-  rows so far, ties to the lowest fold. There is no stratification then. The label is the
-  cell's text with surrounding blanks removed, as a CSV's class labels are read.
-- `folds = 1` is section 9's own split of the pool: its one fit trains on section 9's
-  training rows and validates on its validation rows. Coded as folds, so that every fit is
-  "train on the pool outside fold f, validate on fold f": validation rows are fold 0,
-  training rows fold 1, and only fold 0 is fitted.
+- Grouped folds (a group column, or `groups=`): every group's pool rows go to one fold.
+  Groups are placed by decreasing pool row count (test rows leave first), ties by the
+  SHA256 of the group label's UTF-8 bytes compared as bytes (ascending), each in the fold
+  with the fewest pool rows so far, ties to the lowest fold. There is no stratification
+  then. The label is the cell's text with surrounding blanks removed, as a CSV's class
+  labels are read.
+- `folds = 1` is section 9's own split of the pool (by group too, with groups): its one fit
+  trains on section 9's training rows and validates on its validation rows. Coded as
+  folds, so that every fit is "train on the pool outside fold f, validate on fold f":
+  validation rows are fold 0, training rows fold 1, and only fold 0 is fitted.
 
 The fold bytes (one per row, in file order: the fold, 255 for a test row), their SHA256 and
 the rows per fold go to the manifest. A fold without rows is refused (exit 2): its fit would
@@ -34,8 +36,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aner_worker.kernels.dense.plan import DEFAULT_TEST_FRACTION, DEFAULT_VALIDATION_FRACTION
-from aner_worker.kernels.dense.streams import TEST, TRAIN, VALIDATION, role_codes, words
+from aner_coord.computations.dense.splits import group_indices
+from aner_worker.kernels.dense.streams import TEST, TRAIN, VALIDATION, words
 from aner_worker.kernels.search.params import TEST_FOLD
 
 FOLD_STREAM = 9  # the key W9[r] of stratified folds
@@ -76,18 +78,11 @@ class Folds:
         }
 
 
-def pool_mask(seed: int, n_rows: int) -> npt.NDArray[np.bool_]:
-    """True for a pool row: every row that section 9 does not make a test row."""
-    codes = role_codes(seed, n_rows, DEFAULT_TEST_FRACTION, DEFAULT_VALIDATION_FRACTION)
-    out: npt.NDArray[np.bool_] = codes != TEST
-    return out
-
-
-def stratified(seed: int, y: Ints, k: int) -> Codes:
-    """Stratified fold bytes of rows whose class indices are `y`."""
+def stratified(seed: int, y: Ints, k: int, pool_mask: npt.NDArray[np.bool_]) -> Codes:
+    """Stratified fold bytes of rows whose class indices are `y` (pool rows: `pool_mask`)."""
     n = int(y.size)
     codes = np.full(n, TEST_FOLD, dtype=np.uint8)
-    pool = np.flatnonzero(pool_mask(seed, n)).astype(np.int64)
+    pool = np.flatnonzero(pool_mask).astype(np.int64)
     keys = words(seed, FOLD_STREAM, 0, n)[pool]
     classes = y[pool]
     # By class, then key, then row: each class's rows in dealing order, classes in order.
@@ -106,16 +101,15 @@ def group_order(labels: Sequence[str], counts: Sequence[int]) -> list[int]:
     return sorted(range(len(labels)), key=lambda g: (-counts[g], digests[g]))
 
 
-def grouped(seed: int, groups: Sequence[str], k: int) -> Codes:
-    """Group-aware fold bytes of rows whose group labels are `groups`."""
+def grouped(groups: Sequence[str], k: int, pool: npt.NDArray[np.bool_]) -> Codes:
+    """Group-aware fold bytes of rows whose group labels are `groups` (pool rows: `pool`)."""
     n = len(groups)
-    pool = pool_mask(seed, n)
-    labels, inverse = np.unique(np.array(groups, dtype=np.str_), return_inverse=True)
-    counts = np.bincount(inverse[pool], minlength=labels.size)
-    present = [g for g in range(labels.size) if counts[g] > 0]
-    placed = np.full(labels.size, TEST_FOLD, dtype=np.uint8)
+    labels, inverse = group_indices(groups)
+    counts = np.bincount(inverse[pool], minlength=len(labels))
+    present = [g for g in range(len(labels)) if counts[g] > 0]
+    placed = np.full(len(labels), TEST_FOLD, dtype=np.uint8)
     sizes = [(0, f) for f in range(k)]  # a heap of (pool rows so far, fold): ties lowest fold
-    for i in group_order([str(labels[g]) for g in present], [int(counts[g]) for g in present]):
+    for i in group_order([labels[g] for g in present], [int(counts[g]) for g in present]):
         g = present[i]
         size, fold = heapq.heappop(sizes)
         placed[g] = fold
@@ -125,25 +119,24 @@ def grouped(seed: int, groups: Sequence[str], k: int) -> Codes:
     return codes
 
 
-def split(seed: int, n_rows: int) -> Codes:
+def split(roles: Codes) -> Codes:
     """`folds = 1`: section 9's validation rows as fold 0, its training rows as fold 1."""
-    roles = role_codes(seed, n_rows, DEFAULT_TEST_FRACTION, DEFAULT_VALIDATION_FRACTION)
-    codes = np.full(n_rows, TEST_FOLD, dtype=np.uint8)
+    codes = np.full(roles.size, TEST_FOLD, dtype=np.uint8)
     codes[roles == VALIDATION] = 0
     codes[roles == TRAIN] = 1
     return codes
 
 
-def assign(seed: int, y: Ints, k: int, groups: Sequence[str] | None = None) -> Folds:
-    """The folds of a search over rows of classes `y` (and group labels `groups`)."""
-    if groups is not None and k < 2:
-        raise FoldError("{group} needs folds of 2 or more: with {folds} 1 there are no groups")
-    if groups is not None:
-        codes = grouped(seed, groups, k)
-    elif k >= 2:
-        codes = stratified(seed, y, k)
+def assign(seed: int, y: Ints, k: int, roles: Codes, groups: Sequence[str] | None = None) -> Folds:
+    """The folds of a search over rows of classes `y` whose section 9 role bytes are `roles`
+    (and group labels `groups`): the pool is every row that is not a test row."""
+    pool = roles != TEST
+    if k < 2:
+        codes = split(roles)
+    elif groups is not None:
+        codes = grouped(groups, k, pool)
     else:
-        codes = split(seed, int(y.size))
+        codes = stratified(seed, y, k, pool)
     width = max(k, 2)
     rows = np.bincount(codes[codes != TEST_FOLD], minlength=width).tolist()
     folds = Folds(
@@ -160,7 +153,7 @@ def assign(seed: int, y: Ints, k: int, groups: Sequence[str] | None = None) -> F
 
 def _check(folds: Folds, groups: Sequence[str] | None, n_rows: int) -> None:
     pool = sum(folds.rows)
-    if groups is not None:
+    if groups is not None and folds.k >= 2:
         codes = folds.codes
         n_groups = len({g for g, c in zip(groups, codes, strict=True) if c != TEST_FOLD})
         if n_groups < folds.k:

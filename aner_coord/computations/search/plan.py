@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aner_coord.computations.dense.splits import Rule
 from aner_coord.computations.search.folds import Folds
 from aner_coord.computations.search.request import SearchRequest
 from aner_worker.kernels.dense.data import Dataset
@@ -57,6 +58,7 @@ class Prepared:
     options: list[dict[str, Any]]  # each candidate's training options (all but the seed)
     sizes: list[list[int]]  # each candidate's layer sizes
     fits: list[Fit]  # dispatch order: longest first
+    rule: Rule  # how rows got their roles (`dense.splits`)
 
     @property
     def n_candidates(self) -> int:
@@ -67,7 +69,12 @@ class Prepared:
         source = (
             {"teacher": list(r.teacher)}
             if r.teacher is not None
-            else {"file": os.path.basename(r.data or ""), "label": r.label, "group": r.group}
+            else {
+                "file": os.path.basename(r.data or ""),
+                "label": r.label,
+                "group": r.group,
+                "split_column": r.split_column,
+            }
         )
         fixed = {
             k: plain(getattr(r, k)) for k in TRAINING_FIELDS if hasattr(r, k) and k not in self.grid
@@ -76,6 +83,7 @@ class Prepared:
             "data": self.dataset.identity,
             **source,
             "seed": r.seed,
+            **self.rule.describe(),
             **self.folds.describe(),
             "options": fixed,
             "grid": {k: [plain(v) for v in vs] for k, vs in self.grid.items()},

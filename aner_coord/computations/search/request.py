@@ -2,8 +2,8 @@
 here.
 
 `SearchRequest` is a `DenseRequest` (every `train` option, fixed for every candidate, with
-Dense's own defaults and help) plus what a search adds: the folds, an optional group
-column, the refit, the rows of a chunk within each fit (a Dense option: the parameters
+Dense's own defaults and help, the group column among them) plus what a search adds: the
+folds, the refit, the rows of a chunk within each fit (a Dense option: the parameters
 depend on it; a search hands out whole fits, never chunks of one) and the `grid` of
 candidates. `aner parallel cv` is a search whose grid is empty: one candidate. The API
 (`parallel.search`, `parallel.cross_validate`), the command line and the search file take
@@ -30,14 +30,6 @@ class SearchRequest(DenseRequest, frozen=True, tag="search"):
     """Candidates of a Dense classifier, each evaluated by K-fold cross-validation (or by
     section 9's validation split with `folds = 1`), the best refit and tested once."""
 
-    group: Annotated[
-        str | None,
-        Meta(
-            description="group column of a CSV: all of a group's rows go to one fold "
-            "(that column is not a feature)",
-            extra={"metavar": "COL"},
-        ),
-    ] = None
     folds: Annotated[
         int,
         Meta(

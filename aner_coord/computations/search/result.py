@@ -55,8 +55,8 @@ class CandidateRecord(msgspec.Struct, frozen=True):
 class RefitRecord(msgspec.Struct, frozen=True):
     candidate: int
     epochs: int
-    test_loss: float
-    test_accuracy: float
+    test_loss: float | None  # None: no test rows (test_fraction 0)
+    test_accuracy: float | None
     seconds: float
     worker: str
     train_loss: list[float] = []
@@ -96,10 +96,13 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
             f"loss {_spread(best.validation_loss_mean, best.validation_loss_std)}, accuracy "
             f"{_spread(best.validation_accuracy_mean, best.validation_accuracy_std)}"
         )
-        if self.refit is not None:
+        refit = self.refit
+        if refit is not None and (refit.test_accuracy is None or refit.test_loss is None):
+            text += f" | refit {refit.epochs} epoch(s): no test rows"
+        elif refit is not None:
             text += (
-                f" | refit {self.refit.epochs} epoch(s): test accuracy "
-                f"{self.refit.test_accuracy:.4f}, test loss {self.refit.test_loss:.4f}"
+                f" | refit {refit.epochs} epoch(s): test accuracy "
+                f"{refit.test_accuracy:.4f}, test loss {refit.test_loss:.4f}"
             )
         notes = "".join(f"\nnote: {note}" for note in self.notes)
         return (

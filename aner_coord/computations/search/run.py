@@ -132,7 +132,8 @@ class SearchRun:
         if fit.fold == REFIT:
             if fit.diverged:
                 raise Diverged(f"the refit of candidate {fit.candidate}: {fit.diverged}")
-            return _check_refit(fit, self.refit_epochs, self._refit_shapes(fit.candidate))
+            shapes = self._refit_shapes(fit.candidate)
+            return _check_refit(fit, self.refit_epochs, shapes, self.prepared.folds.test_rows)
         return _check_validation(fit, epochs)
 
     def _refit_shapes(self, candidate: int) -> tuple[int, int]:
@@ -399,8 +400,8 @@ def _refit_record(fit: FitResult) -> RefitRecord:
     return RefitRecord(
         candidate=fit.candidate,
         epochs=fit.epochs,
-        test_loss=fit.test_loss,
-        test_accuracy=fit.test_accuracy,
+        test_loss=None if math.isnan(fit.test_loss) else fit.test_loss,
+        test_accuracy=None if math.isnan(fit.test_accuracy) else fit.test_accuracy,
         seconds=fit.seconds,
         worker=fit.worker,
         train_loss=list(fit.train_loss),
@@ -433,7 +434,9 @@ def _check_validation(fit: FitResult, epochs: int) -> str | None:
     return None
 
 
-def _check_refit(fit: FitResult, epochs: int, shapes: tuple[int, int]) -> str | None:
+def _check_refit(
+    fit: FitResult, epochs: int, shapes: tuple[int, int], test_rows: int
+) -> str | None:
     n_params, n_features = shapes
     if fit.epochs != epochs or len(fit.train_loss) != epochs or fit.best_epoch != epochs - 1:
         return f"{fit.epochs} epochs (best {fit.best_epoch}) where {epochs} were asked for"
@@ -441,6 +444,10 @@ def _check_refit(fit: FitResult, epochs: int, shapes: tuple[int, int]) -> str | 
         return f"{len(fit.params) // 8} parameters, expected {n_params}"
     if len(fit.mean) != 8 * n_features or len(fit.std) != 8 * n_features:
         return f"a normalisation of the wrong length (expected {n_features} features)"
+    if not test_rows:  # no held-out test: no test metrics
+        if not (math.isnan(fit.test_loss) and math.isnan(fit.test_accuracy)):
+            return f"test loss {fit.test_loss} and accuracy {fit.test_accuracy} without test rows"
+        return None
     if not (math.isfinite(fit.test_loss) and fit.test_loss >= 0 and 0 <= fit.test_accuracy <= 1):
         return f"test loss {fit.test_loss} and accuracy {fit.test_accuracy}"
     return None

@@ -47,7 +47,9 @@ def summarize(result: dict[str, Any]) -> list[str]:
             f"over {best['n']} fit(s)"
         )
     refit = result.get("refit")
-    if refit is not None:
+    if refit is not None and refit.get("test_accuracy") is None:
+        lines.append(f"test      none: no test rows (refit of {refit['epochs']} epoch(s))")
+    elif refit is not None:
         lines.append(
             f"test      accuracy {refit['test_accuracy']:.4f}, loss {refit['test_loss']:.4f} "
             f"(refit of {refit['epochs']} epoch(s) on the pool)"

@@ -5,8 +5,9 @@ A pass's `DenseParams` name the data set, the step kind and everything frozen fo
 (the flat parameters and the normalisation, as binary64 bytes); a task is a range
 [start, start + count) of the pass's row positions. Those positions are the batch's own
 (carried in the parameters, in epoch order) for a training step, and the ascending
-positions of a role (computed by the worker from the seed, never sent) for the
-normalisation and the evaluation passes. Tasks never carry row data. Parameters and
+positions of a role for the normalisation and the evaluation passes: computed by the worker
+from the seed and the fractions under the per-row rule, carried where groups or a split the
+user made decide the roles. Tasks never carry row data. Parameters and
 statistics travel in binary64 whatever the pass's compute precision.
 """
 
@@ -24,7 +25,10 @@ class DenseParams(msgspec.Struct, frozen=True, array_like=True):
     seed: int
     fractions: tuple[float, float]  # test, validation
     role: int  # MOMENTS and EVALUATE: the role whose positions are the pass's items
-    positions: bytes  # TRAIN: the batch's row positions, int64 little-endian
+    # TRAIN: the batch's row positions, int64 little-endian; MOMENTS and EVALUATE: the
+    # role's positions where the roles are not the per-row rule (groups, a given split),
+    # else empty (the worker derives them from the seed and the fractions).
+    positions: bytes
     sizes: tuple[int, ...]  # layer sizes [d, h1, ..., k]
     params: bytes  # flat binary64 parameters (TRAIN, EVALUATE)
     mean: bytes  # normalisation (TRAIN, EVALUATE)

@@ -74,19 +74,34 @@ def assign_roles(
 ) -> Roles:
     """Roles from ``u = U(W8[r])``: test below ``test_fraction``, then validation, then train.
 
-    Every role must receive at least one row: training needs a step, early stopping a
-    validation loss, the result a test accuracy.
+    Training needs a step and early stopping a validation loss, so both roles must receive
+    a row; the test role may be empty only where ``test_fraction`` is 0 (no held-out test).
     """
     if not (
-        test_fraction > 0.0
+        test_fraction >= 0.0
         and validation_fraction > 0.0
         and test_fraction + validation_fraction < 1.0
     ):
         raise PlanError(
-            "test and validation fractions must be positive with a sum below 1, got "
-            f"{test_fraction} and {validation_fraction}"
+            "the test fraction must be at least 0 and the validation fraction positive, with "
+            f"a sum below 1, got {test_fraction} and {validation_fraction}"
         )
     codes = role_codes(seed, n_rows, test_fraction, validation_fraction)
+    where = f"{n_rows} rows (stream {ROLE_STREAM}, seed {seed})"
+    return roles_of(codes, where, test_wanted=test_fraction > 0.0)
+
+
+def roles_of(
+    codes: npt.NDArray[np.uint8],
+    where: str,
+    *,
+    test_wanted: bool = True,
+    validation_wanted: bool = True,
+    more: str = "rows",
+) -> Roles:
+    """The roles whose bytes are `codes`; PlanError if training (or, where wanted, the
+    validation or the test) has no row, saying which option would give it some (named as
+    `{test_fraction}` and `{validation_fraction}`, for the caller to render)."""
     roles = Roles(
         codes=codes,
         train=np.flatnonzero(codes == TRAIN).astype(np.int64),
@@ -94,12 +109,15 @@ def assign_roles(
         test=np.flatnonzero(codes == TEST).astype(np.int64),
         sha256=hashlib.sha256(codes.tobytes()).hexdigest(),
     )
-    empty = [name for name, count in roles.counts().items() if count == 0]
+    wanted = {"train": True, "validation": validation_wanted, "test": test_wanted}
+    empty = [name for name, count in roles.counts().items() if count == 0 and wanted[name]]
     if empty:
-        raise PlanError(
-            f"{n_rows} rows leave no {empty[0]} rows (stream {ROLE_STREAM}, seed {seed}); "
-            "use more rows or larger fractions"
-        )
+        remedy = {
+            "train": "a smaller {test_fraction} or {validation_fraction}",
+            "validation": "a larger {validation_fraction}",
+            "test": "a larger {test_fraction} (or 0 for no held-out test)",
+        }[empty[0]]
+        raise PlanError(f"{where} leave no {empty[0]} rows: use more {more} or {remedy}")
     return roles
 
 

@@ -161,9 +161,10 @@ def role_positions(seed: int, n_rows: int, fractions: tuple[float, float], role:
 
 
 def _positions(params: DenseParams, dataset: Dataset, start: int, count: int) -> Ints:
-    if params.step == TRAIN:
-        batch = np.frombuffer(params.positions, dtype=_I8)
-        pool = batch
+    if params.step == TRAIN or params.positions:
+        # A batch's positions, or a role's where the roles are not a function of the seed
+        # (groups, a split the user made): docs/contracts.md, section 9, Roles.
+        pool = np.frombuffer(params.positions, dtype=_I8)
     else:
         pool = role_positions(params.seed, dataset.n_rows, params.fractions, params.role)
     if not 0 <= start < start + count <= pool.size:

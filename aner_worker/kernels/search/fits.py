@@ -149,8 +149,9 @@ def run_fit(
     if fold != REFIT or diverged:
         return result
     norm = training.normalisation
-    assert norm is not None and training.test is not None
-    return _with_refit(result, training.best_flat, norm.mean, norm.std, training.test)
+    assert norm is not None
+    test = training.test or (NAN, NAN)  # no test rows (test_fraction 0): no test metrics
+    return _with_refit(result, training.best_flat, norm.mean, norm.std, test)
 
 
 def _with_refit(
