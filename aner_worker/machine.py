@@ -1,15 +1,18 @@
 """The hardware and software identity a worker reports at the handshake (docs/contracts.md, section
 10).
 
-Public facts only, all strings: CPU model, logical CPUs, memory, OS and architecture, and
-the Python, numpy, numba and aner versions, and the source fingerprint of the contract
+Public facts only, all strings: CPU model, logical CPUs, memory, OS and architecture, the
+Python, numpy, numba and aner versions, the BLAS numpy computes with (library, version, the
+kernel set it chose, threading layer, and `OPENBLAS_CORETYPE` when that overrides the choice)
+and its default thread count, and the source fingerprint of the contract
 (`aner_worker.contract`), so that a rebuilt engine is a new revision even under an unchanged
 version string. Never a hostname, a user or a path: the coordinator records these in job
 files and in the configuration registry, which people publish. Any change of one of them
 makes a new configuration revision of the worker.
 
 `same_platform` says whether two identities compute bitwise alike (the same CPU model, OS,
-architecture and numeric stack), which is what a bitwise audit may assume.
+architecture and numeric stack, BLAS kernels included), which is what a bitwise audit may
+assume; `platform_differences` names the fields where they do not.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from aner_worker.contract import source_fingerprint
+from protocol import bounded_machine
 
 FIELDS = (
     "cpu_model",
@@ -33,20 +37,79 @@ FIELDS = (
     "numba",
     "aner",
     "source",
+    "blas",
+    "blas_threads",
 )
 # What decides the bits of a floating-point kernel: the instructions the CPU offers and the
-# code that uses them (BLAS comes with numpy).
-PLATFORM_FIELDS = ("cpu_model", "os", "arch", "python", "numpy", "numba")
+# code that uses them. Two builds of one numpy version may carry different BLAS libraries,
+# and one library picks its kernels by CPU (or by OPENBLAS_CORETYPE), so the BLAS counts on
+# its own. Its thread count does not: every kernel that calls BLAS holds it to one thread
+# per computing thread (`kernels.dense.network.single_thread_blas`).
+PLATFORM_FIELDS = ("cpu_model", "os", "arch", "python", "numpy", "numba", "blas")
+# The /proc/cpuinfo fields that tell one CPU model (and stepping) from another where the
+# "model name" alone does not (a virtual machine may say only "AMD EPYC").
+_CPU_DETAIL = (
+    "vendor_id",
+    "cpu family",
+    "model",
+    "stepping",
+    "cpu implementer",
+    "cpu architecture",
+    "cpu variant",
+    "cpu part",
+    "cpu revision",
+)
 
 
 def _cpu_model() -> str:
+    """The first CPU's model name, with its vendor, family, model and stepping (or, on Arm,
+    implementer, part and revision) where /proc/cpuinfo gives them."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu model")):
-                return line.split(":", 1)[1].strip()
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return platform.processor() or "unknown"
+    name = ""
+    detail: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        key = key.lower()
+        if not name and key in ("model name", "hardware", "cpu model"):
+            name = value
+        elif key in _CPU_DETAIL and value:
+            detail.setdefault(key, value)
+    name = name or platform.processor() or "unknown"
+    if not detail:
+        return name
+    return f"{name} ({', '.join(f'{k} {v}' for k, v in detail.items())})"
+
+
+def _blas() -> tuple[str, str]:
+    """The BLAS numpy computes with, as threadpoolctl sees it (library, version, kernel set,
+    threading layer), and its default thread count; "unknown" where it cannot tell."""
+    try:
+        import numpy
+        from threadpoolctl import threadpool_info
+
+        found = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    except Exception:  # numpy or threadpoolctl missing or unable to look: unknown
+        return "unknown", "unknown"
+    own = str(Path(numpy.__file__).parent)
+    # numpy's own library where several are loaded (scipy brings another OpenBLAS).
+    mine = [i for i in found if str(i.get("filepath", "")).startswith(own)] or found
+    if not mine:
+        return "unknown", "unknown"
+    names = sorted(
+        " ".join(
+            str(info.get(key) or "unknown")
+            for key in ("internal_api", "version", "architecture", "threading_layer")
+        )
+        for info in mine
+    )
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    if coretype:
+        names.append(f"OPENBLAS_CORETYPE={coretype}")
+    threads = ",".join(str(info.get("num_threads", "unknown")) for info in mine)
+    return "; ".join(names), threads
 
 
 def _memory_bytes() -> str:
@@ -67,21 +130,33 @@ def _version(package: str) -> str:
 
 @functools.cache
 def machine_identity() -> dict[str, str]:
-    """This machine's identity, computed once per process."""
-    return {
-        "cpu_model": _cpu_model(),
-        "logical_cpus": str(os.cpu_count() or "unknown"),
-        "memory_bytes": _memory_bytes(),
-        "os": f"{platform.system()} {platform.release()}",
-        "arch": platform.machine() or "unknown",
-        "python": platform.python_version(),
-        "numpy": _version("numpy"),
-        "numba": _version("numba"),
-        "aner": _version("aner"),
-        "source": source_fingerprint(),
-    }
+    """This machine's identity, computed once per process, within the bounds the wire
+    carries (so that the coordinator compares its own with what a worker could send)."""
+    blas, threads = _blas()
+    return bounded_machine(
+        {
+            "cpu_model": _cpu_model(),
+            "logical_cpus": str(os.cpu_count() or "unknown"),
+            "memory_bytes": _memory_bytes(),
+            "os": f"{platform.system()} {platform.release()}",
+            "arch": platform.machine() or "unknown",
+            "python": platform.python_version(),
+            "numpy": _version("numpy"),
+            "numba": _version("numba"),
+            "aner": _version("aner"),
+            "source": source_fingerprint(),
+            "blas": blas,
+            "blas_threads": threads,
+        }
+    )
 
 
 def same_platform(a: dict[str, str], b: dict[str, str]) -> bool:
     """Whether two machine identities compute bitwise alike (see PLATFORM_FIELDS)."""
-    return all(a.get(k) == b.get(k) for k in PLATFORM_FIELDS)
+    return not platform_differences(a, b)
+
+
+def platform_differences(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    """The PLATFORM_FIELDS where two machine identities differ (a field one of them lacks,
+    as an older worker's lacks "blas", differs)."""
+    return [k for k in PLATFORM_FIELDS if a.get(k) != b.get(k)]

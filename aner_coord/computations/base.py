@@ -189,6 +189,10 @@ class ExplainsDifference(Protocol):
     how two of them differ, and may accept a worker on another platform within a stated
     tolerance (`same` stays bitwise)."""
 
+    # `close`'s tolerance: the largest difference relative to a statistic's magnitude.
+    @property
+    def tolerance(self) -> float: ...
+
     def difference(self, worker: Any, own: Any) -> str: ...
 
     def close(self, worker: Any, own: Any) -> bool: ...

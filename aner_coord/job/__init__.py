@@ -11,5 +11,6 @@
   for everything that talks to one; `pool`: a session's worker processes kept between jobs;
 - `staging`: file data sent to worker processes once per job; `pacing`: how many tasks a
   worker holds, from its measured round trip; `timing`: compute, transfer and wait seconds;
+  `audits`: what `--audit` checked, per worker, for the result;
 - `execute`: one job run inside its job directory; `resume`: continuing one from its ledger.
 """

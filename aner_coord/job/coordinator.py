@@ -26,9 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+import msgspec
+
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
 from aner_coord.computations.base import Checkpoints, ExplainsDifference
+from aner_coord.job.audits import TOLERANCE, AuditBook
 from aner_coord.job.backend import Backend
 from aner_coord.job.checkpoints import Checkpointer, Restored
 from aner_coord.job.events import (
@@ -61,6 +64,7 @@ from aner_coord.job.staging import plan_of
 from aner_coord.job.threads import ThreadBackend
 from aner_coord.jobdir import JobDirError, ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
+from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
 from aner_worker.kernels.base import encode
 
@@ -140,6 +144,12 @@ class Coordinator:
         self._changed = asyncio.Event()
         self._params: dict[int, Any] = {}
         self._audits: dict[int, SendTask] = {}
+        run = self._run
+        self._audit_book = AuditBook(
+            job.request.audit,
+            run.tolerance if isinstance(run, ExplainsDifference) else None,
+            self._machine_of,
+        )
         self._audit_tasks: set[asyncio.Task[None]] = set()
         self._early: list[Event] | None = []  # events that came before the machine started
         self._ready_at: float | None = None  # seconds from the start to the first WorkerReady
@@ -166,6 +176,9 @@ class Coordinator:
             )
             try:
                 result = self._run.result(accounting)
+                if self.job.request.audit and isinstance(result, ResultBase):
+                    audit = self._audit_book.record(snapshot.workers)
+                    result = msgspec.structs.replace(result, audit=audit)
             except Exception as exc:  # the last seam: a FAILED job naming it, like the others
                 log.exception("building the result")
                 self._state = JobState.FAILED
@@ -402,11 +415,13 @@ class Coordinator:
             )
             agrees = run.same(event.stats, own)
             if not agrees and isinstance(run, ExplainsDifference):
-                agrees = not self._same_platform(event.worker) and run.close(event.stats, own)
+                tolerant = self._audit_book.comparison(event.worker) == TOLERANCE
+                agrees = tolerant and run.close(event.stats, own)
         except Exception as exc:
             self._handle(ShellFailed("the audit", repr(exc)))
             return
         if agrees:
+            self._audit_book.agreed(event.worker)
             self._handle(event)
             if self._backend is not None:
                 self._backend.flush_soon()  # what the result let the machine send
@@ -417,14 +432,10 @@ class Coordinator:
             detail = f"it sent {event.stats}, expected {own}"
         self._handle(AuditFailed(event.worker, task.task_id, detail))
 
-    def _same_platform(self, worker: str) -> bool:
-        """Whether `worker` reported this machine's platform (unknown counts as the same:
-        the strict comparison)."""
-        from aner_worker.machine import machine_identity, same_platform
-
+    def _machine_of(self, worker: str) -> dict[str, str] | None:
+        """The machine identity `worker` reported at its handshake, if any."""
         backend = self._backend
-        machine = backend.timing.machine_of(worker) if backend is not None else None
-        return machine is None or same_platform(machine, machine_identity())
+        return backend.timing.machine_of(worker) if backend is not None else None
 
     # -- parts -------------------------------------------------------------------------------
     def _make_backend(self) -> Backend:

@@ -18,12 +18,33 @@ from aner_coord.jobdir.status import WorkerAccount, WorkerLoss
 RESULT_SCHEMA = "aner-result/3"
 
 
+class AuditedWorker(msgspec.Struct, frozen=True):
+    """One worker's share of an audit: of its `tasks` accepted tasks, `audited` were
+    recomputed by the coordinator and agreed, `comparison` "bitwise" or "tolerance" (within
+    the record's tolerance: its handshake named another platform, in `platform_differs`)."""
+
+    identity: str
+    tasks: int
+    audited: int
+    comparison: str
+    platform_differs: list[str] = []
+
+
+class AuditRecord(msgspec.Struct, frozen=True):
+    """What `--audit` checked (`aner_coord.job.audits`)."""
+
+    fraction: float
+    tolerance: float | None  # relative, per statistic, of a "tolerance" comparison
+    workers: list[AuditedWorker]
+
+
 class ResultBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="computation"):
     seconds: float
     execution: dict[str, Any]
     workers: list[WorkerAccount]
     schema: str = RESULT_SCHEMA
     losses: list[WorkerLoss] = []  # workers lost and survived (retries)
+    audit: AuditRecord | None = None  # None: no audit was asked for
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = msgspec.to_builtins(self)

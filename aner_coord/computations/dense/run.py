@@ -225,6 +225,8 @@ class DenseRun:
     def _n_classes(self) -> int:
         return self.sizes[-1]
 
+    tolerance = AUDIT_TOLERANCE  # `close`'s, across platforms
+
     def same(self, a: DenseStats, b: DenseStats) -> bool:
         return a == b  # one chunk, one thread: the same bits on one platform
 

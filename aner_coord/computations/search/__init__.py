@@ -8,7 +8,8 @@ coordinator's half: independent Dense fits spread over the group, each whole on 
   column; `folds`: the pool and the folds; `grid`: the candidates and their options' checks;
   `plan`: the fits and their dispatch order (longest first), the admitted search;
 - `run`: the state machine the job machine drives (the folds, the selection, the refit);
-  `aggregate`: means, deviations, selection and refit epochs;
+  `aggregate`: means, deviations, selection and refit epochs; `audit`: how an audited
+  task's fits compare with the coordinator's own;
 - `result`: `result.json` and the API's `SearchFit`; `files`: `fits.csv`, `candidates.csv`,
   `histories.csv`, `model.npz` and the chart; `summary`: what `status` shows (no numpy).
 

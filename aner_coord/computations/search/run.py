@@ -31,7 +31,7 @@ from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePl
 from aner_coord.computations.dense import suspect
 from aner_coord.computations.dense.model import DenseModel
 from aner_coord.computations.dense.run import feature_names, stage_plan
-from aner_coord.computations.search import aggregate
+from aner_coord.computations.search import aggregate, audit
 from aner_coord.computations.search.files import completed_files, partial_files, warm_charts
 from aner_coord.computations.search.plan import Prepared, plain
 from aner_coord.computations.search.result import (
@@ -187,6 +187,15 @@ class SearchRun:
             )
 
         return numbers(a) == numbers(b)
+
+    # -- audits across platforms (`ExplainsDifference`) ------------------------------------
+    tolerance = audit.TOLERANCE
+
+    def close(self, worker: SearchStats, own: SearchStats) -> bool:
+        return audit.close(worker, own)
+
+    def difference(self, worker: SearchStats, own: SearchStats) -> str:
+        return audit.difference(worker, own)
 
     @property
     def committed_steps(self) -> int | None:
