@@ -83,7 +83,7 @@ def outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
         # An interrupt (Ctrl-C, a notebook's kernel interrupt) cancelled it: chained, so a
         # notebook shows why, and nothing of the job runs on.
         raise JobCancelled(report.error or "cancelled") from interrupt
-    raise JobFailed(report.error or "job failed") from report.task_exception
+    raise JobFailed(report.error or "job failed", report.error_detail) from report.task_exception
 
 
 def synchronous(build: Callable[Concatenate[C, P], Call[R]]) -> Callable[Concatenate[C, P], R]:

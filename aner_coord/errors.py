@@ -11,6 +11,10 @@ EXIT_FAILED = 3
 EXIT_CANCELLED = 4
 EXIT_OFFLINE = 5
 
+# A job's failure message as stderr, status.json, `status` and the API show it: one line of
+# at most this many characters (a longer one is cut, its whole text kept in a file).
+MAX_MESSAGE_CHARS = 500
+
 # How the command line spells an argument that the API calls otherwise.
 _FLAG_NAMES = {"config": "cluster"}
 
@@ -21,6 +25,18 @@ def api_name(name: str) -> str:
 
 def cli_name(name: str) -> str:
     return "--" + _FLAG_NAMES.get(name, name).replace("_", "-")
+
+
+def bounded_message(message: str, kept_in: str | None) -> str:
+    """`message` as one line of at most MAX_MESSAGE_CHARS characters: control characters
+    become spaces, and a longer one is cut, saying how long it was and where the whole of it
+    is kept (`kept_in`, None: nowhere)."""
+    line = "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in message)
+    if len(line) <= MAX_MESSAGE_CHARS:
+        return line
+    where = f"; the whole message is in {kept_in}" if kept_in else ""
+    tail = f" [... cut: {len(line):,} characters in all{where}]"
+    return line[: MAX_MESSAGE_CHARS - len(tail)] + tail
 
 
 class AnerError(Exception):
@@ -61,9 +77,13 @@ class AdmissionError(RequestError):
 class JobFailed(AnerError):
     """The job failed: a worker could not be reached, was refused, died, misbehaved or
     failed a task, the fit diverged, or the job directory could not be written. The message
-    says where."""
+    says where, in at most MAX_MESSAGE_CHARS characters; `detail` is the whole of it."""
 
     exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail if detail is not None else message
 
 
 class JobCancelled(AnerError):

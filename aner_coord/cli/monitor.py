@@ -53,6 +53,7 @@ from aner_coord.errors import (
     EXIT_OK,
     AnerError,
     RequestError,
+    bounded_message,
 )
 from aner_coord.jobdir.status import JobState, StatusSnapshot
 
@@ -253,11 +254,12 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
     for loss in snap.losses:
         lines.append(
             f"lost      {loss.identity} during {loss.phase} ({loss.during}), the job went on "
-            f"without it: {loss.detail}"
+            f"without it: {bounded_message(loss.detail, None)}"
         )
     lines.extend(_resume_lines(snap))
     if snap.error:
-        lines.append(f"error     {snap.error}")
+        # status.json's is bounded already; one written by something else is cut here too.
+        lines.append(f"error     {bounded_message(snap.error, None)}")
     if obs.note:
         lines.append(f"note      {obs.note}")
     if obs.state is OFFLINE or obs.state is JobState.FAILED:
@@ -518,7 +520,7 @@ def _report_cancel(job: Path, obs: Observation) -> int:
     elif obs.state is JobState.COMPLETED:
         print(f"job {job} COMPLETED before the cancel took effect: {job / jobdir.RESULT}")
     elif obs.state is JobState.FAILED:
-        print(f"aner: job {job} FAILED: {snap.error}", file=sys.stderr)
+        print(f"aner: job {job} FAILED: {bounded_message(snap.error or '', None)}", file=sys.stderr)
     elif obs.state is OFFLINE:
         print(f"aner: job {job} is {OFFLINE.value}: its coordinator is gone", file=sys.stderr)
     else:

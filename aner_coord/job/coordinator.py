@@ -31,6 +31,7 @@ import msgspec
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
 from aner_coord.computations.base import Checkpoints, ExplainsDifference
+from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
 from aner_coord.job.backend import Backend
 from aner_coord.job.checkpoints import Checkpointer, Restored
@@ -62,7 +63,7 @@ from aner_coord.job.pool import WorkerPool
 from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.staging import plan_of
 from aner_coord.job.threads import ThreadBackend
-from aner_coord.jobdir import JobDirError, ledger
+from aner_coord.jobdir import ERROR_DETAIL, JobDirError, ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
@@ -87,6 +88,8 @@ class JobReport:
     result: Any = None
     task_exception: BaseException | None = None
     run: Any = None  # the computation's run (what it leaves behind: `WritesFiles`)
+    # The whole failure message where `error` is cut (`bounded_message`), else None.
+    error_detail: str | None = None
 
 
 class Coordinator:
@@ -139,7 +142,8 @@ class Coordinator:
         self._progress_at = 0.0  # when it was made
         self._last_publish = 0.0
         self._state = JobState.STARTING
-        self._error: str | None = None
+        self._error: str | None = None  # as status.json and the report show it (bounded)
+        self._error_detail: str | None = None  # the whole of it, where that was cut
         self._ended = asyncio.Event()
         self._changed = asyncio.Event()
         self._params: dict[int, Any] = {}
@@ -182,7 +186,7 @@ class Coordinator:
             except Exception as exc:  # the last seam: a FAILED job naming it, like the others
                 log.exception("building the result")
                 self._state = JobState.FAILED
-                self._error = f"computation error while building the result: {exc!r}"
+                self._set_error(f"computation error while building the result: {exc!r}")
                 snapshot = self._final_snapshot()
         return JobReport(
             state=self._state,
@@ -192,7 +196,23 @@ class Coordinator:
             result=result,
             task_exception=self._backend.task_exception if self._backend else None,
             run=self._run,
+            error_detail=self._error_detail,
         )
+
+    @property
+    def _error_full(self) -> str | None:
+        return self._error_detail if self._error_detail is not None else self._error
+
+    def _set_error(self, error: str | None) -> None:
+        """The job's failure message, bounded for every place that shows it; the whole of a
+        longer one is kept for the job directory's `error-detail.txt` (and the API's
+        `JobFailed.detail`)."""
+        if error is None:
+            self._error = self._error_detail = None
+            return
+        kept_in = ERROR_DETAIL if self.job.output is not None else None
+        self._error = bounded_message(error, kept_in)
+        self._error_detail = error if self._error != error else None
 
     def _final_snapshot(self) -> StatusSnapshot:
         """Publish the job's last snapshot; an observer that fails now fails the job."""
@@ -201,7 +221,7 @@ class Coordinator:
         except _ObserverError as exc:
             if not self._state.terminal or self._state is JobState.COMPLETED:
                 self._state = JobState.FAILED
-                self._error = f"{exc.where} failed: {exc.detail}"
+                self._set_error(f"{exc.where} failed: {exc.detail}")
             return self._snapshot()
 
     def attach(
@@ -352,7 +372,8 @@ class Coordinator:
         self._progress_at = time.monotonic()
         changed = instruction.progress.state is not self._state
         self._state = instruction.progress.state
-        self._error = instruction.progress.error
+        if instruction.progress.error != self._error_full:
+            self._set_error(instruction.progress.error)
         if instruction.urgent:
             self._publish()
             if changed:  # the main loop acts on states (cancelling); a new pass is no news

@@ -69,8 +69,11 @@ class JobFiles:
     checkpoints: Checkpointer
 
     def finish(self, report: JobReport) -> None:
-        """What the run leaves: the computation's own files, then `result.json`, both before
-        `status.json` may say COMPLETED."""
+        """What the run leaves: the whole failure message where status.json's is cut, the
+        computation's own files, then `result.json`, both before `status.json` may say
+        COMPLETED."""
+        if report.error_detail is not None:
+            self.directory.write_bytes(jobdir.ERROR_DETAIL, report.error_detail.encode() + b"\n")
         if isinstance(report.run, WritesFiles):
             for name, data in report.run.files(report.state).items():
                 self.directory.write_bytes(name, data)

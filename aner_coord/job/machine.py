@@ -75,6 +75,7 @@ from typing import Any, assert_never
 
 from aner_coord.computations import Diverged, PassSpec, Run
 from aner_coord.computations.base import NamesWorkers, ReportsPosition, ReportsProgress
+from aner_coord.errors import bounded_message
 from aner_coord.job.chunks import ChunkQueue
 from aner_coord.job.events import (
     AuditFailed,
@@ -279,7 +280,9 @@ class JobMachine:
                 f'worker "{event.worker}" failed during {event.phase}: {event.detail}'
             )
         label = self._pass.label if self._pass is not None else "start"
-        loss = WorkerLoss(event.worker, event.phase, event.detail, event.at, label)
+        # Kept in status.json and result.json: bounded as a failure's message is.
+        detail = bounded_message(event.detail, None)
+        loss = WorkerLoss(event.worker, event.phase, detail, event.at, label)
         self._losses.append(loss)
         lost.lost = True
         lost.in_flight = 0
@@ -295,7 +298,7 @@ class JobMachine:
         self._never_served.discard(event.worker)
         if event.worker in self._ready_order:
             self._ready_order.remove(event.worker)
-        reason = f"lost during {event.phase}: {event.detail}"
+        reason = f"lost during {event.phase}: {detail}"
         return [
             RecordLoss(loss),
             DropWorker(event.worker, reason),

@@ -17,6 +17,7 @@ the files' own types.
 from aner_coord.jobdir.directory import (
     CANCEL_REQUEST,
     CHECKPOINT,
+    ERROR_DETAIL,
     LEDGER,
     LOCK,
     LOG,
@@ -41,6 +42,7 @@ from aner_coord.jobdir.writer import StatusWriter
 __all__ = [
     "CANCEL_REQUEST",
     "CHECKPOINT",
+    "ERROR_DETAIL",
     "LEDGER",
     "LOCK",
     "LOG",

@@ -58,6 +58,9 @@ STATUS = "status.json"
 RESULT = "result.json"
 
 
+ERROR_DETAIL = "error-detail.txt"  # a failure's whole message, where status.json's is cut
+
+
 LOCK = "coordinator.lock"
 
 
