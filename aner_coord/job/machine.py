@@ -327,7 +327,12 @@ class JobMachine:
         try:
             problem = self._run.check(pending.chunk, task.start, count, stats)
         except Diverged as exc:
-            return self._fail(f"numerical divergence: {exc}")
+            # Non-finite statistics: the fit diverged, or the worker is faulty (an audit
+            # tells which); either way the result is refused, naming who sent it.
+            return self._fail(
+                f'numerical divergence in the result of worker "{event.worker}" for task '
+                f"{event.task_id}: {exc}"
+            )
         except Exception as exc:
             return self._fail(f"computation error while checking a result: {exc!r}")
         if problem is not None:

@@ -425,6 +425,8 @@ def _check_validation(fit: FitResult, epochs: int) -> str | None:
         if not (math.isnan(fit.validation_loss) and math.isnan(fit.validation_accuracy)):
             return "a diverged fit with metrics"
         return None
+    if not all(math.isfinite(v) for v in fit.train_loss):
+        return "a training loss that is not finite in a fit that did not diverge"
     losses, accuracies = fit.validation_losses, fit.validation_accuracies
     if fit.epochs < 1 or len(losses) != fit.epochs or len(accuracies) != fit.epochs:
         return f"{len(losses)} validation losses for {fit.epochs} epochs"
@@ -453,6 +455,11 @@ def _check_refit(
         return f"{len(fit.params) // 8} parameters, expected {n_params}"
     if len(fit.mean) != 8 * n_features or len(fit.std) != 8 * n_features:
         return f"a normalisation of the wrong length (expected {n_features} features)"
+    for name in ("params", "mean", "std"):
+        if not np.isfinite(np.frombuffer(getattr(fit, name), dtype="<f8")).all():
+            return f"non-finite {'parameters' if name == 'params' else 'normalisation ' + name}"
+    if not all(math.isfinite(v) for v in fit.train_loss):
+        return "a training loss that is not finite"
     if not test_rows:  # no held-out test: no test metrics
         if not (math.isnan(fit.test_loss) and math.isnan(fit.test_accuracy)):
             return f"test loss {fit.test_loss} and accuracy {fit.test_accuracy} without test rows"

@@ -339,6 +339,9 @@ class Training:
         if not (math.isfinite(loss_sum) and all_finite(grad_sum)):
             raise Divergence(f"loss {loss_sum} at {self.where()}: lower --lr")
         self.flat, self._opt = step(self.flat, grad_sum, self._opt, self.options.lr, n=valid)
+        if not all_finite(self.flat):
+            # (SGD's step is unbounded: a finite but huge gradient can overflow it.)
+            raise Divergence(f"the parameters left the finite range at {self.where()}: lower --lr")
         self.committed += 1
         self.rows_processed += valid
         self._epoch_loss += loss_sum
