@@ -42,13 +42,15 @@ def openblas_kernels(env: dict[str, str]) -> str:
 
 
 def test_the_machine_identity_names_the_blas_and_its_kernels() -> None:
-    code = "from aner_worker.machine import machine_identity; import json; print(json.dumps(machine_identity()))"
-    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_CORETYPE": "Sandybridge"}
-    held = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-        ).stdout  # fmt: skip
+    code = (
+        "import json\n"
+        "from aner_worker.machine import machine_identity\n"
+        "print(json.dumps(machine_identity()))\n"
     )
+    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_CORETYPE": "Sandybridge"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    held = json.loads(done.stdout)
     from aner_worker.machine import machine_identity, platform_differences
 
     own = machine_identity()
@@ -123,10 +125,10 @@ def script(tmp_path: Path, name: str, source: str) -> str:
 def test_the_result_says_a_liar_went_unaudited(tmp_path: Path) -> None:
     # The reproduction: an audit fraction too small to reach the liar's tasks lets it pass,
     # exit 0; the result shows it, with the number of tasks it was trusted with.
+    liar = script(tmp_path, "liar", LIAR)
     cluster = write_cluster(
-        tmp_path / "cluster",
-        [("honest", "local", "-", ANER, 1), ("liar", "local", "-", script(tmp_path, "liar", LIAR), 1)],
-    )  # fmt: skip
+        tmp_path / "cluster", [("honest", "local", "-", ANER, 1), ("liar", "local", "-", liar, 1)]
+    )
     job = tmp_path / "job"
     proc = run_aner("parallel", "train", "--teacher", "3000,8,3", "--seed", "4", "--epochs", "2",
                     "--cluster", str(cluster), "--audit", "0.002", "--output", str(job), "--quiet",
