@@ -146,8 +146,9 @@ def test_digits_reaches_095_with_defaults() -> None:
 
 # -- float32: chunks in binary32, sums, Adam and parameters in binary64 ----------------------
 
-# Tolerance of a float32 training against the float32 reference and against float64, on these
-# problems: |difference| <= 1e-3 * lr * steps for every parameter. Each step's mean gradient
+# A regression check on these two fixed problems, far inside the contract's bound (which
+# test_dense_float32_bound derives from Adam's step and checks on random problems and the
+# README's example): |difference| <= 1e-3 * lr * steps for every parameter. Each step's mean gradient
 # carries binary32 rounding (~1e-7 relative, see test_dense_kernel's F32_CHUNK); Adam turns it
 # into an update error of about lr times that relative error for an element whose gradient
 # stands above its rounding noise, but an element whose gradient is at that noise may step
