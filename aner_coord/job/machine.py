@@ -330,8 +330,8 @@ class JobMachine:
             # Non-finite statistics: the fit diverged, or the worker is faulty (an audit
             # tells which); either way the result is refused, naming who sent it.
             return self._fail(
-                f'numerical divergence in the result of worker "{event.worker}" for task '
-                f"{event.task_id}: {exc}"
+                f'numerical divergence: {exc} (in the result of worker "{event.worker}" for '
+                f"task {event.task_id})"
             )
         except Exception as exc:
             return self._fail(f"computation error while checking a result: {exc!r}")

@@ -902,9 +902,11 @@ def test_inconsistent_fixture_result_is_rejected(change: dict[str, object], word
     [{"loss_sum": float("nan")}, {"grad": (float("inf"),) + (0.0,) * 8}],
     ids=["nan-loss", "inf-grad"],
 )
-def test_non_finite_statistics_are_a_divergence_not_a_worker_fault(
+def test_non_finite_statistics_are_a_divergence_naming_the_worker(
     change: dict[str, object],
 ) -> None:
+    # A divergence (the request's fault: "lower --rate"), and the worker that sent the
+    # numbers is named (issue 25: a faulty worker's NaN would look the same).
     fx = Fixture()
     fx.start()
     fx.handle(WorkerReady("a", 1))
@@ -915,7 +917,7 @@ def test_non_finite_statistics_are_a_divergence_not_a_worker_fault(
     assert plain(out) == failed(error)
     assert error.startswith("numerical divergence: non-finite loss or gradient in initial metrics")
     assert "lower --rate" in error
-    assert 'worker "a"' not in error
+    assert error.endswith('(in the result of worker "a" for task 1)')
 
 
 def test_parameters_leaving_the_finite_range_name_the_step() -> None:
