@@ -87,7 +87,7 @@ MAX_QUEUED_PER_SLOT = 64
 MAX_ITEMS = 10_000_000_000
 # No task computes or queues for 116 days: a timing field beyond this is garbage.
 MAX_SECONDS = 1e7
-# A worker's machine description (docs/contracts.md, section 10; nine fields today) and its platform
+# A worker's machine description (docs/contracts.md, section 10; 12 fields today) and its platform
 # are a few hundred bytes; these bounds leave room for new fields and long CPU names.
 MAX_MACHINE_FIELDS = 32
 MAX_MACHINE_KEY_CHARS = 64
