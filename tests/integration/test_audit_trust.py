@@ -147,6 +147,30 @@ def test_the_result_says_a_liar_went_unaudited(tmp_path: Path) -> None:
     assert json.loads((plain / "result.json").read_text())["audit"] is None
 
 
+@pytest.mark.parametrize("step", ["MOMENTS", "TRAIN"])
+def test_a_dense_worker_sending_nan_fails_the_job_naming_it(tmp_path: Path, step: str) -> None:
+    # Without an audit: before, NaN moments failed the job blaming the data, no worker named.
+    nan_liar = LIAR.replace("params.step == TRAIN", f"params.step == {step}").replace(
+        "from aner_worker.kernels.dense.params import TRAIN,",
+        "from aner_worker.kernels.dense.params import MOMENTS, TRAIN,",
+    )
+    nan_liar = nan_liar.replace(
+        'sums = np.frombuffer(stats.sums, dtype="<f8") * 1.01',
+        'sums = np.frombuffer(stats.sums, dtype="<f8") * np.nan',
+    )
+    liar = script(tmp_path, "liar", nan_liar)
+    cluster = write_cluster(
+        tmp_path / "cluster", [("honest", "local", "-", ANER, 1), ("liar", "local", "-", liar, 1)]
+    )
+    job = tmp_path / "job"
+    proc = run_aner("parallel", "train", "--teacher", "3000,8,3", "--seed", "4", "--epochs", "1",
+                    "--cluster", str(cluster), "--output", str(job), timeout=600)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "numerical divergence: non-finite" in line and '(in the result of worker "liar"' in line
+    assert not (job / "result.json").exists()
+
+
 # A search worker that runs the real kernel and lies only in the refit's parameters.
 REFIT_LIAR = """
 import os, sys

@@ -268,6 +268,8 @@ class Training:
             width = 8 * self.sizes[0]
             if len(stats.sums) != width or len(stats.m2) != width:
                 return "moment sums of the wrong length"
+            if not (all_finite(_floats(stats.sums)) and all_finite(_floats(stats.m2))):
+                raise Divergence("non-finite feature moments in the normalisation pass")
             return None
         if not math.isfinite(stats.loss_sum):
             where = self.where() if phase is _Phase.TRAIN else f"the {phase.value} pass"
