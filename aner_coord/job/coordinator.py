@@ -127,6 +127,7 @@ class Coordinator:
             chunk=job.chunk,
             passes=job.admitted.passes,
             audit=job.request.audit,
+            audit_seed=int.from_bytes(os.urandom(8), "big"),
             retries=job.request.retries,
             recovered=recovered.statistics(job.computation.kernel.stats_type),
             losses=recovered.worker_losses(),

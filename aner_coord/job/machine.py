@@ -21,8 +21,9 @@ the instructions in `aner_coord.job.instructions`.
 - Each result is checked against the outstanding task it names (same worker) and by the
   computation. A result for a task that is not outstanding on that worker, or an
   inconsistent one, fails the job naming the worker: it is never counted. A task chosen
-  for audit is recomputed by the shell, which reports `AuditFailed` if the worker's answer
-  differs.
+  for audit (one in each window of 1/fraction tasks, where in the window drawn from a seed
+  the shell picks at random) is recomputed by the shell, which reports `AuditFailed` if the
+  worker's answer differs.
 - When every chunk of a pass is accepted the run commits the pass (the barrier) and the
   next pass begins. A partial pass is never committed.
 - Anything that goes wrong fails the job with a message saying where: a lost worker, a
@@ -68,6 +69,8 @@ Transitions (state, event -> state):
 
 from __future__ import annotations
 
+import math
+import random
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +146,7 @@ class JobMachine:
         chunk: int,
         passes: int,
         audit: float = 0.0,
+        audit_seed: int = 0,
         retries: int = 0,
         recovered: Mapping[int, Mapping[int, Any]] | None = None,
         losses: Sequence[WorkerLoss] = (),
@@ -155,6 +159,10 @@ class JobMachine:
         self._passes = passes
         self._audit = audit
         self._audit_seq = 0
+        # The shell draws the seed at random, so no worker can tell which tasks are audited.
+        self._audit_rng = random.Random(audit_seed)
+        self._audit_window = -1
+        self._audit_pick = -1
         self._retries = retries
         self._ledger_chunks = bool(getattr(run, "durable_chunks", True))
         self._namer = run if isinstance(run, NamesWorkers) else None
@@ -514,12 +522,23 @@ class JobMachine:
         return SendTask(worker, task, self._audit_next() if self._audit else False)
 
     def _audit_next(self) -> bool:
-        """Every task at a steady rate of `audit` (0.1: tasks 10, 20, ...), deterministically."""
-        if not self._audit:
-            return False
-        before = int(self._audit_seq * self._audit)
+        """One task in each window of about 1/`audit` tasks in dispatch order (0.1: one of
+        tasks 1-10, one of 11-20, ...), at a position drawn from the seed: the rate is
+        steady, the choice unpredictable to a worker."""
+        seq, rate = self._audit_seq, self._audit
         self._audit_seq += 1
-        return int(self._audit_seq * self._audit) > before
+        window = int(seq * rate)
+        if window != self._audit_window:
+            self._audit_window = window
+            # The window's last task, computed (a small fraction's windows are long), then
+            # corrected for the rounding of the division.
+            last = max(seq, math.ceil((window + 1) / rate) - 1)
+            while int((last + 1) * rate) == window:
+                last += 1
+            while last > seq and int(last * rate) != window:
+                last -= 1
+            self._audit_pick = seq + self._audit_rng.randrange(last - seq + 1)
+        return seq == self._audit_pick
 
     def _detail(self) -> dict[str, Any] | None:
         """The run's own account of its progress, for runs that give one."""

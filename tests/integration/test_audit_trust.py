@@ -124,21 +124,22 @@ def script(tmp_path: Path, name: str, source: str) -> str:
 
 def test_the_result_says_a_liar_went_unaudited(tmp_path: Path) -> None:
     # The reproduction: an audit fraction too small to reach the liar's tasks lets it pass,
-    # exit 0; the result shows it, with the number of tasks it was trusted with.
+    # exit 0 (one task in a window of 10**9 is audited: here, almost surely none); the result
+    # shows it, with the number of tasks it was trusted with.
     liar = script(tmp_path, "liar", LIAR)
     cluster = write_cluster(
         tmp_path / "cluster", [("honest", "local", "-", ANER, 1), ("liar", "local", "-", liar, 1)]
     )
     job = tmp_path / "job"
     proc = run_aner("parallel", "train", "--teacher", "3000,8,3", "--seed", "4", "--epochs", "2",
-                    "--cluster", str(cluster), "--audit", "0.002", "--output", str(job), "--quiet",
+                    "--cluster", str(cluster), "--audit", "1e-9", "--output", str(job), "--quiet",
                     timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     result = json.loads((job / "result.json").read_text())
     by = {w["identity"]: w for w in result["audit"]["workers"]}
     assert by["liar"]["audited"] == 0 and by["liar"]["tasks"] > 0
     assert by["liar"]["tasks"] == {w["identity"]: w["chunks"] for w in result["workers"]}["liar"]
-    assert result["audit"]["fraction"] == 0.002
+    assert result["audit"]["fraction"] == 1e-9
     # No audit asked for: nothing claimed.
     plain = tmp_path / "plain"
     proc = run_aner("parallel", "train", "--teacher", "600,4,2", "--seed", "4", "--epochs", "1",

@@ -435,13 +435,29 @@ def test_audit_failed_names_the_worker_and_the_task() -> None:
     assert run.accepted == []
 
 
-@pytest.mark.parametrize(("audit", "flagged"), [(0.0, []), (0.25, [4, 8]), (0.5, [2, 4, 6, 8])])
-def test_audit_flags_tasks_at_a_steady_deterministic_rate(audit: float, flagged: list[int]) -> None:
-    machine, _ = started(total=8, chunk=1, workers=("a",), audit=audit)
-    out = machine.handle(WorkerReady("a", 8))
-    sends = [i for i in out if isinstance(i, SendTask)]
-    assert [s.task.task_id for s in sends] == list(range(1, 9))
-    assert [s.task.task_id for s in sends if s.audit] == flagged
+def audited(audit: float, seed: int, total: int = 40) -> list[int]:
+    run = Recorded(MonteCarlo().start(MonteCarloRequest(samples=total, seed=SEED), 1))
+    machine = JobMachine(run, {"a": 1}, chunk=1, passes=1, audit=audit, audit_seed=seed)
+    machine.start()
+    sends = [i for i in machine.handle(WorkerReady("a", total)) if isinstance(i, SendTask)]
+    assert [s.task.task_id for s in sends] == list(range(1, total + 1))
+    return [s.task.task_id for s in sends if s.audit]
+
+
+@pytest.mark.parametrize("audit", [0.1, 0.25, 0.5, 1.0])
+def test_audit_flags_one_task_in_each_window_at_a_position_the_seed_draws(audit: float) -> None:
+    # A steady rate (one in every 1/audit tasks), but where in each window no worker can
+    # know: the coordinator draws the seed at random (issue 25: a fixed schedule, tasks 10,
+    # 20, ..., let a liar that knew it lie everywhere else).
+    width = round(1 / audit)
+    picks = [audited(audit, seed) for seed in range(20)]
+    for flagged in picks:
+        assert [(t - 1) // width for t in flagged] == list(range(40 // width))
+    if width > 1:
+        assert len({tuple(p) for p in picks}) > 1
+        assert len({p[0] for p in picks}) > 1  # the first window's pick moves too
+    assert audited(audit, 7) == audited(audit, 7)  # the machine itself stays pure
+    assert audited(0.0, 7) == []
 
 
 def test_shell_failure_fails_the_job_naming_where() -> None:
