@@ -38,6 +38,7 @@ _ACCOUNTING = {
     "staging",
     "load_s",
     "losses",
+    "audit",  # what the audit checked (where in each window is drawn at random)
     "chunk",  # the plan's (Dense: float64 plans of any chunk agree within the tolerance)
 }
 

@@ -14,9 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
-from hostile import fake_worker
+from hostile import fake_worker, group
 from support import run_aner, write_cluster
 
+from aner_coord import parallel
 from aner_coord.errors import MAX_MESSAGE_CHARS, bounded_message
 from aner_coord.jobdir import ERROR_DETAIL
 
@@ -119,3 +120,13 @@ def test_a_message_is_cut_to_one_line_saying_where_the_rest_is() -> None:
     )
     assert bounded_message(cut, ERROR_DETAIL) == cut  # what status.json holds stays as it is
     assert bounded_message(long, None).endswith("[... cut: 10,000 characters in all]")
+
+
+def test_the_api_bounds_the_message_and_keeps_the_whole_in_detail(tmp_path: Path) -> None:
+    behaviour, _, _ = KINDS["task failed"]
+    exe = fake_worker(tmp_path, "bad", "from protocol import TaskReceived\n" + behaviour)
+    with pytest.raises(parallel.JobFailed) as failure:
+        parallel.monte_carlo(samples=10**6, seed=1, execution=group(tmp_path, exe, "bad"))
+    message = str(failure.value)
+    assert len(message) == MAX_MESSAGE_CHARS and message.endswith(" characters in all]")
+    assert failure.value.detail.endswith(" END") and failure.value.detail.startswith(message[:400])
