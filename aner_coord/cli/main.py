@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from aner_coord.errors import EXIT_INVALID, AnerError, cli_name
+from aner_coord.errors import EXIT_INVALID, AnerError, bounded_message, cli_name
 
 EXIT_INTERNAL = 1  # a bug in aner: no documented outcome uses it
 DEBUG_ENV = "ANER_DEBUG"
@@ -212,7 +212,8 @@ def _main(args_list: list[str]) -> int:
         assert isinstance(code, int)
         return code
     except AnerError as exc:
-        _say(f"aner: {exc.render(cli_name)}")
+        # One bounded line, as a job's failure is (docs/contracts.md, section 7).
+        _say(f"aner: {bounded_message(exc.render(cli_name), None)}")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
