@@ -189,10 +189,13 @@ class SearchRun:
         return numbers(a) == numbers(b)
 
     # -- audits across platforms (`ExplainsDifference`) ------------------------------------
-    tolerance = audit.TOLERANCE
+    @property
+    def tolerance(self) -> float:
+        """`close`'s, by the fits' precision (one for every candidate)."""
+        return audit.TOLERANCE[self.prepared.options[0].get("precision", "float64")]
 
     def close(self, worker: SearchStats, own: SearchStats) -> bool:
-        return audit.close(worker, own)
+        return audit.close(worker, own, self.tolerance)
 
     def difference(self, worker: SearchStats, own: SearchStats) -> str:
         return audit.difference(worker, own)
