@@ -10,9 +10,9 @@ version string. Never a hostname, a user or a path: the coordinator records thes
 files and in the configuration registry, which people publish. Any change of one of them
 makes a new configuration revision of the worker.
 
-`same_platform` says whether two identities compute bitwise alike (the same CPU model, OS,
-architecture and numeric stack, BLAS kernels included), which is what a bitwise audit may
-assume; `platform_differences` names the fields where they do not.
+`platform_differences` names the fields where two identities may compute differently (the
+CPU model, OS, architecture and numeric stack, BLAS kernels included); where there are none,
+a bitwise audit may assume the same bits.
 """
 
 from __future__ import annotations
@@ -151,12 +151,7 @@ def machine_identity() -> dict[str, str]:
     )
 
 
-def same_platform(a: dict[str, str], b: dict[str, str]) -> bool:
-    """Whether two machine identities compute bitwise alike (see PLATFORM_FIELDS)."""
-    return not platform_differences(a, b)
-
-
 def platform_differences(a: dict[str, str], b: dict[str, str]) -> list[str]:
     """The PLATFORM_FIELDS where two machine identities differ (a field one of them lacks,
-    as an older worker's lacks "blas", differs)."""
+    as an older worker's lacks "blas", differs); none: they compute bitwise alike."""
     return [k for k in PLATFORM_FIELDS if a.get(k) != b.get(k)]
