@@ -19,21 +19,24 @@ from aner_coord.errors import RequestError
 sklearn = pytest.importorskip("sklearn")
 
 from sklearn.base import clone  # noqa: E402
-from sklearn.model_selection import GridSearchCV, KFold, cross_val_score  # noqa: E402
+from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, cross_val_score  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 
 SMALL = {"hidden": (8,), "epochs": 5, "batch": 32, "workers": 1}
+# dense_fit's options for the fit a DenseClassifier of SMALL makes: the estimator's own
+# default roles: no test rows, dense_fit's validation fraction.
+FIT = {"hidden": 8, "epochs": 5, "batch": 32, "test_fraction": 0, "validation_fraction": 0.15}
 
 # The checks DenseClassifier does not pass, each with its reason (README, "DenseClassifier").
 EXPECTED_FAILED_CHECKS = {
-    "check_fit2d_1feature": "aner holds out its own validation and test rows: 10 rows leave "
-    "no test row, refused before the 1-feature case is reached",
-    "check_estimators_nan_inf": "aner holds out its own validation and test rows: the check's "
-    "10 rows leave no test row, refused before the NaN it puts in is reached",
     "check_classifiers_regression_target": "a continuous target is refused by dense_fit's "
     "label check (issue 24, item 4), not by the estimator",
+    "check_fit2d_1feature": "section 9 draws each row's role: the check's 10 rows leave no "
+    "validation row at random_state=0, refused before the 1-feature case is reached",
+    "check_estimators_nan_inf": "section 9 draws each row's role: the check's 10 rows leave no "
+    "validation row at random_state=0, refused before the NaN it puts in is reached",
 }
 
 
@@ -54,7 +57,7 @@ def test_scikit_learns_estimator_checks(estimator: Any, check: Any) -> None:
 def test_random_state_is_the_seed_and_the_fit_is_dense_fits() -> None:
     x, y = blobs()
     model = parallel.DenseClassifier(**SMALL, random_state=7).fit(x, y)
-    fit = parallel.dense_fit(x, y, seed=7, hidden=8, epochs=5, batch=32)
+    fit = parallel.dense_fit(x, y, seed=7, **FIT)
     assert model.fit_.seed == 7 and model.n_iter_ == len(fit.history)
     assert np.array_equal(model.predict_proba(x), fit.predict_proba(x))
     assert np.array_equal(model.predict(x), fit.predict(x))
@@ -81,7 +84,7 @@ def test_clone_cross_val_score_pipeline_and_grid_search() -> None:
     assert scores.shape == (3,) and np.all((scores >= 0) & (scores <= 1))
     # Each fold's score is the accuracy of a fit of that fold's rows alone.
     train, test = next(iter(folds.split(x)))
-    alone = parallel.dense_fit(x[train], y[train], seed=2, hidden=8, epochs=5, batch=32)
+    alone = parallel.dense_fit(x[train], y[train], seed=2, **FIT)
     assert scores[0] == alone.score(x[test], y[test])
     pipe = make_pipeline(StandardScaler(), clone(model)).fit(x, y)
     assert pipe.score(x, y) > 0.5
@@ -102,13 +105,112 @@ def test_workers_and_execution_together_are_refused_before_anything_runs() -> No
         parallel.DenseClassifier().predict(x)
 
 
-def test_feature_names_in_only_from_a_frame() -> None:
+def test_fit_learns_from_every_row_but_its_validation_rows_by_default() -> None:
+    x, y = blobs()
+    model = parallel.DenseClassifier(**SMALL, random_state=4).fit(x, y)
+    assert model.test_fraction == 0 and model.validation_fraction == 0.15
+    roles = model.fit_.split
+    assert roles.test.size == 0 and model.fit_.test_accuracy is None
+    assert roles.train.size + roles.validation.size == len(x) and roles.validation.size > 0
+    same = parallel.dense_fit(x, y, seed=4, **FIT)
+    assert roles.sha256 == same.split.sha256
+    assert "no test rows" in model.fit_._repr_html_() and "no test rows" in repr(model.fit_)
+    # The fractions are parameters like the others: GridSearchCV and clone see them.
+    held_out = parallel.DenseClassifier(**SMALL, random_state=4, test_fraction=0.2)
+    assert clone(held_out).get_params()["test_fraction"] == 0.2
+    fit = held_out.fit(x, y).fit_
+    other = parallel.dense_fit(x, y, seed=4, **{**FIT, "test_fraction": 0.2})
+    assert fit.split.sha256 == other.split.sha256 and fit.test_rows.size > 0
+    assert fit.test_accuracy == other.test_accuracy
+    with pytest.raises(RequestError, match="test_fraction= must be in"):
+        parallel.DenseClassifier(**SMALL, test_fraction=1.5).fit(x, y)
+
+
+def test_fit_keeps_each_group_in_one_role() -> None:
+    x, y = blobs()
+    groups = np.arange(len(x)) // 6  # 40 groups of 6 rows
+    model = parallel.DenseClassifier(**SMALL, random_state=5, test_fraction=0.2)
+    codes = model.fit(x, y, groups=groups).fit_.split.codes
+    assert all(len(set(codes[groups == g])) == 1 for g in range(40))
+    assert len(set(codes)) == 3  # every role has groups
+    same = parallel.dense_fit(x, y, seed=5, groups=groups, **{**FIT, "test_fraction": 0.2})
+    assert np.array_equal(codes, same.split.codes)
+    # Without groups the rows of a group take several roles: the groups made the difference.
+    loose = parallel.DenseClassifier(**SMALL, random_state=5, test_fraction=0.2).fit(x, y)
+    assert any(len(set(loose.fit_.split.codes[groups == g])) > 1 for g in range(40))
+
+
+def test_group_k_fold_in_cross_val_score_and_groups_routed_to_fit() -> None:
+    x, y = blobs()
+    groups = np.arange(len(x)) // 6
+    model = parallel.DenseClassifier(**SMALL, random_state=6)
+    folds = GroupKFold(3)
+    scores = cross_val_score(model, x, y, groups=groups, cv=folds, params={"groups": groups})
+    assert scores.shape == (3,)
+    # Fold 0's score is a fit of its training rows with their groups, scored on its test rows.
+    train, test = next(iter(folds.split(x, y, groups)))
+    assert not set(groups[train]) & set(groups[test])
+    alone = parallel.dense_fit(x[train], y[train], seed=6, groups=groups[train], **FIT)
+    assert scores[0] == alone.score(x[test], y[test])
+    codes = alone.split.codes
+    assert all(len(set(codes[groups[train] == g])) == 1 for g in set(groups[train]))
+
+
+def test_feature_names_in_only_from_string_column_names() -> None:
     pandas = pytest.importorskip("pandas")
     x, y = blobs()
     frame = pandas.DataFrame(x, columns=["a", "b", "c", "d"])
     model = parallel.DenseClassifier(**SMALL, random_state=1).fit(frame, y)
+    assert model.feature_names_in_.dtype == object
     assert model.feature_names_in_.tolist() == ["a", "b", "c", "d"]
-    assert np.array_equal(model.predict(frame), model.predict(x))
+    with pytest.warns(UserWarning, match="X does not have valid feature names, but Dense"):
+        assert np.array_equal(model.predict(frame), model.predict(x))
+    # Column names that are not strings are no feature names, as in scikit-learn...
+    numbered = parallel.DenseClassifier(**SMALL, random_state=1).fit(pandas.DataFrame(x), y)
+    assert not hasattr(numbered, "feature_names_in_")
+    with pytest.warns(UserWarning, match="X has feature names, but DenseClassifier was fitted"):
+        numbered.predict(frame)
+    # ... a mix of strings and others is refused, and a refit on an array forgets the names.
+    mixed = pandas.DataFrame(x, columns=["a", "b", 2, 3])
+    with pytest.raises(TypeError, match="only supported if all input features have string"):
+        parallel.DenseClassifier(**SMALL).fit(mixed, y)
+    assert not hasattr(model.fit(x, y), "feature_names_in_")
+
+
+def test_predict_maps_a_frame_by_name_and_refuses_other_names() -> None:
+    pandas = pytest.importorskip("pandas")
+    x, y = blobs()
+    frame = pandas.DataFrame(x, columns=["a", "b", "c", "d"])
+    model = parallel.DenseClassifier(**SMALL, random_state=1).fit(frame, y)
+    reordered = frame[["d", "b", "a", "c"]]
+    assert np.array_equal(model.predict_proba(reordered), model.predict_proba(frame))
+    assert np.array_equal(model.predict(reordered), model.predict(frame))
+    assert model.score(reordered, y) == model.score(frame, y)
+    renamed = frame.rename(columns={"b": "beta"})
+    message = (
+        "The feature names should match those that were passed during fit.\n"
+        "Feature names unseen at fit time:\n- beta\n"
+        "Feature names seen at fit time, yet now missing:\n- b\n"
+    )
+    for method in (model.predict, model.predict_proba):
+        with pytest.raises(ValueError) as refused:
+            method(renamed)
+        assert str(refused.value) == message
+    with pytest.raises(ValueError) as refused:
+        model.predict(frame[["a", "b", "c"]])
+    assert str(refused.value).endswith("Feature names seen at fit time, yet now missing:\n- d\n")
+
+
+def test_scikit_learns_column_name_check_fails_where_aner_maps_by_name() -> None:
+    pytest.importorskip("pandas")
+    from sklearn.utils.estimator_checks import check_dataframe_column_names_consistency
+
+    # Its first bad frame is the fitted one with its columns reversed, which aner maps by
+    # name (README, "DenseClassifier"); everything the check asks before that holds.
+    with pytest.raises(AssertionError, match=r"^predict did not raise$"):
+        check_dataframe_column_names_consistency(
+            "DenseClassifier", parallel.DenseClassifier(**SMALL)
+        )
 
 
 def test_importing_the_api_does_not_import_scikit_learn() -> None:

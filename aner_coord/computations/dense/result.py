@@ -67,11 +67,7 @@ class DenseResult(ResultBase, frozen=True, tag="dense"):
     def summary(self) -> str:
         last = self.history[-1]
         notes = "".join(f"\nnote: {note}" for note in self.notes)
-        test = (
-            "no test rows"
-            if self.test_accuracy is None or self.test_loss is None
-            else f"test accuracy {self.test_accuracy:.4f}, test loss {self.test_loss:.4f}"
-        )
+        test = _test_line(self, "test ")
         return (
             f"{len(self.history)} epoch(s), {self.committed_steps} steps: best epoch "
             f"{self.best_epoch} (validation accuracy "
@@ -147,7 +143,7 @@ class DenseFit:
                 f"{r.best_epoch}: validation loss {best.validation_loss:.4f}, "
                 f"accuracy {best.validation_accuracy:.4f}",
             ),
-            ("test", f"accuracy {r.test_accuracy:.4f}, loss {r.test_loss:.4f}"),
+            ("test", _test_line(r)),
             ("workers", f"{len(r.workers)}: {', '.join(w.identity for w in r.workers)}"),
             ("seconds", f"{r.seconds:.3f}"),
             *(("note", note) for note in r.notes),
@@ -160,3 +156,10 @@ class DenseFit:
         if name.startswith("__") or name == "result":
             raise AttributeError(name)
         return getattr(self.result, name)
+
+
+def _test_line(result: DenseResult, prefix: str = "") -> str:
+    """The test metrics in words, or that there were no test rows (`test_fraction` 0)."""
+    if result.test_accuracy is None or result.test_loss is None:
+        return "no test rows"
+    return f"{prefix}accuracy {result.test_accuracy:.4f}, {prefix}loss {result.test_loss:.4f}"
