@@ -140,7 +140,7 @@ def test_fit_keeps_each_group_in_one_role() -> None:
     assert any(len(set(loose.fit_.split.codes[groups == g])) > 1 for g in range(40))
 
 
-def test_group_k_fold_in_cross_val_score_and_groups_routed_to_fit() -> None:
+def test_group_k_fold_with_groups_routed_to_every_fit() -> None:
     x, y = blobs()
     groups = np.arange(len(x)) // 6
     model = parallel.DenseClassifier(**SMALL, random_state=6)
@@ -154,6 +154,14 @@ def test_group_k_fold_in_cross_val_score_and_groups_routed_to_fit() -> None:
     assert scores[0] == alone.score(x[test], y[test])
     codes = alone.split.codes
     assert all(len(set(codes[groups[train] == g])) == 1 for g in set(groups[train]))
+    # With scikit-learn's metadata routing, GridSearchCV gives the groups to every fit too:
+    # its refit on all the rows keeps each group in one role.
+    with sklearn.config_context(enable_metadata_routing=True):
+        routed = clone(model).set_fit_request(groups=True)
+        search = GridSearchCV(routed, {"lr": [1e-3]}, cv=GroupKFold(2)).fit(x, y, groups=groups)
+    codes = search.best_estimator_.fit_.split.codes
+    assert codes.size == len(x) and set(codes) == {0, 1}
+    assert all(len(set(codes[groups == g])) == 1 for g in range(40))
 
 
 def test_feature_names_in_only_from_string_column_names() -> None:
