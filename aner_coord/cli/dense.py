@@ -130,7 +130,7 @@ def _predictions(model: DenseModel, x: Floats, data: str, model_dir: str) -> str
     import numpy as np
 
     from aner_coord.computations.dense.model import check_probabilities
-    from aner_worker.kernels.dense.data import label_strings
+    from aner_worker.kernels.dense.labels import label_strings
 
     proba = model.predict_proba(x)
     bad = check_probabilities(proba)

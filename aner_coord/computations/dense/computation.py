@@ -158,11 +158,13 @@ def _check_lr(value: object) -> float:
 
 
 def _check_moments(request: DenseRequest, dataset: Dataset, train: Any) -> None:
-    """Refuse features whose normalisation would overflow (`suspect`), naming the column."""
+    """Refuse features whose normalisation would overflow or underflow (`suspect`), naming
+    the column."""
     if not isinstance(dataset, ArrayDataset):
         return  # a teacher set's features lie in [-1, 1)
     names = feature_names(dataset) or [f"x{j}" for j in range(dataset.n_features)]
     problem = suspect.overflowing_feature(dataset.x, train, names)
+    problem = problem or suspect.underflowing_feature(dataset.x, train, names)
     if problem is not None:
         raise RequestError(f"{{data}} {request.data}: {problem}", "data")
 
