@@ -130,7 +130,7 @@ def _classes_of(
         return classes_of_texts(texts)
     except LabelError as exc:
         if exc.position is None:
-            raise DataError(f"{where}: label column {column}: {exc.reason}") from None
+            raise DataError(f"{where}: {exc.reason}") from None
         raise DataError(
             f"{where}: line {lines[exc.position]}, label column {column}: the label {exc.reason}"
         ) from None
