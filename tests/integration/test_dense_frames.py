@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -368,3 +370,21 @@ def test_predict_maps_a_frames_csv_by_name(small_job: Path) -> None:
     x, _ = small_data()
     predicted = [line.split(",")[0] for line in done.stdout.splitlines()[1:]]
     assert predicted == [str(v) for v in model.predict(x[:5])]
+
+
+def test_pandas_is_never_imported_for_arrays() -> None:
+    """pandas stays optional: a fit and a predict on plain arrays never import it."""
+    program = (
+        "import sys, numpy as np\n"
+        "from aner_coord import parallel\n"
+        "x = np.random.default_rng(1).normal(size=(60, 3)); y = (x[:, 0] > 0).astype(int)\n"
+        "fit = parallel.dense_fit(x, y, seed=1, hidden=4, epochs=1,"
+        " execution=parallel.local(workers=1))\n"
+        "fit.predict(x); fit.score(x, y)\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
