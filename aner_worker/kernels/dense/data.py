@@ -131,8 +131,10 @@ def _classes_of(
     except LabelError as exc:
         if exc.position is None:
             raise DataError(f"{where}: {exc.reason}") from None
+        # "Unknown label type: ..." reads whole; the others say what the label is.
+        said = exc.reason if exc.reason[0].isupper() else f"the label {exc.reason}"
         raise DataError(
-            f"{where}: line {lines[exc.position]}, label column {column}: the label {exc.reason}"
+            f"{where}: line {lines[exc.position]}, label column {column}: {said}"
         ) from None
 
 
