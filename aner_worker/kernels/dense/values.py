@@ -89,9 +89,10 @@ def _wide_integers(raw: npt.NDArray[Any]) -> Floats:
 
 
 def _floats(raw: npt.NDArray[Any]) -> Floats:
-    out = raw.astype(np.float64)
+    # float64 is taken in place (no copy of a large X); float16 and float32 widen exactly.
+    out = raw.astype(np.float64, copy=False)
     if raw.dtype.itemsize <= 8:
-        return out  # float16 and float32 widen exactly
+        return out
     with np.errstate(over="ignore", invalid="ignore"):
         exact = (out.astype(raw.dtype) == raw) | ~np.isfinite(raw)
     if not exact.all():
