@@ -204,6 +204,45 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def sigint_held(pid: int) -> bool:
+    """Whether the process holds SIGINT (blocked: `aner_coord.program`), from /proc."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigBlk:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
+
+
+def started_aner(argv: Sequence[str]) -> tuple[subprocess.Popen[str], float]:
+    """`argv` started, once it runs aner's first line (SIGINT held, or it already ended),
+    and the monotonic time of that moment: the origin of a test's interrupt points, after
+    the interpreter's own start-up, which no program can take SIGINT in."""
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    while not sigint_held(proc.pid) and proc.poll() is None:
+        time.sleep(0.001)
+    return proc, time.monotonic()
+
+
+def interrupted_at(
+    argv: Sequence[str], delay: float | None, timeout: float = 300
+) -> tuple[int, str, str, float]:
+    """Run `argv`; `delay` seconds after aner's first line (None: never) send it SIGINT;
+    its exit status, stdout and stderr, and the seconds from that first line to its exit."""
+    proc, origin = started_aner(argv)
+    try:
+        if delay is not None:
+            time.sleep(max(0.0, origin + delay - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+        code, out, err = finish(proc, timeout)
+    finally:
+        reap(proc)
+    return code, out, err, time.monotonic() - origin
+
+
 def submit(
     job: Path, samples: str, *extra: str, timeout: float = 60, env: dict[str, str] | None = None
 ) -> int:
