@@ -205,7 +205,7 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
 
 
 def sigint_held(pid: int) -> bool:
-    """Whether the process holds SIGINT (blocked: `aner_coord.program`), from /proc."""
+    """Whether the process holds SIGINT (blocked: `aner_coord.interrupts`), from /proc."""
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("SigBlk:"):

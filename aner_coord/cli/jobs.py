@@ -24,10 +24,10 @@ from aner_coord.cli.progress import LiveProgress, describe
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
+from aner_coord.interrupts import route_interrupts
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import Resumption, execute
 from aner_coord.jobdir.status import JobState
-from aner_coord.program import route_interrupts
 from aner_coord.requests import ComputationRequest, JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.specfile import decode_request
@@ -168,7 +168,7 @@ def _start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace)
 @contextlib.contextmanager
 def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP request a graceful cancel; the old handlers come back
-    afterwards. In the `aner` program SIGINT is routed (`aner_coord.program`): one pressed
+    afterwards. In the `aner` program SIGINT is routed (`aner_coord.interrupts`): one pressed
     while the command started cancels the job at once, and one after the job's state is
     final does nothing, so that a completed job exits 0."""
     loop = asyncio.get_running_loop()

@@ -36,16 +36,17 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from aner_coord.errors import EXIT_INVALID, AnerError, cli_name
-from aner_coord.program import release
+from aner_coord.interrupts import release
 
 EXIT_INTERNAL = 1  # a bug in aner: no documented outcome uses it
 DEBUG_ENV = "ANER_DEBUG"
 # These speak their own protocol on standard output (frames, a readiness handshake) or have
 # none: their output is never guarded.
 _UNGUARDED = {"worker", "coordinate"}
-# These run a job (or trials of jobs) here: Ctrl-C cancels it, and they take SIGINT from
-# `aner_coord.program`'s hold themselves once their cancel handler is in place.
-_CANCELLING = {"run", "regression", "train", "search", "cv", "resume", "scaling"}
+# These take SIGINT from `aner_coord.interrupts`' hold themselves: those that run a job (or
+# trials of jobs) here once their cancel handler is in place (Ctrl-C cancels the job), and
+# the worker, which ignores it (its coordinator stops it in order).
+_TAKE_SIGINT = {"run", "regression", "train", "search", "cv", "resume", "scaling", "worker"}
 
 # command: (help, the module that holds add_<command>_arguments and <command>_command)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -213,7 +214,7 @@ def _main(args_list: list[str]) -> int:
         args = parser.parse_args(args_list)
         if args.group is None or args.command is None:
             parser.parse_args([*args_list, "--help"])  # prints the help and exits 0
-        if args.command not in _CANCELLING or getattr(args, "background", False):
+        if args.command not in _TAKE_SIGINT or getattr(args, "background", False):
             release()  # a held Ctrl-C ends this command now, as KeyboardInterrupt (130)
         code = _part(args.command, "run")(args)
         assert isinstance(code, int)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
-from aner_coord.program import route_interrupts
+from aner_coord.interrupts import route_interrupts
 from aner_coord.requests import JobRequest
 from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.scaling.experiment import (
@@ -156,7 +156,7 @@ def _run(
 class Interrupt:
     """SIGINT, SIGTERM and SIGHUP while an experiment runs: `seen` is set and the running
     trial's command gets SIGINT (its own graceful cancel). SIGINT is routed from the
-    program's hold (`aner_coord.program`: a thread, so no exception is raised anywhere);
+    program's hold (`aner_coord.interrupts`: a thread, so no exception is raised anywhere);
     the others, and SIGINT outside the program, by handlers of this (main) thread, whose
     old handlers come back afterwards."""
 

@@ -1,6 +1,6 @@
 """Ctrl-C at any instant of a foreground `aner parallel run`: a real `aner` process, a real
 SIGINT. The outcome is the job's: exit 4 with a CANCELLED status.json, or, once the job has
-completed, exit 0 with COMPLETED; never a traceback, never 130 (`aner_coord.program`)."""
+completed, exit 0 with COMPLETED; never a traceback, never 130 (`aner_coord.interrupts`)."""
 
 from __future__ import annotations
 
