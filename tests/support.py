@@ -38,13 +38,20 @@ FEW_SECONDS = "600000000"
 LONG = "6000000000"
 
 POLL_S = 0.02
+# Hang protection, never an assertion: no wait below fails a test sooner than this, whatever
+# its caller asked, because a loaded machine may take many times its idle time for anything
+# (a resume of 41 s at load 13). What a test waits for is its condition; a wait that would
+# not come only takes longer to fail.
+HANG_S = 300.0
 
 
 # --------------------------------------------------------------------------- waiting
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `predicate` until it returns something true (returned) or `timeout` passes."""
+    """Poll `predicate` until it returns something true (returned) or `timeout` (at
+    least HANG_S) passes."""
+    timeout = max(timeout, HANG_S)
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -148,7 +155,7 @@ def run_aner(
         [ANER, *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=max(timeout, HANG_S),
         env=env,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
@@ -194,7 +201,9 @@ def reap(proc: subprocess.Popen[Any], timeout: float = 30, grace: float = 0.0) -
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
-    """Wait for `proc` to exit on its own within `timeout` (a hang fails the test)."""
+    """Wait for `proc` to exit on its own within `timeout`, at least HANG_S (a hang fails
+    the test)."""
+    timeout = max(timeout, HANG_S)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

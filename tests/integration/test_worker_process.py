@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from support import reap
+from support import HANG_S, reap
 
 from aner_worker.contract import source_fingerprint
 from aner_worker.inventory import current
@@ -41,7 +41,7 @@ from protocol import (
     Working,
 )
 
-WAIT_S = 30  # guards against a hang only
+WAIT_S = HANG_S  # guards against a hang only
 HUGE = 9_000_000_000  # samples: most of a minute of one core, within the admission limits
 
 
