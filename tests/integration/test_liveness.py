@@ -50,8 +50,13 @@ def test_a_worker_that_answers_pings_but_returns_no_result_is_lost(tmp_path: Pat
 
 
 def test_with_retries_a_stalled_worker_is_a_lost_worker_and_the_hits_are_exact(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A real worker computes beside the fake: a silence bound of 5 s (pings every 1.7 s)
+    # is one a loaded machine's reading thread keeps; the result bound (4 s before a task
+    # is measured) is what the fake must miss, and the real worker's computing slot says
+    # it computes three times a second.
+    monkeypatch.setenv("ANER_WORKER_SILENCE_S", "5")
     # Its first start stalls; any later start (the backend reconnects a lost worker) exits
     # at once, so that exactly one loss is counted whatever the timing.
     marker = tmp_path / "started-once"
