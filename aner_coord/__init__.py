@@ -11,7 +11,9 @@ The documented entry point for Python is `from aner_coord import parallel`.
   to worker processes; `jobdir/`: the job directory's files; `scaling/`: `aner parallel
   scaling` and `plan`;
 - `runner`: a coroutine run from synchronous code, interruptibly; `errors`: whose fault a
-  failure is, and the exit codes.
+  failure is, and the exit codes;
+- `program`: the `aner` program's first line; `interrupts`: who takes SIGINT while a
+  command starts, runs and ends.
 """
 
 from typing import Any

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 
@@ -23,6 +24,7 @@ from aner_coord.cli.progress import LiveProgress, describe
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
+from aner_coord.interrupts import route_interrupts
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import Resumption, execute
 from aner_coord.jobdir.status import JobState
@@ -166,10 +168,19 @@ def _start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace)
 @contextlib.contextmanager
 def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP request a graceful cancel; the old handlers come back
-    afterwards."""
+    afterwards. In the `aner` program SIGINT is routed (`aner_coord.interrupts`): one pressed
+    while the command started cancels the job at once, and one after the job's state is
+    final does nothing, so that a completed job exits 0."""
     loop = asyncio.get_running_loop()
+
+    def interrupted() -> None:
+        loop.call_soon_threadsafe(cancel.set)
+
+    routed = route_interrupts(interrupted)
     installed = []
     for sig in CANCEL_SIGNALS:
+        if routed and sig == signal.SIGINT:
+            continue
         try:
             loop.add_signal_handler(sig, cancel.set)
             installed.append(sig)
@@ -178,6 +189,8 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
     try:
         yield
     finally:
+        if routed:
+            route_interrupts(None)
         for sig in installed:
             loop.remove_signal_handler(sig)
 

@@ -132,6 +132,7 @@ class Coordinator:
             recovered=recovered.statistics(job.computation.kernel.stats_type),
             losses=recovered.worker_losses(),
             first_pass=checkpoint.passes if checkpoint is not None else 0,
+            first_items=checkpoint.items if checkpoint is not None else 0,
         )
         self._seq = first_seq
         self._created = time.time()
@@ -396,7 +397,9 @@ class Coordinator:
         if checkpoints is None or not isinstance(run, Checkpoints):
             return
         try:
-            checkpoints.committed(run, passes, run.committed_steps or 0)
+            checkpoints.committed(
+                run, passes, run.committed_steps or 0, self._machine.committed_items
+            )
         except JobDirError as exc:
             raise _ObserverError("writing the checkpoint", str(exc)) from None
 

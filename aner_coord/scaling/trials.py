@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,13 +81,27 @@ def read_back(request: JobRequest) -> JobRequest:
     return decode_request(msgspec.json.encode(request), fmt="json", source="the trial spec")
 
 
-def run_trial(request: JobRequest, spec: Path) -> Outcome:
-    """Run the job of `request` (whose output must not exist yet) as a whole command."""
+def run_trial(
+    request: JobRequest,
+    spec: Path,
+    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
+) -> Outcome:
+    """Run the job of `request` (whose output must not exist yet) as a whole command;
+    `on_start` is given the command's process as soon as it runs."""
     assert request.output is not None
     write_spec(request, spec)
     started = datetime.now(UTC).isoformat(timespec="milliseconds")
     began = time.monotonic()
-    proc = subprocess.run(command(spec), stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    with subprocess.Popen(
+        command(spec),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        if on_start is not None:
+            on_start(proc)
+        _, stderr = proc.communicate()
     wall = time.monotonic() - began
     job = Path(request.output)
     result = _read_json(job / "result.json")
@@ -97,7 +112,7 @@ def run_trial(request: JobRequest, spec: Path) -> Outcome:
         exit_code=proc.returncode,
         result=result,
         fingerprint=manifest.get("source_fingerprint") if manifest else None,
-        stderr=proc.stderr.strip()[-2000:],
+        stderr=stderr.strip()[-2000:],
     )
 
 

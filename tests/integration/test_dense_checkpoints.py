@@ -174,6 +174,9 @@ def test_a_stopped_job_keeps_a_checkpoint_and_resumes_to_the_same_bits(
     ), shown.stdout
     result = _resume(job)
     assert result["steps_recovered"] == status.committed_steps
+    # It counted committed steps only, which its checkpoint holds: the resume recovers
+    # exactly the work its last status reported, and the progress goes on from there.
+    assert status_of(job).recovered == status.accepted > 0
     assert_same_bits(job, uninterrupted)
     shown = run_aner("parallel", "status", "--job", str(job))
     recovered = f"{status.committed_steps:,} of them recovered from a checkpoint"

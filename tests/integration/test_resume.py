@@ -107,7 +107,8 @@ def test_a_cancelled_job_resumes_to_the_exact_hits(
     final = status_of(copy)
     assert (final.state, final.resumes) == (JobState.COMPLETED, 1)
     assert final.seq > before.seq
-    assert 2 * CHUNK <= final.recovered <= before.accepted
+    # Exactly what the last status reported: no status counts work the ledger does not hold.
+    assert final.recovered == before.accepted >= 2 * CHUNK
     assert result_of(copy)["hits"] == HITS_1E9
     assert not (copy / "cancel-request").exists()
 
