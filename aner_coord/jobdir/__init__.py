@@ -11,7 +11,8 @@ the files' own types.
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
 - `checkpoint`: a training's committed state, vouched for by the ledger, between
   coordinators;
-- `status`, `manifest`, `results`: the job files as msgspec Structs.
+- `status`, `manifest`, `results`: the job files as msgspec Structs;
+- `sources`: the files whose code computes a result's numbers, which the manifest records.
 """
 
 from aner_coord.jobdir.directory import (
