@@ -11,6 +11,10 @@ EXIT_FAILED = 3
 EXIT_CANCELLED = 4
 EXIT_OFFLINE = 5
 
+# A job's failure message as stderr, status.json, `status` and the API show it: one line of
+# at most this many characters (a longer one is cut, its whole text kept in a file).
+MAX_MESSAGE_CHARS = 500
+
 # How the command line spells an argument that the API calls otherwise.
 _FLAG_NAMES = {"config": "cluster"}
 
@@ -21,6 +25,31 @@ def api_name(name: str) -> str:
 
 def cli_name(name: str) -> str:
     return "--" + _FLAG_NAMES.get(name, name).replace("_", "-")
+
+
+def bounded_message(message: str, kept_in: str | None) -> str:
+    """`message` as one line of at most MAX_MESSAGE_CHARS characters: control characters
+    become spaces, and a longer one is cut, saying how long it was and where the whole of it
+    is kept (`kept_in`, None: nowhere)."""
+    line = "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in message)
+    if len(line) <= MAX_MESSAGE_CHARS:
+        return line
+    where = f"; the whole message is in {kept_in}" if kept_in else ""
+    tail = f" [... cut: {len(line):,} characters in all{where}]"
+    return line[: MAX_MESSAGE_CHARS - len(tail)] + tail
+
+
+# A request's refusal echoes what it refuses; a word longer than this (a value, a key or a
+# path of a user's file) is shown by its ends, so the line keeps what to change.
+MAX_ECHOED_WORD = 200
+
+
+def _elided(text: str) -> str:
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        if len(word) > MAX_ECHOED_WORD:
+            words[i] = f"{word[:100]}[... {len(word) - 140:,} characters ...]{word[-40:]}"
+    return " ".join(words)
 
 
 class AnerError(Exception):
@@ -35,6 +64,7 @@ class AnerError(Exception):
 
 class RequestError(AnerError, ValueError):
     """The request itself is invalid (bad number, existing output...): nothing was started.
+    Its message is one bounded line (`bounded_message`), a long echoed word shown by its ends.
 
     A message may name request arguments as `{name}` for each name in `arguments`; they are
     rendered as the API spells them (`workers=`) or, by the command line, as flags
@@ -51,7 +81,7 @@ class RequestError(AnerError, ValueError):
         text = self.template
         for name in self.arguments:
             text = text.replace("{" + name + "}", style(name))
-        return text
+        return bounded_message(_elided(text), None)
 
 
 class AdmissionError(RequestError):

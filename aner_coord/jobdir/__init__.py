@@ -35,7 +35,7 @@ from aner_coord.jobdir.directory import (
     read_json,
     read_status,
 )
-from aner_coord.jobdir.lock import JobLock, lock_is_held
+from aner_coord.jobdir.lock import JobLock, foreign_holder, lock_is_held
 from aner_coord.jobdir.watch import cancel_requests, watch_job_dir
 from aner_coord.jobdir.writer import StatusWriter
 
@@ -58,6 +58,7 @@ __all__ = [
     "StatusWriter",
     "cancel_requests",
     "check_new_output",
+    "foreign_holder",
     "is_job_dir",
     "lock_is_held",
     "read_json",
