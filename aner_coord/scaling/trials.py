@@ -27,9 +27,11 @@ from aner_coord.requests import JobRequest
 
 # docs/contracts.md, sections 2 and 9: theta and losses within 1e-10 between plans.
 TOLERANCE = 1e-10
-# result.json keys that describe how, not what: they may differ between plans.
+# result.json keys that describe how, not what: they may differ between plans, at any depth
+# (a search's every fit and its refit have their own `seconds` and `worker`).
 _ACCOUNTING = {
     "seconds",
+    "worker",
     "execution",
     "workers",
     "schema",
@@ -109,8 +111,17 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def scientific(result: dict[str, Any]) -> dict[str, Any]:
-    """What a result says about the science, without how long or where it ran."""
-    return {k: v for k, v in result.items() if k not in _ACCOUNTING}
+    """What a result says about the science, without how long or where it ran (at any
+    depth: timings and placements are never part of the scientific result)."""
+    return {k: _without_accounting(v) for k, v in result.items() if k not in _ACCOUNTING}
+
+
+def _without_accounting(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_accounting(v) for k, v in value.items() if k not in _ACCOUNTING}
+    if isinstance(value, list):
+        return [_without_accounting(v) for v in value]
+    return value
 
 
 def disagreement(a: Any, b: Any, where: str = "") -> str | None:
