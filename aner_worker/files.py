@@ -6,10 +6,11 @@ otherwise hold `open` forever), then checked on the open descriptor: `fstat` mus
 regular file, and its size must be within the caller's limit before a byte is read. Bytes
 are read in bounded pieces and never past that size, so a file that grows while it is read
 or holds more than `fstat` vouches for (`/proc/self/pagemap` says 0 bytes and reads
-gigabytes) is refused within one piece past that size and cannot grow the reader. `stat` of a path is never trusted: a FIFO
-or a device reports size 0. Anything refused raises `FileRefused`, whose text says what the
-file is ("a FIFO, not a regular file", "larger than the limit of ..."); absence stays
-`FileNotFoundError` and other system errors stay `OSError`, for the caller to word.
+gigabytes) is refused within one piece past that size and cannot grow the reader. `stat`
+of a path is never trusted: a FIFO or a device reports size 0. Anything refused raises
+`FileRefused`, whose text says what the file is ("a FIFO, not a regular file", "larger
+than the limit of ..."); absence stays `FileNotFoundError` and other system errors stay
+`OSError`, for the caller to word.
 
 Writing (`write_atomically`): a file replaced whole, so that a reader (or a crash) sees the
 old content or the new, never a part: the block cache of a worker, the configuration
