@@ -450,9 +450,17 @@ async def follow(
 
 
 class _PlainLines:
+    """One line per change, and never the same line twice in a row: a log (a Slurm job's,
+    say) keeps what changed, not every rewrite of a STARTING status."""
+
+    def __init__(self) -> None:
+        self._last: str | None = None
+
     def __call__(self, obs: Observation, changed: bool) -> None:
-        if changed:
-            print(render_line(obs), flush=True)
+        line = render_line(obs)
+        if changed and line != self._last:
+            print(line, flush=True)
+            self._last = line
 
 
 class _JsonLines:
