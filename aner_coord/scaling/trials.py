@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from aner_coord.requests import JobRequest
+from aner_coord.scaling.load import LoadMeter, MachineLoad
 
 # docs/contracts.md, sections 2 and 9: theta and losses within 1e-10 between plans.
 TOLERANCE = 1e-10
@@ -52,6 +53,7 @@ class Outcome:
     result: dict[str, Any] | None  # the whole result.json, when the job completed
     fingerprint: str | None
     stderr: str
+    load: MachineLoad | None = None  # how busy the machine was meanwhile
 
 
 def aner_executable() -> str:
@@ -86,9 +88,12 @@ def run_trial(request: JobRequest, spec: Path) -> Outcome:
     assert request.output is not None
     write_spec(request, spec)
     started = datetime.now(UTC).isoformat(timespec="milliseconds")
+    meter = LoadMeter()
+    meter.start()
     began = time.monotonic()
     proc = subprocess.run(command(spec), stdin=subprocess.DEVNULL, capture_output=True, text=True)
     wall = time.monotonic() - began
+    load = meter.stop()
     job = Path(request.output)
     result = _read_json(job / "result.json")
     manifest = _read_json(job / "run-manifest.json")
@@ -99,6 +104,7 @@ def run_trial(request: JobRequest, spec: Path) -> Outcome:
         result=result,
         fingerprint=manifest.get("source_fingerprint") if manifest else None,
         stderr=proc.stderr.strip()[-2000:],
+        load=load,
     )
 
 

@@ -147,3 +147,8 @@ def test_a_search_experiment_passes_whatever_its_fits_took_or_where_they_ran(
     assert all(len(f) == 4 for f in fits)
     losses = {tuple(fit["validation_loss"] for fit in f) for f in fits}
     assert len(losses) == 1  # the same fits, to the bit, however long each took
+    # Each trial keeps how busy the machine was, and the report says it.
+    for t in trials:
+        assert 0.0 <= t["others_cpu_share"] <= 1.0 and isinstance(t["busy"], bool)
+        assert len(t["load_1m"]) == 2
+    assert "## Machine load" in (out / "report.md").read_text()
