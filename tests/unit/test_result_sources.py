@@ -33,6 +33,9 @@ ORCHESTRATION = {
     "aner_coord/limits.py": "admission limits, checked before any work",
     "aner_coord/jobdir/__init__.py": "the job directory's face",
     "aner_coord/jobdir/status.py": "the status file's types and states",
+    "aner_coord/admission.py": "admits a request (the chunk plan it makes is the manifest's, "
+    "which resume checks); the computation's own admission is below computations/",
+    "aner_coord/calls.py": "the API's calls: run a job, raise its failure",
 }
 
 
