@@ -23,6 +23,7 @@ from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
     request_from_arguments,
+    show_needed,
 )
 from aner_coord.errors import EXIT_OK, RequestError
 from aner_coord.requests import JobRequest
@@ -40,8 +41,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
     from aner_coord.computations.dense.request import DenseRequest
 
-    add_request_arguments(p, DenseRequest)
+    needed = add_request_arguments(p, DenseRequest)
     add_execution_arguments(p, "rows", DEFAULT_CHUNK_ROWS, "; the parameters depend on it")
+    show_needed(p, *needed, "--output")
 
 
 def add_predict_arguments(p: argparse.ArgumentParser) -> None:

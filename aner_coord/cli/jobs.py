@@ -19,6 +19,7 @@ from aner_coord.cli.arguments import (
     add_request_arguments,
     execution_from_args,
     request_from_arguments,
+    show_needed,
 )
 from aner_coord.cli.progress import LiveProgress, describe
 from aner_coord.computations.montecarlo import MonteCarloRequest
@@ -41,16 +42,18 @@ REQUEST_TYPES: dict[str, type[ComputationRequest]] = {
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    _add_job_arguments(p, "run")
+    needed = _add_job_arguments(p, "run")
     p.add_argument("--spec", metavar="FILE", help="run the job described by a TOML spec file")
+    show_needed(p, *needed)
 
 
 def add_regression_arguments(p: argparse.ArgumentParser) -> None:
-    _add_job_arguments(p, "regression")
+    show_needed(p, *_add_job_arguments(p, "regression"))
 
 
-def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> None:
-    add_request_arguments(p, REQUEST_TYPES[command])
+def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> list[str]:
+    """The job's flags; returns those it cannot run without (`--spec` aside)."""
+    needed = add_request_arguments(p, REQUEST_TYPES[command])
     add_execution_arguments(p, "samples" if command == "run" else "rows", 65_536)
     p.add_argument(
         "--resume",
@@ -58,6 +61,7 @@ def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> None:
         help="if --output already holds this same job, resume it instead of refusing "
         "(for units that restart on failure)",
     )
+    return [*needed, "--output"]
 
 
 def add_resume_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from aner_coord.cli.arguments import (
     add_request_arguments,
     count,
     request_from_arguments,
+    show_needed,
 )
 from aner_coord.errors import RequestError
 
@@ -31,12 +32,13 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
         "--spec", required=True, metavar="FILE.toml", help="the search file (see samples/)"
     )
     add_execution_arguments(p, "fits", 1, "; a fit's rows per chunk are the file's `chunk`")
+    show_needed(p, "--output")
 
 
 def add_cv_arguments(p: argparse.ArgumentParser) -> None:
     from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
 
-    add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
+    needed = add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
     p.add_argument(
         "--folds",
         type=count,
@@ -58,6 +60,7 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
         chunk_help=f"rows of a chunk within each fit (default {DEFAULT_CHUNK_ROWS}); the "
         "parameters depend on it, as in `train` (fits go out whole, one per task)",
     )
+    show_needed(p, *needed, "--output")
 
 
 def _run(args: argparse.Namespace, request: object) -> int:

@@ -330,6 +330,12 @@ class Coordinator:
                 self._handle(
                     ShellFailed("the coordinator", f"{type(instruction).__name__}: {exc!r}")
                 )
+            else:
+                continue
+            if self._ended.is_set():
+                # The failure ended the job: the rest of this batch was meant for the job
+                # as it was (a RUNNING status would overwrite FAILED), so it is dropped.
+                return
 
     def _carry_out(self, instruction: Instruction, backend: Backend) -> None:
         """One instruction; anything that is not an `Instruction` raises (AssertionError),

@@ -11,7 +11,8 @@ the files' own types.
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
 - `checkpoint`: a training's committed state, vouched for by the ledger, between
   coordinators;
-- `status`, `manifest`, `results`: the job files as msgspec Structs.
+- `status`, `manifest`, `results`: the job files as msgspec Structs;
+- `sources`: the files whose code computes a result's numbers, which the manifest records.
 """
 
 from aner_coord.jobdir.directory import (
@@ -35,7 +36,7 @@ from aner_coord.jobdir.directory import (
     read_json,
     read_status,
 )
-from aner_coord.jobdir.lock import JobLock, lock_is_held
+from aner_coord.jobdir.lock import JobLock, foreign_holder, lock_is_held
 from aner_coord.jobdir.watch import cancel_requests, watch_job_dir
 from aner_coord.jobdir.writer import StatusWriter
 
@@ -59,6 +60,7 @@ __all__ = [
     "StatusWriter",
     "cancel_requests",
     "check_new_output",
+    "foreign_holder",
     "is_job_dir",
     "lock_is_held",
     "read_json",

@@ -271,6 +271,7 @@ def trial_record(
         "transfer_s": _longest(workers, "transfer_s"),
         "wait_s": _total(workers, "wait_s"),
         "source_fingerprint": outcome.fingerprint,
+        **(outcome.load.to_record() if outcome.load is not None else {}),
     }
     record.update(_training(result))
     return record
