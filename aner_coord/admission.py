@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aner_coord import posix
+from aner_coord.arguments import checked
 from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord, load_cluster_file
 from aner_coord.computations import Admitted, Computation, computation_for
 from aner_coord.errors import AdmissionError, RequestError
@@ -217,6 +218,7 @@ def _check_plan(
     )
 
 
+@checked
 def local(workers: int = 0, chunk: int | None = None) -> LocalExecution:
     """A local allocation; `workers=0` means the automatic policy reported by `inventory`.
     `chunk` items go to a task; None is each computation's own default (65,536 samples or
@@ -226,6 +228,7 @@ def local(workers: int = 0, chunk: int | None = None) -> LocalExecution:
     return execution
 
 
+@checked
 def cluster(config: str | os.PathLike[str], chunk: int | None = None) -> ClusterExecution:
     """The group described by the cluster file at `config` (docs/contracts.md, section 5)."""
     execution = ClusterExecution(config=os.fspath(config), chunk=chunk)

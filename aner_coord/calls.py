@@ -13,8 +13,9 @@ has both forms (as dask writes each `Client` method once and bridges it with
 `Calls` holds the calls; how a job runs is its subclasses' business (`OneOff` for
 `parallel`'s functions, `aner_coord.session.Session` on kept workers). A computation's options
 are those of its request type, declared once there: a call converts its keyword arguments
-with `request_of`, which names a wrong one as the caller wrote it (`epochs=`), and shows the
-request type's fields as its signature.
+with `request_of`, which names a wrong value as the caller wrote it (`epochs=`). A call's
+signature is derived from its request type (`aner_coord.arguments.takes`) and checked before
+anything else: an argument it does not take, or a missing one, is refused in one line.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypedDic
 import msgspec
 
 from aner_coord.admission import Job, admit
+from aner_coord.arguments import refuse_others, takes
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
@@ -63,7 +65,9 @@ class Placement(TypedDict, total=False):
 
 PLACEMENT: tuple[str, ...] = tuple(Placement.__annotations__)
 # Arrays a Dense call takes besides X and y, each row's (`_array_options`): not request fields.
+# Cross-validation and search take the first two (their folds validate).
 ROW_ARRAYS = ("groups", "split", "validation")
+FOLD_ARRAYS = ROW_ARRAYS[:2]
 
 
 @dataclass(frozen=True)
@@ -86,54 +90,82 @@ def outcome(report: JobReport, interrupt: BaseException | None = None) -> Any:
     raise JobFailed(report.error or "job failed", report.error_detail) from report.task_exception
 
 
-def synchronous(build: Callable[Concatenate[C, P], Call[R]]) -> Callable[Concatenate[C, P], R]:
-    """The blocking form of a call: build it, wait for its job, finish it."""
+def synchronous(
+    build: Callable[Concatenate[C, P], Call[R]], signature: inspect.Signature
+) -> Callable[Concatenate[C, P], R]:
+    """The blocking form of a call taking `signature`: check its arguments, build it, wait for
+    its job, finish it."""
+    name = build.__name__.lstrip("_")
 
     @functools.wraps(build)
     def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        refuse_others(name, signature, (self, *args), kwargs)
         ready = build(self, *args, **kwargs)
-        report, interrupt = self.wait(ready.job)
+        report, interrupt = self._wait(ready.job)
         return ready.finish(report, interrupt)
 
-    call.__name__ = call.__qualname__ = build.__name__.lstrip("_")
+    call.__name__ = call.__qualname__ = name
+    call.__signature__ = signature  # type: ignore[attr-defined]
     return call
 
 
 def awaitable(
-    build: Callable[Concatenate[C, P], Call[R]],
+    build: Callable[Concatenate[C, P], Call[R]], signature: inspect.Signature
 ) -> Callable[Concatenate[C, P], Coroutine[Any, Any, R]]:
-    """The awaitable form of a call: build it, await its job, finish it."""
+    """The awaitable form of a call taking `signature`: check its arguments, build it, await
+    its job, finish it."""
+    name = build.__name__.lstrip("_") + "_async"
 
     @functools.wraps(build)
     async def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        refuse_others(name, signature, (self, *args), kwargs)
         ready = build(self, *args, **kwargs)
-        report = await self.wait_async(ready.job)
+        report = await self._wait_async(ready.job)
         return ready.finish(report, None)
 
-    call.__name__ = call.__qualname__ = build.__name__.lstrip("_") + "_async"
+    call.__name__ = call.__qualname__ = name
+    call.__signature__ = signature  # type: ignore[attr-defined]
     return call
 
 
+# What each call takes: its request type's options, and where its job runs. A search's own
+# `chunk` is the rows of a chunk within each fit; cross-validation has no grid.
+RUN = takes(None, required=("computation",), placement=PLACEMENT)
+MONTE_CARLO = takes(MonteCarloRequest, placement=PLACEMENT)
+REGRESSION = takes(RegressionRequest, placement=PLACEMENT)
+DENSE_FIT = takes(DenseRequest, positional=("X", "y"), keywords=ROW_ARRAYS, placement=PLACEMENT)
+CROSS_VALIDATE = takes(
+    SearchRequest,
+    positional=("X", "y"),
+    keywords=FOLD_ARRAYS,
+    placement=PLACEMENT,
+    leave_out=("grid",),
+)
+SEARCH = takes(
+    SearchRequest, positional=("X", "y", "spec"), keywords=FOLD_ARRAYS, placement=PLACEMENT
+)
+
+
 class Calls:
-    """The calls of the API. Subclasses say how a job runs (`wait`, `wait_async`) and may
-    add to every result (`finish`)."""
+    """The calls of the API. Subclasses say how a job runs (`_wait`, `_wait_async`) and may
+    add to every result (`_finish`)."""
 
     execution: Execution = LocalExecution()
 
     # -- how a job runs: the subclasses' ---------------------------------------------------
-    def wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
+    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
         """Run `job` to its end from a blocking caller; an interrupt cancels it gracefully
         and is handed back, to be chained."""
         raise NotImplementedError
 
-    async def wait_async(self, job: Job) -> JobReport:
+    async def _wait_async(self, job: Job) -> JobReport:
         """Run `job` to its end for an awaiting caller, never blocking its loop."""
         raise NotImplementedError
 
-    def finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
+    def _finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
         return outcome(report, interrupt)
 
-    def job(self, computation: ComputationRequest, placement: Placement) -> Job:
+    def _job(self, computation: ComputationRequest, placement: Placement) -> Job:
         """Admit `computation` where `placement` says (RequestError: nothing started)."""
         execution = placement.get("execution") or self.execution
         chunk = placement.get("chunk")
@@ -156,23 +188,21 @@ class Calls:
         job directory (docs/contracts.md, section 7), `audit` recomputes that fraction of the chunks
         on the coordinator, `retries` lost workers are survived (docs/contracts.md, section 11),
         `chunk` items go to a task."""
-        return Call(self.job(computation, placement), self.finish)
+        return Call(self._job(computation, placement), self._finish)
 
-    def _monte_carlo(
-        self, /, *, samples: int, seed: int, **placement: Unpack[Placement]
-    ) -> Call[MonteCarloResult]:
+    def _monte_carlo(self, /, **arguments: Any) -> Call[MonteCarloResult]:
         """Estimate pi from `samples` Philox samples of `seed` (docs/contracts.md, section 1); the
         hits depend on nothing else."""
-        request = request_of(MonteCarloRequest, {"samples": samples, "seed": seed}, "monte_carlo")
-        return self._run(request, **placement)
+        placement, options = split_placement(arguments)
+        request = request_of(MonteCarloRequest, options)
+        return Call(self._job(request, placement), self._finish)
 
-    def _regression(
-        self, /, *, samples: int, steps: int, rate: float, seed: int, **placement: Unpack[Placement]
-    ) -> Call[RegressionResult]:
+    def _regression(self, /, **arguments: Any) -> Call[RegressionResult]:
         """Fit the logistic-regression fixture of docs/contracts.md, section 2 with full-batch
-        steps."""
-        options = {"samples": samples, "steps": steps, "rate": rate, "seed": seed}
-        return self._run(request_of(RegressionRequest, options, "regression"), **placement)
+        steps of `rate`: `samples` rows, `steps` steps, the rows of `seed`."""
+        placement, options = split_placement(arguments)
+        request = request_of(RegressionRequest, options)
+        return Call(self._job(request, placement), self._finish)
 
     def _dense_fit(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[DenseFit]:
         """Train a Dense classifier (docs/contracts.md, section 9) on arrays `X` (rows x features)
@@ -191,11 +221,11 @@ class Calls:
 
         placement, options = split_placement(arguments)
         options = _dense_options(X, y, options)
-        job = self.job(request_of(DenseRequest, options, "dense_fit"), placement)
+        job = self._job(request_of(DenseRequest, options), placement)
 
         def finish(report: JobReport, interrupt: BaseException | None) -> DenseFit:
             run = report.run
-            return DenseFit(self.finish(report, interrupt), run.model, run.roles)
+            return DenseFit(self._finish(report, interrupt), run.model, run.roles)
 
         return Call(job, finish)
 
@@ -207,8 +237,6 @@ class Calls:
         is the rows of a chunk within each fit. The result has every fold's best validation
         loss and accuracy, best epoch and seconds (`records()`), their mean and sample
         standard deviation, and with the refit its test metrics and `predict(X)`."""
-        if "grid" in arguments:
-            raise RequestError("cross_validate() takes no grid=: use search() for candidates")
         options = _dense_options(X, y, arguments, "cross_validate")
         return self._search_call(options, None, "cross_validate")
 
@@ -252,35 +280,35 @@ class Calls:
             data = options.get("data")
             if data is not None and data != "digits" and not is_array_data(data):
                 options["data"] = os.path.abspath(os.fspath(data))  # a resumed job finds it
-            request = request_of(SearchRequest, options, call)
-        job = self.job(request, placement)
+            request = request_of(SearchRequest, options)
+        job = self._job(request, placement)
 
         def finish(report: JobReport, interrupt: BaseException | None) -> SearchFit:
-            return SearchFit(self.finish(report, interrupt), report.run.model)
+            return SearchFit(self._finish(report, interrupt), report.run.model)
 
         return Call(job, finish)
 
-    run = synchronous(_run)
-    run_async = awaitable(_run)
-    monte_carlo = synchronous(_monte_carlo)
-    monte_carlo_async = awaitable(_monte_carlo)
-    regression = synchronous(_regression)
-    regression_async = awaitable(_regression)
-    dense_fit = synchronous(_dense_fit)
-    dense_fit_async = awaitable(_dense_fit)
-    cross_validate = synchronous(_cross_validate)
-    cross_validate_async = awaitable(_cross_validate)
-    search = synchronous(_search)
-    search_async = awaitable(_search)
+    run = synchronous(_run, RUN)
+    run_async = awaitable(_run, RUN)
+    monte_carlo = synchronous(_monte_carlo, MONTE_CARLO)
+    monte_carlo_async = awaitable(_monte_carlo, MONTE_CARLO)
+    regression = synchronous(_regression, REGRESSION)
+    regression_async = awaitable(_regression, REGRESSION)
+    dense_fit = synchronous(_dense_fit, DENSE_FIT)
+    dense_fit_async = awaitable(_dense_fit, DENSE_FIT)
+    cross_validate = synchronous(_cross_validate, CROSS_VALIDATE)
+    cross_validate_async = awaitable(_cross_validate, CROSS_VALIDATE)
+    search = synchronous(_search, SEARCH)
+    search_async = awaitable(_search, SEARCH)
 
 
 class OneOff(Calls):
     """`parallel`'s functions: each call's job starts its own workers and ends them."""
 
-    def wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
+    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
         return run_interruptible(lambda cancel: execute(job, cancel=cancel))
 
-    async def wait_async(self, job: Job) -> JobReport:
+    async def _wait_async(self, job: Job) -> JobReport:
         cancel = asyncio.Event()
         task = asyncio.ensure_future(execute(job, cancel=cancel))
         try:
@@ -320,11 +348,7 @@ def _array_options(x: Any, y: Any, options: dict[str, Any], call: str) -> dict[s
             if name in sides:
                 raise RequestError(f"{call}() takes {field}= or {name}=: give one")
             sides[name] = options.pop(field)  # an array where a column's name would be
-    validation = options.pop("validation", None)
-    if validation is not None and call != "dense_fit":
-        raise RequestError(
-            f"{call}() takes no validation=: its folds validate (or give split= with folds=1)"
-        )
+    validation = options.pop("validation", None)  # dense_fit's alone: its signature says so
     if x is None and y is None:
         if validation is not None:
             raise RequestError(f"{call}() takes validation=(X_val, y_val) with arrays X and y")
@@ -423,15 +447,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def request_of(kind: type[Any], options: dict[str, Any], call: str) -> Any:
-    """A `kind` request from keyword arguments. An unknown argument, or one of the wrong
-    type, is a RequestError naming it as the caller wrote it (`epochs=`)."""
-    fields = {f.name for f in msgspec.structs.fields(kind)}
-    unknown = sorted(set(options) - fields)
-    if unknown:
-        extra = set(ROW_ARRAYS) if issubclass(kind, DenseRequest) else set()
-        known = ", ".join(f"{name}=" for name in sorted(fields | set(PLACEMENT) | extra))
-        raise RequestError(f"{call}() has no argument {unknown[0]}=: it takes {known}")
+def request_of(kind: type[Any], options: dict[str, Any]) -> Any:
+    """A `kind` request from a call's options (its signature, checked, took no others). A
+    value of the wrong type is a RequestError naming it as the caller wrote it (`epochs=`)."""
     values = {k: plain(v) for k, v in options.items()}
     try:
         return msgspec.convert(values, kind)
@@ -456,53 +474,3 @@ def _argument_error(exc: msgspec.ValidationError, values: dict[str, Any]) -> str
     if message.startswith("Expected `") and name in values and "[" not in where:
         return f"{name}= must be {words}, got {values[name]!r}"
     return f"{name}=: {message[0].lower()}{message[1:]}"
-
-
-def options_signature(
-    kind: type[Any], first: str = "self", positional: tuple[str, ...] = ()
-) -> inspect.Signature:
-    """The signature that a call taking `kind`'s options shows to `help()` and notebooks."""
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    only = inspect.Parameter.POSITIONAL_ONLY
-    parameters = [inspect.Parameter(first, only)]
-    parameters += [inspect.Parameter(name, only, default=None) for name in positional]
-    for field in msgspec.structs.fields(kind):
-        default = inspect.Parameter.empty if field.required else field.default
-        parameters.append(inspect.Parameter(field.name, keyword, default=default))
-    if issubclass(kind, DenseRequest):
-        parameters += [inspect.Parameter(name, keyword, default=None) for name in ROW_ARRAYS]
-    parameters.extend(
-        inspect.Parameter(name, keyword, default=None) for name in Placement.__annotations__
-    )
-    return inspect.Signature(parameters)
-
-
-_DENSE_FIT = options_signature(DenseRequest, positional=("X", "y"))
-Calls.dense_fit.__signature__ = _DENSE_FIT  # type: ignore[attr-defined]
-Calls.dense_fit_async.__signature__ = _DENSE_FIT  # type: ignore[attr-defined]
-
-
-def _search_signature(*, grid: bool) -> inspect.Signature:
-    """A search call's signature: `SearchRequest`'s options (its own `chunk` among them, the
-    rows of a chunk within each fit) and the placement's others."""
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
-    if grid:
-        spec = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        parameters.append(inspect.Parameter("spec", spec, default=None))
-    for field in msgspec.structs.fields(SearchRequest):
-        if field.name == "grid" and not grid:
-            continue
-        default = inspect.Parameter.empty if field.required else field.default
-        parameters.append(inspect.Parameter(field.name, keyword, default=default))
-    parameters += [inspect.Parameter(n, keyword, default=None) for n in ("groups", "split")]
-    parameters.extend(
-        inspect.Parameter(name, keyword, default=None) for name in PLACEMENT if name != "chunk"
-    )
-    return inspect.Signature(parameters)
-
-
-Calls.cross_validate.__signature__ = _search_signature(grid=False)  # type: ignore[attr-defined]
-Calls.cross_validate_async.__signature__ = _search_signature(grid=False)  # type: ignore[attr-defined]
-Calls.search.__signature__ = _search_signature(grid=True)  # type: ignore[attr-defined]
-Calls.search_async.__signature__ = _search_signature(grid=True)  # type: ignore[attr-defined]

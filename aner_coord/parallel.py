@@ -46,6 +46,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from aner_coord.admission import cluster, local
+from aner_coord.arguments import checked
 from aner_coord.calls import OneOff
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
@@ -104,6 +105,7 @@ __all__ = [
 ]
 
 
+@checked
 def inventory() -> dict[str, Any]:
     """The local CPU allocation as docs/contracts.md, section 4 describes it (JSON-ready)."""
     from aner_worker.inventory import current

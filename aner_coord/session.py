@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from aner_coord.admission import Job
+from aner_coord.arguments import checked
 from aner_coord.calls import Calls, Placement, outcome
 from aner_coord.errors import RequestError
 from aner_coord.job.coordinator import JobReport
@@ -138,6 +139,7 @@ class Session(Calls):
     call of `parallel` is a method here (`aner_coord.calls`), run on the kept workers;
     `chunk=` overrides the session execution's chunk for one call."""
 
+    @checked
     def __init__(self, execution: Execution | None = None, *, restart: bool = True) -> None:
         self.execution = execution if execution is not None else LocalExecution()
         self._runner = _Runner(restart)
@@ -150,6 +152,7 @@ class Session(Calls):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @checked
     def close(self) -> None:
         """End the session's workers (idempotent). Called on leaving `with`, on garbage
         collection and at interpreter exit."""
@@ -165,7 +168,7 @@ class Session(Calls):
         return list(self._runner.pool.losses)
 
     # -- how a call's job runs here ----------------------------------------------------------
-    def job(self, computation: ComputationRequest, placement: Placement) -> Job:
+    def _job(self, computation: ComputationRequest, placement: Placement) -> Job:
         if self.closed:
             raise RequestError("this session is closed: make a new one with parallel.session()")
         if placement.get("execution") is not None:
@@ -173,9 +176,9 @@ class Session(Calls):
                 "a session's calls run on the session's own workers: give the execution to "
                 "parallel.session(), or chunk= to change the chunk of one call"
             )
-        return super().job(computation, placement)
+        return super()._job(computation, placement)
 
-    def wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
+    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
         cancel = asyncio.Event()
         future = self._runner.submit(self._runner.job(job, cancel))
         done = threading.Event()
@@ -189,7 +192,7 @@ class Session(Calls):
                 self._runner.cancel(cancel)
         return future.result(), (interrupted[0] if interrupted else None)
 
-    async def wait_async(self, job: Job) -> JobReport:
+    async def _wait_async(self, job: Job) -> JobReport:
         cancel = asyncio.Event()
         future = asyncio.wrap_future(self._runner.submit(self._runner.job(job, cancel)))
         try:
@@ -199,7 +202,7 @@ class Session(Calls):
             await asyncio.wait([future])
             raise
 
-    def finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
+    def _finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
         """The call's result, with the workers lost since the last call in its `losses`."""
         losses = self._runner.pool.losses
         fresh, self._reported = losses[self._reported :], len(losses)
@@ -209,6 +212,7 @@ class Session(Calls):
         return result
 
 
+@checked
 def session(execution: Execution | None = None, *, restart: bool = True) -> Session:
     """Workers started once and kept for several calls: `with parallel.session(execution) as
     s: s.monte_carlo(...)`. `execution` is `local(...)` (the default) or `cluster(...)`;
