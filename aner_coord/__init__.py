@@ -1,6 +1,7 @@
 """The aner coordinator: execution contexts, the job machine, transports, job files, CLI.
 
-The documented entry point for Python is `from aner_coord import parallel`.
+The documented entry point for Python is `import aner.parallel` (the package `aner`, in
+`aner/`, installed under that name); `from aner_coord import parallel` is the same module.
 
 - `parallel`, `session`, `calls`: the Python API, one-off calls and sessions; `cli/`: the
   command line, one module per command group;
@@ -11,12 +12,19 @@ The documented entry point for Python is `from aner_coord import parallel`.
   to worker processes; `jobdir/`: the job directory's files; `scaling/`: `aner parallel
   scaling` and `plan`;
 - `runner`: a coroutine run from synchronous code, interruptibly; `errors`: whose fault a
-  failure is, and the exit codes;
+  failure is, and the exit codes; `arguments`: the signature of each call of the API, and
+  the refusal of any other argument;
 - `program`: the `aner` program's first line; `interrupts`: who takes SIGINT while a
-  command starts, runs and ends.
+  command starts, runs and ends;
+- `aner/`: the package `aner` (`aner.parallel`, `python -m aner`); `shadowing`: our own
+  `protocol` and `aner_worker`, whatever a user's files are named.
 """
 
 from typing import Any
+
+from aner_coord import shadowing
+
+shadowing.pin()  # before any module of ours imports `protocol` or `aner_worker`
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def main() -> int:
-    """The console script (and `python -m aner_coord`)."""
+    """The console script (and `python -m aner_coord`, `python -m aner`)."""
     from aner_coord import interrupts
 
     interrupts.start()

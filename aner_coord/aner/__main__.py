@@ -1,0 +1,7 @@
+"""`python -m aner` is the `aner` command."""
+
+import sys
+
+from aner_coord.program import main
+
+sys.exit(main())
