@@ -8,7 +8,8 @@ has both forms (as dask writes each `Client` method once and bridges it with
 - `synchronous`: the caller's thread waits; an interrupt (Ctrl-C, a notebook's kernel
   interrupt) cancels the job gracefully and the call raises `JobCancelled` chained from it;
 - `awaitable`: the job is awaited without blocking the caller's loop; cancelling the awaiting
-  task cancels the job, waits for it to stop, then re-raises.
+  task cancels the job, waits for it to stop, then re-raises the CancelledError, as asyncio's
+  convention asks (`awaited`).
 
 `Calls` holds the calls; how a job runs is its subclasses' business (`OneOff` for
 `parallel`'s functions, `aner_coord.session.Session` on kept workers). A computation's options
@@ -21,6 +22,7 @@ anything else: an argument it does not take, or a missing one, is refused in one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
@@ -310,13 +312,25 @@ class OneOff(Calls):
 
     async def _wait_async(self, job: Job) -> JobReport:
         cancel = asyncio.Event()
-        task = asyncio.ensure_future(execute(job, cancel=cancel))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancel.set()
-            await task
-            raise
+        return await awaited(asyncio.ensure_future(execute(job, cancel=cancel)), cancel.set)
+
+
+async def awaited(job: asyncio.Future[JobReport], cancel: Callable[[], None]) -> JobReport:
+    """The report of a running `job` for an awaiting task. Cancelling that task cancels the
+    job gracefully (`cancel()`) and waits until it has stopped, its workers with it, before
+    the CancelledError goes on. A further cancellation meanwhile (a second Ctrl-C under
+    `asyncio.run`, a timeout) waits too: the stop takes moments, and giving up on it would
+    leave the job computing behind the caller's back."""
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        cancel()
+        while not job.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([job])
+        if not job.cancelled():
+            job.exception()  # retrieved: what the caller gets is the CancelledError
+        raise
 
 
 # -- options from a request type -------------------------------------------------------------

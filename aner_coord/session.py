@@ -46,7 +46,7 @@ import msgspec
 
 from aner_coord.admission import Job
 from aner_coord.arguments import checked
-from aner_coord.calls import Calls, Placement, outcome
+from aner_coord.calls import Calls, Placement, awaited, outcome
 from aner_coord.errors import RequestError
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import execute
@@ -195,12 +195,7 @@ class Session(Calls):
     async def _wait_async(self, job: Job) -> JobReport:
         cancel = asyncio.Event()
         future = asyncio.wrap_future(self._runner.submit(self._runner.job(job, cancel)))
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            self._runner.cancel(cancel)
-            await asyncio.wait([future])
-            raise
+        return await awaited(future, lambda: self._runner.cancel(cancel))
 
     def _finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
         """The call's result, with the workers lost since the last call in its `losses`."""
