@@ -1,6 +1,7 @@
-"""The Python API: `from aner_coord import parallel`.
+"""The Python API: `import aner.parallel` (or `from aner_coord import parallel`, the same
+module: `aner.parallel is aner_coord.parallel`).
 
-    from aner_coord import parallel
+    import aner.parallel as parallel
     result = parallel.monte_carlo(samples=10**8, seed=42, execution=parallel.local(workers=2))
     print(result.hits, result.estimate)
     print(result.summary())
@@ -11,7 +12,8 @@ Jupyter); an interrupt (Ctrl-C, a kernel interrupt) cancels the job gracefully a
 coordinator thread, worker thread or worker process of the call is still computing. Async
 callers await `run_async`, `monte_carlo_async`, `regression_async`, `dense_fit_async`,
 `cross_validate_async` or `search_async`, which never block their loop; cancelling the
-awaiting task cancels the job.
+awaiting task cancels the job, waits until it has stopped, and raises the task's
+`asyncio.CancelledError`, as asyncio's convention asks.
 
 Model search and cross-validation (docs/contracts.md, section 12) run independent Dense fits, each
 whole on one worker slot, and give the same numbers whatever the workers:
@@ -35,7 +37,8 @@ exit; a worker lost between calls is started again and reported in the next call
 `result.losses` (or, with `restart=False`, counted as that call's lost worker).
 
 Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the message
-names the argument to change, as `workers=`), `JobFailed` for a failed job (its message says
+names the argument to change, as `workers=`; an argument a call does not take, or a missing
+one, is refused by name too), `JobFailed` for a failed job (its message says
 where: the worker and phase, a divergence, the job directory), `JobCancelled` if it was
 cancelled.
 """

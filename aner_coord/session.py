@@ -24,7 +24,8 @@ An interrupt of a synchronous call (Ctrl-C, a notebook's kernel interrupt) cance
 job gracefully and raises `JobCancelled` chained from the interrupt; the workers that still
 had tasks in flight are shut down (the next call starts them again), the others are kept.
 The `*_async` forms await the job without blocking the caller's loop; cancelling the awaiting
-task cancels the job the same way.
+task cancels the job the same way, and its `asyncio.CancelledError` goes on once the job has
+stopped.
 
 The workers end on `close()` or leaving the `with` block, when the session is garbage
 collected (`weakref.finalize`) and at interpreter exit (the same finalizer), each with the
