@@ -44,12 +44,14 @@ def takes(
     keywords: Iterable[str] = (),
     placement: Iterable[str] = (),
     leave_out: Iterable[str] = (),
+    file_instead: bool = False,
 ) -> inspect.Signature:
     """A method's signature: `self`; `required` then `positional` arguments (positional or
     keyword, the latter default None); then the fields of the request type `kind` as keywords
-    (required where the field is), less `leave_out`; then the other `keywords` (arguments
-    that are not fields, as arrays of one value a row) and the `placement` keywords that are
-    not fields, default None."""
+    (required where the field is, unless `file_instead`: a file may hold them all, and the
+    call checks them when there is none, `missing_options`), less `leave_out`; then the other
+    `keywords` (arguments that are not fields, as arrays of one value a row) and the
+    `placement` keywords that are not fields, default None."""
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
     parameters += [inspect.Parameter(name, _EITHER) for name in required]
     parameters += [inspect.Parameter(name, _EITHER, default=None) for name in positional]
@@ -57,7 +59,10 @@ def takes(
     omit = set(leave_out)
     for field in fields:
         if field.name not in omit:
-            default = inspect.Parameter.empty if field.required else _default(field)
+            if not field.required:
+                default = _default(field)
+            else:
+                default = None if file_instead else inspect.Parameter.empty
             parameters.append(inspect.Parameter(field.name, _KEYWORD, default=default))
     named = {field.name for field in fields}
     parameters += [
@@ -105,6 +110,14 @@ def refuse_others(
     for p in parameters:
         if p.default is p.empty and p.kind not in _VARIADIC and p.name not in supplied:
             raise ArgumentError(f"{call}() needs {p.name}=: {listing}")
+
+
+def missing_options(call: str, kind: type[Any], options: dict[str, Any], instead: str) -> None:
+    """Refuse options that leave out a required field of `kind`, where the argument `instead`
+    (a file holding every option) was not given either (ArgumentError)."""
+    for field in msgspec.structs.fields(kind):
+        if field.required and field.name not in options:
+            raise ArgumentError(f"{call}() needs {field.name}=, or {instead}= (a file of them all)")
 
 
 def _listing(keywords: list[str]) -> str:

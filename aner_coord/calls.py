@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypedDic
 import msgspec
 
 from aner_coord.admission import Job, admit
-from aner_coord.arguments import refuse_others, takes
+from aner_coord.arguments import missing_options, refuse_others, takes
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
@@ -144,7 +144,11 @@ CROSS_VALIDATE = takes(
     leave_out=("grid",),
 )
 SEARCH = takes(
-    SearchRequest, positional=("X", "y", "spec"), keywords=FOLD_ARRAYS, placement=PLACEMENT
+    SearchRequest,
+    positional=("X", "y", "spec"),
+    keywords=FOLD_ARRAYS,
+    placement=PLACEMENT,
+    file_instead=True,
 )
 
 
@@ -278,6 +282,7 @@ class Calls:
         else:
             from aner_coord.computations.search.grid import check_conflicts
 
+            missing_options(call, SearchRequest, options, "spec")
             check_conflicts(set(options) - {"grid"}, options.get("grid") or {})
             data = options.get("data")
             if data is not None and data != "digits" and not is_array_data(data):
@@ -318,9 +323,9 @@ class OneOff(Calls):
 async def awaited(job: asyncio.Future[JobReport], cancel: Callable[[], None]) -> JobReport:
     """The report of a running `job` for an awaiting task. Cancelling that task cancels the
     job gracefully (`cancel()`) and waits until it has stopped, its workers with it, before
-    the CancelledError goes on. A further cancellation meanwhile (a second Ctrl-C under
-    `asyncio.run`, a timeout) waits too: the stop takes moments, and giving up on it would
-    leave the job computing behind the caller's back."""
+    the CancelledError goes on. A further cancellation meanwhile (a timeout and a task
+    group both cancelling the task) waits too: the stop takes moments, and giving up on it
+    would leave the job computing behind the caller's back."""
     try:
         return await asyncio.shield(job)
     except asyncio.CancelledError:

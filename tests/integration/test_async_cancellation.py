@@ -112,6 +112,25 @@ except KeyboardInterrupt:
 """
 
 
+UNDER_A_TIMEOUT = """
+async def main():
+    job = pathlib.Path(HERE, "job")
+    try:
+        async with asyncio.timeout(None) as timeout:
+            call = asyncio.ensure_future(
+                parallel.monte_carlo_async(samples=10**10, seed=1, execution=LOCAL, output=job)
+            )
+            await until_computing(job)
+            began = time.monotonic()
+            timeout.reschedule(asyncio.get_running_loop().time())  # it expires now
+            await call
+    except TimeoutError:
+        print(json.dumps({**stopped(job, began), "raised": "TimeoutError"}))
+
+asyncio.run(main())
+"""
+
+
 def run(tmp_path: Path, body: str) -> dict[str, object]:
     cluster = write_pipe_pair(tmp_path / "cluster")
     prelude = PRELUDE.format(tests=str(TESTS), cluster=str(cluster), here=str(tmp_path))
@@ -149,3 +168,11 @@ def test_an_interrupted_asyncio_run_cancels_the_job_first(tmp_path: Path) -> Non
     report = run(tmp_path, UNDER_ASYNCIO_RUN)
     assert report["raised"] == "KeyboardInterrupt"
     assert report["state"] == "CANCELLED" and report["workers"] == []
+
+
+def test_a_timeout_that_expires_raises_timeout_error_after_the_job_stopped(
+    tmp_path: Path,
+) -> None:
+    report = run(tmp_path, UNDER_A_TIMEOUT)
+    assert report["raised"] == "TimeoutError"
+    assert report["state"] == "CANCELLED" and report["threads"] == []

@@ -128,15 +128,18 @@ def test_a_foreign_package_imported_first_is_refused_in_one_line(
 def test_the_aner_package_is_installed_from_its_folder() -> None:
     code = textwrap.dedent(
         """
-        import aner, aner.parallel, aner_coord
+        import sys
+        import aner, aner_coord
+        print("aner_coord.parallel" not in sys.modules)  # `import aner` alone loads no API
         print(aner.__file__)
-        print(aner.parallel.__file__)
+        print(aner.parallel.__file__)  # imported on first use
         print(aner.__version__ == aner_coord.__version__)
         """
     )
     done = python(ROOT / "docs", "-c", code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [
+        "True",
         str(ROOT / "aner_coord" / "aner" / "__init__.py"),
         str(ROOT / "aner_coord" / "parallel.py"),
         "True",

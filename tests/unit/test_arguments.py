@@ -120,7 +120,9 @@ def test_each_missing_required_argument_is_refused_naming_it(
             message = _refusal(call, **_placed(call, output, **others))
             assert message.startswith(f"{call.__qualname__}() needs {missing}=: it takes "), name
             checked += 1
-    assert checked >= 2 * (1 + 2 + 4 + 1 + 1 + 1) + 1  # run ... search, and cluster's config
+    # run, monte_carlo, regression, dense_fit, cross_validate (search's spec= may stand for
+    # its options), sync and async, and cluster's config
+    assert checked >= 2 * (1 + 2 + 4 + 1 + 1) + 1
     _nothing_started(output)
 
 
@@ -147,6 +149,9 @@ def test_the_reproductions() -> None:
     )
     message = _refusal(parallel.dense_fit, teacher=(300, 4, 2), seed=1, epoch=3)
     assert message.startswith("dense_fit() has no argument epoch= (did you mean epochs=?)")
+    for search in (parallel.search, parallel.search_async):
+        message = _refusal(search, teacher=(300, 4, 2), grid={"lr": [0.1]})
+        assert message == "search() needs seed=, or spec= (a file of them all)"
     message = _refusal(parallel.local, 1, workers=2)
     assert message == "local() got workers twice, by position and as workers="
 
