@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from aner_coord import parallel
+import aner.parallel as parallel
 
 
 def main() -> None:
