@@ -116,6 +116,7 @@ def inventory() -> dict[str, Any]:
     return current().to_dict()
 
 
+@checked
 def load_model(path: str | os.PathLike[str], *, allow_incomplete: bool = False) -> DenseModel:
     """The model of a completed Dense job: its job directory, or a `model.npz` path, read
     with `aner parallel predict`'s checks (a tampered or foreign file is a RequestError).
