@@ -158,11 +158,11 @@ def test_the_reproductions() -> None:
 
 def test_the_signatures_are_the_request_types_options() -> None:
     # Declared once: a call takes its request type's fields, and the placement keywords.
-    from aner_coord.calls import PLACEMENT
+    from aner_coord.calls import PLACEMENT, ROW_ARRAYS
     from aner_coord.computations.dense.request import DenseRequest
 
     fields = [f.name for f in msgspec.structs.fields(DenseRequest)]
-    assert _keywords(parallel.dense_fit) == ["X", "y", *fields, *PLACEMENT]
+    assert _keywords(parallel.dense_fit) == ["X", "y", *fields, *ROW_ARRAYS, *PLACEMENT]
     assert _required(parallel.dense_fit) == ["seed"]
     assert _required(parallel.monte_carlo) == ["seed", "samples"]
 
