@@ -66,6 +66,8 @@ def open_regular(
     flags = os.O_RDONLY | O_NONBLOCK | O_CLOEXEC | (0 if follow else O_NOFOLLOW)
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
+    except ValueError:  # a NUL in the name, which no file's name can hold
+        raise FileRefused("a name with a NUL character, which no file has") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
             raise FileRefused("a symbolic link, not a regular file") from None

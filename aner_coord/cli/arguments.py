@@ -53,13 +53,15 @@ def fraction(text: str) -> float:
 def add_execution_arguments(
     p: argparse.ArgumentParser,
     what: str,
-    default_chunk: int,
+    default_chunk: int | None,
     chunk_note: str = "",
     *,
     chunk_help: str | None = None,
 ) -> None:
     """Where a job runs and what becomes of it: shared by every job command. `chunk_help`
-    replaces the help of `--chunk` for a command whose chunk is not items per task."""
+    replaces the help of `--chunk` for a command whose chunk is not items per task; a
+    command with no `default_chunk` does not offer `--chunk` (its tasks are not the user's to
+    cut): the flag is parsed, unlisted, for the command to refuse saying why."""
     p.add_argument(
         "--workers",
         type=count,
@@ -70,7 +72,9 @@ def add_execution_arguments(
         "--chunk",
         type=count,
         default=None,
-        help=chunk_help or f"{what} per task (default {default_chunk:,}){chunk_note}",
+        help=argparse.SUPPRESS
+        if default_chunk is None
+        else chunk_help or f"{what} per task (default {default_chunk:,}){chunk_note}",
     )
     p.add_argument(
         "--audit",

@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
     from aner_coord.computations.dense.request import DenseRequest
+    from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
     add_request_arguments(p, DenseRequest)
     add_execution_arguments(p, "rows", DEFAULT_CHUNK_ROWS, "; the parameters depend on it")

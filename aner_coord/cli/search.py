@@ -30,11 +30,14 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec", required=True, metavar="FILE.toml", help="the search file (see samples/)"
     )
-    add_execution_arguments(p, "fits", 1, "; a fit's rows per chunk are the file's `chunk`")
+    # A search hands out whole fits, one per task: a fit's rows per chunk are the file's
+    # `chunk`, so --chunk is not offered (and refused with that reason).
+    add_execution_arguments(p, "fits", None)
 
 
 def add_cv_arguments(p: argparse.ArgumentParser) -> None:
-    from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
+    from aner_coord.computations.search.request import SearchRequest
+    from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
     add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
     p.add_argument(
@@ -89,7 +92,8 @@ def cv_request(args: argparse.Namespace) -> object:
     """The request of `aner parallel cv`: a search of one candidate."""
     import msgspec
 
-    from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
+    from aner_coord.computations.search.request import SearchRequest
+    from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
     options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_DERIVED)
     chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK_ROWS

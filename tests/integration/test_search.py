@@ -365,7 +365,7 @@ def test_cv_stratifies_and_takes_the_train_options(tmp_path: Path) -> None:
     result = result_of(job)
     assert result["folds_sha256"] == ref.fold_sha256(expected)
     assert result["options"]["optimizer"] == "sgd" and result["options"]["lr"] == 0.01
-    assert result["chunk"] == 256 and result["refit"] is None and result["test_loss"] is None
+    assert result["chunk"] == 128 and result["refit"] is None and result["test_loss"] is None
     assert not (job / "model.npz").exists()
     assert "1 candidate(s) x 3 folds" in done.stdout
 

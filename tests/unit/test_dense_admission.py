@@ -34,7 +34,7 @@ def request(**fields: Any) -> JobRequest:
         ),
         ({"batch": 2_000_000}, AdmissionError, "--batch is 2,000,000; the limit is 1,000,000"),
         ({"epochs": 0}, RequestError, "--epochs must be positive"),
-        ({"epochs": 10_001}, AdmissionError, "--epochs is 10001; the limit is 10000"),
+        ({"epochs": 10_001}, AdmissionError, "--epochs is 10,001; the limit is 10,000"),
         ({"optimizer": "rmsprop"}, RequestError, "--optimizer must be adam or sgd"),
         (
             {"precision": "float16"},

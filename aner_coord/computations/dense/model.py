@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.options import MAX_HIDDEN_LAYERS, MAX_LAYER, MAX_PARAMS
+from aner_worker.kernels.base import PRECISIONS
 from aner_worker.kernels.dense.network import (
     DEFAULT_PRECISION,
-    PRECISIONS,
     layer_shapes,
     predict,
     predict_proba,
@@ -41,10 +42,8 @@ Floats = npt.NDArray[np.float64]
 Classes = npt.NDArray[np.float64] | npt.NDArray[np.str_]
 
 MODEL_SCHEMA = "aner-dense/v1"
-# Bounds of a model that training could have made (computation.py's admission limits).
-MAX_LAYER = 4096
-MAX_LAYERS = 18  # input, 16 hidden layers, output
-MAX_PARAMS = 4_000_000
+# Bounds of a model that training could have made (the admission limits of `options`).
+MAX_LAYERS = MAX_HIDDEN_LAYERS + 2  # input, hidden layers, output
 MAX_MODEL_BYTES = 256 << 20  # the parameters, classes and meta of the largest such model
 
 

@@ -9,10 +9,9 @@ from typing import Annotated
 
 from msgspec import Meta
 
+from aner_coord.computations.dense.options import OPTIMIZERS
 from aner_coord.requests import ComputationRequest
-
-# `aner_worker.kernels.dense.network.PRECISIONS`, not imported: a request type loads no numpy.
-PRECISIONS = ("float64", "float32")
+from aner_worker.kernels.base import PRECISIONS
 
 
 class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
@@ -68,9 +67,9 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
     hidden: Annotated[tuple[int, ...], Meta(description="hidden layer sizes")] = (64, 64)
     batch: Annotated[int, Meta(description="rows of a global batch (one optimizer step)")] = 256
     epochs: Annotated[int, Meta(description="at most this many epochs")] = 100
-    optimizer: Annotated[
-        str, Meta(description="the optimizer", extra={"choices": ("adam", "sgd")})
-    ] = "adam"
+    optimizer: Annotated[str, Meta(description="the optimizer", extra={"choices": OPTIMIZERS})] = (
+        "adam"
+    )
     lr: Annotated[float, Meta(description="learning rate")] = 1e-3
     patience: Annotated[
         int, Meta(description="stop after this many epochs without a lower validation loss")
