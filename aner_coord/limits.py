@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 
 from aner_coord.errors import AdmissionError, RequestError
+from aner_worker.kernels.identities import SEED_LIMIT
 from protocol import MAX_ITEMS
 
 MAX_SAMPLES = MAX_ITEMS
 MAX_CHUNKS = 1_000_000
 MAX_LOCAL_WORKERS = 256
 MAX_WORKER_RECORDS = 32
-SEED_LIMIT = 2**64
 DEFAULT_CHUNK = 65_536
 MAX_STEPS = 100_000
 

@@ -44,7 +44,7 @@ from aner_coord.job.liveness import (
     silence_timeout,
 )
 from aner_coord.job.pacing import Pacer, Window
-from aner_coord.job.pool import LostBetweenJobs, WorkerPool
+from aner_coord.job.pool import LOST_CLOSE_S, LostBetweenJobs, WorkerPool
 from aner_coord.job.staging import StagingLost, stage_worker
 from aner_coord.job.timing import TaskTimes
 from aner_coord.jobdir.status import StagingRecord
@@ -66,7 +66,6 @@ from protocol import (
 
 log = logging.getLogger("aner.coordinator")
 
-LOST_CLOSE_S = 1.0  # how long a lost worker may take to exit once its stdin is closed
 # A lost worker is reconnected after 0.5 s, then 1, 2, 4, ... at most 10 s between tries,
 # at most MAX_REJOINS times per job.
 REJOIN_FIRST_S = 0.5

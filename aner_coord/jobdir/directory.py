@@ -30,7 +30,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,12 +40,15 @@ import msgspec
 from aner_coord.errors import EXIT_FAILED, AnerError, RequestError
 from aner_coord.jobdir.status import StatusSnapshot, decode_status
 from aner_worker.files import (
+    DIR_MODE,
+    FILE_MODE,
     O_CLOEXEC,
     O_NOFOLLOW,
     O_NONBLOCK,
     FileRefused,
     open_regular,
     read_limited,
+    replace_in,
 )
 
 MANIFEST = "run-manifest.json"
@@ -99,12 +101,6 @@ READ_LIMITS = {
     CANCEL_REQUEST: 4096,
 }
 DEFAULT_READ_LIMIT = 16 << 20
-
-
-FILE_MODE = 0o600
-
-
-DIR_MODE = 0o700
 
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -307,34 +303,13 @@ class JobDir:
         return fd
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        """Replace `name` atomically: temp file, fsync, rename, fsync the directory."""
-        dir_fd = self.fileno()
-        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        """Replace `name` atomically (`replace_in`: temp file, fsync, rename, fsync the
+        directory)."""
         try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, FILE_MODE, dir_fd=dir_fd
-            )
+            replace_in(self.fileno(), name, data)
         except OSError as exc:
             raise self.write_error("write", name, exc) from None
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            self._made.add(name)
-            os.fsync(dir_fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise self.write_error("write", name, exc) from None
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
+        self._made.add(name)
 
     def write_json(self, name: str, obj: Any) -> None:
         self.write_bytes(name, msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")

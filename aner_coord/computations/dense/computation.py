@@ -23,15 +23,14 @@ from aner_coord.computations.dense.options import (
     MAX_PARAMS,
     check_option,
 )
-from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.dense.run import MODEL_ID, DenseRun, feature_names
+from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
+from aner_coord.computations.dense.run import DenseRun, feature_names
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_seed
 from aner_worker.files import FileRefused, stat_regular
 from aner_worker.kernels.dense.data import (
     MAX_DATA_BYTES,
-    MAX_FILE_BYTES,
     ArrayDataset,
     DataError,
     Dataset,
@@ -42,6 +41,7 @@ from aner_worker.kernels.dense.kernel import DenseKernel
 from aner_worker.kernels.dense.network import parameter_count
 from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 from aner_worker.kernels.dense.plan import layer_sizes, steps_per_epoch
+from aner_worker.npzfile import MAX_FILE_BYTES
 
 # Under groups or a split of your own a role's row positions travel with each of its passes
 # (8 bytes a row, beside up to 32 MB of parameters in one frame): 16 MiB of them at most.

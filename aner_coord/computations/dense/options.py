@@ -18,8 +18,7 @@ from typing import Any
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_positive
 from aner_worker.kernels.base import PRECISIONS
-
-OPTIMIZERS = ("adam", "sgd")
+from aner_worker.kernels.dense.params import OPTIMIZERS
 
 # Admission limits (docs/contracts.md, section 3 asks for limits with clear errors).
 MAX_TEACHER_ROWS = 200_000_000

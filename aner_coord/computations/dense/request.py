@@ -9,9 +9,12 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from aner_coord.computations.dense.options import OPTIMIZERS
 from aner_coord.requests import ComputationRequest
 from aner_worker.kernels.base import PRECISIONS
+from aner_worker.kernels.dense.params import OPTIMIZERS
+
+# The identity of what a Dense job computes: the manifest's, the result's and model.npz's.
+MODEL_ID = "aner-dense/v1"
 
 
 class DenseRequest(ComputationRequest, frozen=True, tag="dense"):

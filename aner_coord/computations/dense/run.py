@@ -22,7 +22,7 @@ import numpy as np
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
 from aner_coord.computations.dense import checkpoint, splits, suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
-from aner_coord.computations.dense.request import DenseRequest
+from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
 from aner_coord.computations.dense.result import DenseResult, EpochRecord
 from aner_coord.jobdir.status import JobState, TrainingPosition
 from aner_worker.blocks import split
@@ -40,9 +40,6 @@ from aner_worker.kernels.dense.training import (
     TrainingPass,
     TrainingRows,
 )
-
-MODEL_ID = "aner-dense/v1"
-
 
 # Audits across platforms (docs/contracts.md, section 9 lets plans on two platforms differ by
 # rounding): each statistic within this fraction of its largest magnitude, by the chunks'

@@ -36,16 +36,13 @@ from aner_coord.computations.search.plan import (
     plain,
 )
 from aner_coord.computations.search.request import GRID_KEYS, MAX_FOLDS, SearchRequest
-from aner_coord.computations.search.run import SearchRun
+from aner_coord.computations.search.run import MODEL_ID, SearchRun
 from aner_coord.computations.search.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_seed
 from aner_worker.kernels.dense.plan import layer_sizes
 from aner_worker.kernels.search.kernel import SearchKernel
 from aner_worker.kernels.search.params import TEST_FOLD
-
-MODEL_ID = "aner-search/v1"
-
 
 _prepared: dict[bytes, Prepared] = {}
 

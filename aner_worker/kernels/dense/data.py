@@ -30,12 +30,13 @@ import numpy.typing as npt
 from numba import njit
 
 from aner_worker.kernels.dense.streams import signed, words
+from aner_worker.kernels.identities import SEED_LIMIT
 from aner_worker.kernels.philox import philox_block
-from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
+from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, npz_arrays, read_user_file
 
-# Limits of a data file: its bytes before parsing, and its features in memory as binary64
-# (an NPZ member's declared shape is checked against the second before it is decompressed).
-MAX_FILE_BYTES = 2 << 30
+# Limits of a data file: its bytes before parsing (`npzfile.MAX_FILE_BYTES`), and its
+# features in memory as binary64 (an NPZ member's declared shape is checked against the
+# second before it is decompressed).
 MAX_DATA_BYTES = 4 << 30
 
 TEACHER_ID = "aner-dataset/teacher/v1"
@@ -485,7 +486,7 @@ class TeacherDataset(Dataset):
             )
         if n_classes < 2:
             raise DataError(f"teacher classes must be at least 2, got {n_classes}")
-        if not 0 <= seed < 2**64:
+        if not 0 <= seed < SEED_LIMIT:
             raise DataError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
         self.n_rows, self.n_features, self.seed = n_rows, n_features, seed
         self.classes = np.arange(n_classes, dtype=np.float64)

@@ -25,6 +25,9 @@ MOMENTS, TRAIN, EVALUATE = "moments", "train", "evaluate"
 # slower than 256 and two workers no faster than 128.
 DEFAULT_CHUNK_ROWS = 128
 
+# The optimizers a training offers (`optimizers`), by name.
+OPTIMIZERS = ("adam", "sgd")
+
 
 class DenseParams(msgspec.Struct, frozen=True, array_like=True):
     step: str  # MOMENTS, TRAIN or EVALUATE
