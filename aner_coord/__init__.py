@@ -11,7 +11,8 @@ The documented entry point for Python is `from aner_coord import parallel`.
   to worker processes; `jobdir/`: the job directory's files; `scaling/`: `aner parallel
   scaling` and `plan`;
 - `runner`: a coroutine run from synchronous code, interruptibly; `errors`: whose fault a
-  failure is, and the exit codes.
+  failure is, and the exit codes; `userfiles`: the bounded reading of every small file a
+  user names; `posix`: what needs POSIX, and its refusal where it is missing.
 """
 
 from typing import Any

@@ -6,8 +6,8 @@
 
 How it works. A session owns an event loop in a daemon thread ("aner-session") and a
 `WorkerPool` (aner_coord.job.pool) on it. Each call admits its request with the session's
-execution and runs `jobs.execute` on that loop, exactly as a one-off call runs it: its own
-coordinator, job state machine, accounting and optional job directory, and so the same
+execution and runs `aner_coord.job.execute` on that loop, exactly as a one-off call runs it: its
+own coordinator, job state machine, accounting and optional job directory, and so the same
 result bit for bit; only the process backend takes the group's workers from the pool instead
 of starting them, and gives them back when the job ends. Calls on one session run one after
 another. A local session has no processes to keep: its calls start their threads afresh

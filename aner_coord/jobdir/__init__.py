@@ -9,8 +9,6 @@ the files' own types.
 - `lock`: the coordinator's `flock` (`JobLock`) and the monitors' probe of it;
 - `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
-- `checkpoint`: a training's committed state, vouched for by the ledger, between
-  coordinators;
 - `status`, `manifest`, `results`: the job files as msgspec Structs.
 """
 

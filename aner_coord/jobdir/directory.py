@@ -81,8 +81,9 @@ LEDGER = "ledger"
 MODEL = "model.npz"
 
 
-# A training's last checkpoint (`aner_coord.jobdir.checkpoint`); its own bound is the run's
-# (`Checkpoints.checkpoint_limit`, from the model's shapes), this one is for any reader.
+# A training's last checkpoint (`aner_coord.computations.dense.checkpoint`); its own bound is
+# the run's (`Checkpoints.checkpoint_limit`, from the model's shapes), this one is for any
+# reader.
 CHECKPOINT = "checkpoint.npz"
 
 

@@ -1,9 +1,9 @@
-"""Model search and cross-validation end to end (SPEC section 12), as a researcher runs them:
-`aner parallel search` and `cv` on local threads, a local-pipe group and a real-sshd group
-(the same numbers, bit for bit); a worker killed mid-search with --retries 1 and a
-coordinator killed mid-search then resumed (the same outcome, every fit accepted once in
-the ledger); test rows that cannot change the selection; grouped and stratified folds
-against the independent reference; the sample search file; the API."""
+"""Model search and cross-validation end to end (docs/contracts.md, section 12), as a
+researcher runs them: `aner parallel search` and `cv` on local threads, a local-pipe group
+and a real-sshd group (the same numbers, bit for bit); a worker killed mid-search with
+--retries 1 and a coordinator killed mid-search then resumed (the same outcome, every fit
+accepted once in the ledger); test rows that cannot change the selection; grouped and
+stratified folds against the independent reference; the sample search file; the API."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Admission of Dense requests (SPEC sections 3 and 9): every limit and every bad field is
-refused before anything starts, with a message that names the argument as the caller spells
-it. Pure: nothing is created or run."""
+"""Admission of Dense requests (docs/contracts.md, sections 3 and 9): every limit and every
+bad field is refused before anything starts, with a message that names the argument as the
+caller spells it. Pure: nothing is created or run."""
 
 from __future__ import annotations
 

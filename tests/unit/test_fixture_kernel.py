@@ -1,4 +1,4 @@
-"""The fixture kernel against an independent numpy reading of SPEC section 2.
+"""The fixture kernel against an independent numpy reading of docs/contracts.md, section 2.
 
 The reference below is written from the SPEC text alone, with words taken straight from
 ``numpy.random.Philox``; it shares no code with the kernel or with ``aner_worker.oracle``.

@@ -1,4 +1,4 @@
-"""Rows and statistics of the "dense" kernel (`dense_task`): where rows come from, and one
+"""Rows and statistics of the "dense" kernel (`kernel`): where rows come from, and one
 chunk's computation.
 
 Where rows come from, by the data set's name in the parameters:
