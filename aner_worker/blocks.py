@@ -58,10 +58,6 @@ def cache_base() -> Path:
     return Path(base) if os.path.isabs(base) else Path.home() / ".cache"
 
 
-def cache_dir() -> Path:
-    return cache_base().joinpath(*OWN)
-
-
 def split(blob: bytes | memoryview, size: int = BLOCK_BYTES) -> list[tuple[str, memoryview]]:
     """`(sha256 hex, bytes)` of each block of `blob`, in order, the last the remainder."""
     view = memoryview(blob)

@@ -29,7 +29,6 @@ from aner_coord.jobdir.directory import (
     JobDirError,
     JobFileError,
     check_new_output,
-    is_job_dir,
     read_json,
     read_status,
 )
@@ -57,7 +56,6 @@ __all__ = [
     "StatusWriter",
     "cancel_requests",
     "check_new_output",
-    "is_job_dir",
     "lock_is_held",
     "read_json",
     "read_status",

@@ -395,12 +395,6 @@ def opened(job: JobDir | PathLike, *, own: bool = False) -> Iterator[JobDir]:
         yield opened
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace the file at `path` atomically, through a descriptor of its directory."""
-    with JobDir.open(path.parent) as directory:
-        directory.write_bytes(path.name, data)
-
-
 def read_json(job: JobDir | PathLike, name: str) -> Any:
     """The JSON document `name`; JobFileError if it is not one (or nests too deep)."""
     with opened(job) as directory:
@@ -422,11 +416,3 @@ def read_status(job: JobDir | PathLike) -> StatusSnapshot:
             raise directory.read_error(
                 STATUS, f"it is not a status this aner reads: {exc}"
             ) from None
-
-
-def is_job_dir(job: JobDir | PathLike) -> bool:
-    try:
-        with opened(job) as directory:
-            return directory.exists(MANIFEST)
-    except OSError:
-        return False
