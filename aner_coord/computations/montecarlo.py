@@ -78,6 +78,8 @@ class MonteCarlo:
 
 
 class _Run:
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, request: MonteCarloRequest) -> None:
         self._request = request
         self._hits = 0

@@ -97,6 +97,8 @@ class Regression:
 
 
 class _Run:
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, request: RegressionRequest, chunk: int) -> None:
         self._request = request
         self._rows = request.samples

@@ -9,11 +9,12 @@ no job ever waits for a chunk that will not come.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from aner_coord.job.events import Event
 from aner_coord.job.timing import TaskTimes
+from aner_coord.jobdir.status import StagingRecord
 from protocol import (
     Task,
 )
@@ -24,6 +25,12 @@ Deliver = Callable[[Event], None]
 class Backend(Protocol):
     task_exception: BaseException | None
     timing: TaskTimes
+
+    @property
+    def staging(self) -> Sequence[StagingRecord]:
+        """What was staged to each worker (nothing for local threads: they read the data
+        in this process)."""
+        ...
 
     def start(self, deliver: Deliver) -> None: ...
     def begin_pass(self, pass_id: int, params: Any) -> None: ...

@@ -529,7 +529,7 @@ class Coordinator:
             losses=list(progress.losses),
             resumes=self._resumes,
             recovered=progress.recovered,
-            staging=list(getattr(self._backend, "staging", ())),
+            staging=[] if self._backend is None else list(self._backend.staging),
             detail=progress.detail,
             work=work,
             work_upper_bound=upper_bound,

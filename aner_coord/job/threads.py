@@ -16,6 +16,7 @@ from typing import Any
 from aner_coord.job.backend import Deliver
 from aner_coord.job.events import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
 from aner_coord.job.timing import TaskTimes
+from aner_coord.jobdir.status import StagingRecord
 from aner_worker.kernels.base import Kernel, Stopped
 from protocol import (
     Task,
@@ -76,6 +77,8 @@ class Handover:
 
 class ThreadBackend:
     """Local workers: a fixed set of threads, each with its own task queue."""
+
+    staging: Sequence[StagingRecord] = ()  # threads read the data in this process
 
     def __init__(
         self, names: Sequence[str], kernel: Kernel, seconds_per_task: float | None = None

@@ -62,6 +62,7 @@ class Recorded:
 
     def __init__(self, run: Run) -> None:
         self.run = run
+        self.durable_chunks = run.durable_chunks
         self.accepted: list[tuple[int, Any]] = []
         self.commits = 0
 

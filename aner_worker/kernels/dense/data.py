@@ -71,6 +71,8 @@ class Dataset(ABC):
     n_rows: int
     n_features: int
     classes: Classes
+    # The features' names, in column order, where the data has them (a CSV's header).
+    feature_names: tuple[str, ...] | None = None
 
     @property
     def n_classes(self) -> int:
