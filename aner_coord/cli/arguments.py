@@ -161,7 +161,8 @@ def add_request_arguments(
 ) -> None:
     """One flag per field of the request type `kind` (`target_accuracy` is
     `--target-accuracy`), with its description and default as help. Every flag defaults to
-    None: what is not given takes the request type's own default."""
+    None: what is not given takes the request type's own default. A field true by default
+    is switched off by `--no-NAME`, whose help is its Meta's `extra["off"]`."""
     hints = typing.get_type_hints(kind, include_extras=True)
     for field in msgspec.structs.fields(kind):
         if field.name in skip:
@@ -172,6 +173,11 @@ def add_request_arguments(
         for meta in metas:
             extra.update(meta.extra or {})
             words = meta.description or words
+        if inner is bool and field.default is True:
+            off = {"help": extra.get("off", f"not: {words}"), "default": None}
+            p.add_argument("--no-" + _flag(field.name)[2:], dest=extra.get("dest", field.name),
+                           action="store_const", const=False, **off)  # fmt: skip
+            continue
         if not field.required and field.default is not None:
             words += f" (default {_shown(field.default)})"
         options: dict[str, Any] = {"type": _parser_of(inner), "help": words, "default": None}

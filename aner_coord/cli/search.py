@@ -16,14 +16,13 @@ import argparse
 from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
-    count,
     request_from_arguments,
 )
 from aner_coord.errors import RequestError
 
-# The fields of a search request that `cv` does not take as flags derived from the type:
-# `--chunk` is the execution flags', `--folds` has a metavar and `--no-refit` is a switch.
-_NOT_DERIVED = ("grid", "chunk", "refit", "folds")
+# Not flags of `cv`: its one candidate has no grid, and a fit's chunk is `--chunk`, read
+# with the execution's flags.
+_NOT_DERIVED = ("grid", "chunk")
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,20 +39,6 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
     from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
     add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
-    p.add_argument(
-        "--folds",
-        type=count,
-        metavar="K",
-        default=5,
-        help="folds of the cross-validation (2..255; default 5); 1 uses train's own validation "
-        "split",
-    )
-    p.add_argument(
-        "--no-refit",
-        dest="refit",
-        action="store_false",
-        help="no refit of the configuration on the whole pool (no test metrics, no model)",
-    )
     add_execution_arguments(
         p,
         "rows",
@@ -98,7 +83,7 @@ def cv_request(args: argparse.Namespace) -> object:
     options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_DERIVED)
     chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK_ROWS
     args.chunk = None  # not the execution's: fits go out whole, one per task
-    return msgspec.structs.replace(options, folds=args.folds, refit=args.refit, chunk=chunk)
+    return msgspec.structs.replace(options, chunk=chunk)
 
 
 def cv_command(args: argparse.Namespace) -> int:

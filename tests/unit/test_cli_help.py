@@ -92,3 +92,19 @@ def test_train_cv_and_search_cut_a_fit_into_chunks_of_one_default() -> None:
     assert f"default {DEFAULT_CHUNK_ROWS}" in rendered(defaults["chunk"])
     assert Dense.default_chunk == SearchRequest(seed=1).chunk == DEFAULT_CHUNK_ROWS
     assert TrainingOptions(seed=1).chunk == DEFAULT_CHUNK_ROWS == 128
+
+
+def test_every_cv_flag_is_derived_from_the_request_type() -> None:
+    # `--folds`, `--group` and `--no-refit` were declared by hand beside the derived flags;
+    # now each comes from its SearchRequest field, its help from the field's description.
+    import msgspec
+
+    from aner_coord.computations.search.request import SearchRequest
+
+    flags = {s: a for a in options_of("cv") for s in a.option_strings}
+    for field in msgspec.structs.fields(SearchRequest):
+        if field.name in ("grid", "chunk"):  # no grid for one candidate; --chunk: execution's
+            continue
+        flag = ("--no-" if field.default is True else "--") + field.name.replace("_", "-")
+        assert flag in flags, flag
+    assert rendered(flags["--folds"]).endswith("1 uses train's own validation split (default 5)")

@@ -38,7 +38,12 @@ class SearchRequest(DenseRequest, frozen=True, tag="search"):
     ] = 5
     refit: Annotated[
         bool,
-        Meta(description="train the selected candidate on the whole pool and test it once"),
+        Meta(
+            description="train the selected candidate on the whole pool and test it once",
+            extra={
+                "off": "no refit of the configuration on the whole pool (no test metrics, no model)"
+            },
+        ),
     ] = True
     # Dense's own default, so that a one-candidate search of a `train` configuration
     # computes its very numbers.
