@@ -33,7 +33,7 @@ from aner_coord.computations import Accounting, Run
 from aner_coord.computations.base import Checkpoints, ExplainsDifference
 from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
-from aner_coord.job.backend import Backend
+from aner_coord.job.backend import Backend, BackendPlan, backend_for
 from aner_coord.job.checkpoints import Checkpointer, Restored
 from aner_coord.job.events import (
     AuditFailed,
@@ -60,9 +60,7 @@ from aner_coord.job.instructions import (
 from aner_coord.job.link import precision_of
 from aner_coord.job.machine import JobMachine
 from aner_coord.job.pool import WorkerPool
-from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.staging import plan_of
-from aner_coord.job.threads import ThreadBackend
 from aner_coord.jobdir import ERROR_DETAIL, JobDirError, ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
 from aner_coord.jobdir.results import ResultBase
@@ -462,21 +460,16 @@ class Coordinator:
     # -- parts -------------------------------------------------------------------------------
     def _make_backend(self) -> Backend:
         job = self.job
-        kernel = job.computation.kernel
-        records = job.workers.records
-        seconds_per_task = job.computation.seconds_per_item * job.chunk
-        if records is None:
-            return ThreadBackend(list(job.workers.slots), kernel, seconds_per_task)
-        from aner_worker.contract import source_fingerprint
-
-        return ProcessBackend(
-            records,
-            source_fingerprint(),
-            kernel,
-            seconds_per_task=seconds_per_task,
-            stage=plan_of(self._run),
-            pool=self._pool,
-            precision=precision_of(self._run),
+        return backend_for(
+            BackendPlan(
+                slots=list(job.workers.slots),
+                records=job.workers.records,
+                kernel=job.computation.kernel,
+                seconds_per_task=job.computation.seconds_per_item * job.chunk,
+                stage=plan_of(self._run),
+                pool=self._pool,
+                precision=precision_of(self._run),
+            )
         )
 
     def _snapshot(self) -> StatusSnapshot:

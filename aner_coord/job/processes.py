@@ -33,7 +33,7 @@ import msgspec
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import StagePlan
 from aner_coord.errors import WorkerFailure
-from aner_coord.job.backend import Deliver
+from aner_coord.job.backend import BackendPlan, Deliver
 from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
 from aner_coord.job.link import LinkClosed, WorkerLink, handshake, require_precision, start
 from aner_coord.job.liveness import (
@@ -539,3 +539,22 @@ class ProcessBackend:
             self.request_stop("closing")
         if self._closer is not None:
             await self._closer
+
+
+class Processes:
+    """The "processes" backend (`backend.BACKENDS`): a group's worker processes, one per
+    record, checked against this installation's source fingerprint."""
+
+    def make(self, plan: BackendPlan) -> ProcessBackend:
+        from aner_worker.contract import source_fingerprint
+
+        assert plan.records is not None
+        return ProcessBackend(
+            plan.records,
+            source_fingerprint(),
+            plan.kernel,
+            seconds_per_task=plan.seconds_per_task,
+            stage=plan.stage,
+            pool=plan.pool,
+            precision=plan.precision,
+        )

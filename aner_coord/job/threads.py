@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from aner_coord.job.backend import Deliver
+from aner_coord.job.backend import BackendPlan, Deliver
 from aner_coord.job.events import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
 from aner_coord.job.timing import TaskTimes
 from aner_coord.jobdir.status import StagingRecord
@@ -176,3 +176,10 @@ class ThreadBackend:
     async def close(self) -> None:
         self.request_stop("closing")
         await self.wait_stopped()
+
+
+class Threads:
+    """The "threads" backend (`backend.BACKENDS`): the job's slots as threads of this process."""
+
+    def make(self, plan: BackendPlan) -> ThreadBackend:
+        return ThreadBackend(list(plan.slots), plan.kernel, plan.seconds_per_task)

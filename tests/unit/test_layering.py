@@ -231,3 +231,13 @@ def test_the_checker_sees_every_form_of_import() -> None:
     assert roots(found) == {"os", "aner_coord", "aner_worker", "protocol"}
     assert "protocol.framing" in found  # a relative import, resolved
     assert "aner_coord.jobdir.status" in found  # an import inside a function counts too
+
+
+def test_the_coordinator_builds_no_backend_of_its_own() -> None:
+    # Backends are chosen by name (`aner_coord.job.backend.BACKENDS`), as kernels,
+    # computations and transports are: the coordinator imports neither implementation.
+    from aner_coord.job.backend import BACKENDS
+
+    imported = imported_modules(ROOT / "aner_coord" / "job" / "coordinator.py")
+    assert not imported & {"aner_coord.job.threads", "aner_coord.job.processes"}
+    assert list(BACKENDS) == ["threads", "processes"]
