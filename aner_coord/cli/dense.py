@@ -66,17 +66,9 @@ def train_request(args: argparse.Namespace) -> JobRequest:
 
 def train_command(args: argparse.Namespace) -> int:
     from aner_coord.admission import admit
-    from aner_coord.cli.jobs import run_foreground
+    from aner_coord.cli.jobs import start
 
-    job = admit(train_request(args))
-    if not args.quiet:
-        for note in job.notes:  # also in status.json, for `status`
-            print(f"aner: note: {note}", file=sys.stderr)
-    if args.background:
-        from aner_coord.cli.background import submit
-
-        return submit(job, quiet=args.quiet)
-    return run_foreground(job, quiet=args.quiet)
+    return start(admit(train_request(args)), None, args=args)
 
 
 # -- predict -------------------------------------------------------------------------------

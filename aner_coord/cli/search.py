@@ -50,14 +50,9 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, request: object) -> int:
     from aner_coord.admission import admit
-    from aner_coord.cli.jobs import job_request, run_foreground
+    from aner_coord.cli.jobs import job_request, start
 
-    job = admit(job_request(args, request))  # type: ignore[arg-type]
-    if args.background:
-        from aner_coord.cli.background import submit
-
-        return submit(job, quiet=args.quiet)
-    return run_foreground(job, quiet=args.quiet)
+    return start(admit(job_request(args, request)), None, args=args)  # type: ignore[arg-type]
 
 
 def search_command(args: argparse.Namespace) -> int:
