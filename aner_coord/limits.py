@@ -51,12 +51,17 @@ def check_seed(value: object) -> int:
     return seed
 
 
-def check_rate(value: object) -> float:
+def check_positive_number(name: str, value: object) -> float:
+    """A finite positive number (a rate, a learning rate)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"{{rate}} must be a finite number, got {value!r}", "rate")
+        raise RequestError(f"{{{name}}} must be a finite number, got {value!r}", name)
     if value <= 0:
-        raise RequestError(f"{{rate}} must be positive, got {value}", "rate")
+        raise RequestError(f"{{{name}}} must be positive, got {value}", name)
     return float(value)
+
+
+def check_rate(value: object) -> float:
+    return check_positive_number("rate", value)
 
 
 def check_fraction(name: str, value: object) -> float:

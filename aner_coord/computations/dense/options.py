@@ -11,12 +11,11 @@ Light: no numpy, so a request type and a model file's reader may import the limi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from aner_coord.errors import AdmissionError, RequestError
-from aner_coord.limits import check_int, check_positive
+from aner_coord.limits import check_int, check_positive, check_positive_number
 from aner_worker.kernels.base import PRECISIONS
 from aner_worker.kernels.dense.params import OPTIMIZERS
 
@@ -68,14 +67,6 @@ def _one_of(name: str, choices: tuple[str, ...]) -> Callable[[object], str]:
     return check
 
 
-def check_lr(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"{{lr}} must be a finite number, got {value!r}", "lr")
-    if value <= 0:
-        raise RequestError(f"{{lr}} must be positive, got {value}", "lr")
-    return float(value)
-
-
 def check_target_accuracy(value: object) -> float | None:
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1
@@ -118,7 +109,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
     "chunk": _positive("chunk"),
     "optimizer": _one_of("optimizer", OPTIMIZERS),
     "precision": _one_of("precision", PRECISIONS),
-    "lr": check_lr,
+    "lr": lambda value: check_positive_number("lr", value),
     "target_accuracy": check_target_accuracy,
     "teacher": check_teacher,
     "data": check_path("data"),
