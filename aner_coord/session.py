@@ -50,6 +50,7 @@ from aner_coord.errors import RequestError
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import execute
 from aner_coord.job.pool import WorkerPool
+from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import WorkerLoss
 from aner_coord.requests import ComputationRequest, Execution, LocalExecution
 from aner_coord.runner import loop_factory
@@ -204,7 +205,7 @@ class Session(Calls):
         losses = self._runner.pool.losses
         fresh, self._reported = losses[self._reported :], len(losses)
         result = outcome(report, interrupt)
-        if fresh and isinstance(getattr(result, "losses", None), list):
+        if fresh and isinstance(result, ResultBase):  # every computation's result has losses
             result = msgspec.structs.replace(result, losses=[*fresh, *result.losses])
         return result
 

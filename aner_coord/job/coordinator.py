@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never, runtime_checkable
 
 import msgspec
 
@@ -68,6 +68,15 @@ from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, Wo
 from aner_worker.kernels.base import encode
 
 Observer = Callable[[StatusSnapshot], None]
+
+
+@runtime_checkable
+class SaysWhere(Protocol):
+    """An observer that names what it was doing, for the message of its failure
+    (`StatusWriter`: "writing the job directory")."""
+
+    where: str
+
 
 log = logging.getLogger("aner.coordinator")
 
@@ -548,7 +557,9 @@ class Coordinator:
             try:
                 observer(snapshot)
             except Exception as exc:
-                where = getattr(observer, "where", None) or type(observer).__name__
+                where = (
+                    observer.where if isinstance(observer, SaysWhere) else type(observer).__name__
+                )
                 raise _ObserverError(where, _describe(exc)) from exc
         return snapshot
 
