@@ -4,7 +4,8 @@
 
 - `base`: what a computation is (`Computation`, `Admitted`, the pass and accounting types);
 - `montecarlo`, `regression`: the two built-in computations of one module each;
-- `dense/`: Dense classifier training; `search/`: model search and cross-validation.
+- `dense/`: Dense classifier training; `search/`: model search and cross-validation;
+- `display`: how a fitted result shows itself in a notebook (a short repr, an HTML table).
 
 The built-in computations are declared by kind, request type and `module:Class` path and
 imported when a job first needs one: `status`, `cancel` and a Monte Carlo run never import

@@ -89,5 +89,3 @@ def _check_rows(rows: int, field: str) -> None:
 def _check_file(path: str) -> None:
     if path != "digits":
         check_data_file(path)
-
-
