@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint typecheck pytest bench cref bench-slurm clean
+.PHONY: demo test test-fast lint typecheck pytest bench cref bench-slurm clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,21 @@ lint: $(VENV)/.test
 typecheck: $(VENV)/.test
 	$(VENV)/bin/mypy protocol aner_coord aner_worker
 
+# Two test processes (pytest-xdist): most tests wait on worker processes, signals and files
+# rather than compute, so two processes use a 2-core machine better than one; every test
+# that needs the real Slurm runs in one of them (tests/conftest.py). PYTEST_WORKERS=0 runs
+# the suite in this process alone.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
+
 pytest: $(VENV)/.test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_XDIST)
+
+# The edit loop: the pure layers (unit, protocol) and the transport contract without SSH,
+# in a minute or two; `make test` still runs everything.
+test-fast: $(VENV)/.test
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow and not ssh and not slurm" \
+		tests/unit tests/protocol tests/contract
 
 bench: $(VENV)/.base cref
 	$(PY) -m bench --json bench-results.json

@@ -13,6 +13,8 @@ The documented entry point for Python is `from aner_coord import parallel`.
 - `runner`: a coroutine run from synchronous code, interruptibly; `errors`: whose fault a
   failure is, and the exit codes; `userfiles`: the bounded reading of every small file a
   user names; `posix`: what needs POSIX, and its refusal where it is missing.
+- `program`: the `aner` program's first line; `interrupts`: who takes SIGINT while a
+  command starts, runs and ends.
 """
 
 from typing import Any

@@ -2,6 +2,6 @@
 
 import sys
 
-from aner_coord.cli.main import main
+from aner_coord.program import main
 
 sys.exit(main())

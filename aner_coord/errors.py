@@ -39,6 +39,19 @@ def bounded_message(message: str, kept_in: str | None) -> str:
     return line[: MAX_MESSAGE_CHARS - len(tail)] + tail
 
 
+# A request's refusal echoes what it refuses; a word longer than this (a value, a key or a
+# path of a user's file) is shown by its ends, so the line keeps what to change.
+MAX_ECHOED_WORD = 200
+
+
+def _elided(text: str) -> str:
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        if len(word) > MAX_ECHOED_WORD:
+            words[i] = f"{word[:100]}[... {len(word) - 140:,} characters ...]{word[-40:]}"
+    return " ".join(words)
+
+
 class AnerError(Exception):
     """Base of every error a user may see as one line on stderr."""
 
@@ -51,6 +64,7 @@ class AnerError(Exception):
 
 class RequestError(AnerError, ValueError):
     """The request itself is invalid (bad number, existing output...): nothing was started.
+    Its message is one bounded line (`bounded_message`), a long echoed word shown by its ends.
 
     A message may name request arguments as `{name}` for each name in `arguments`; they are
     rendered as the API spells them (`workers=`) or, by the command line, as flags
@@ -67,7 +81,7 @@ class RequestError(AnerError, ValueError):
         text = self.template
         for name in self.arguments:
             text = text.replace("{" + name + "}", style(name))
-        return text
+        return bounded_message(_elided(text), None)
 
 
 class AdmissionError(RequestError):

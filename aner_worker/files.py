@@ -4,11 +4,13 @@ Reading (`open_regular`, `read_limited`): a file is opened without following a s
 link (`O_NOFOLLOW`) and without blocking (`O_NONBLOCK`: a FIFO with no writer would
 otherwise hold `open` forever), then checked on the open descriptor: `fstat` must say a
 regular file, and its size must be within the caller's limit before a byte is read. Bytes
-are read in bounded pieces and never past the limit, so a file that grows while it is read
-(or lies about its size) cannot grow the reader. `stat` of a path is never trusted: a FIFO
-or a device reports size 0. Anything refused raises `FileRefused`, whose text says what the
-file is ("a FIFO, not a regular file", "larger than the limit of ..."); absence stays
-`FileNotFoundError` and other system errors stay `OSError`, for the caller to word.
+are read in bounded pieces and never past that size, so a file that grows while it is read
+or holds more than `fstat` vouches for (`/proc/self/pagemap` says 0 bytes and reads
+gigabytes) is refused within one piece past that size and cannot grow the reader. `stat`
+of a path is never trusted: a FIFO or a device reports size 0. Anything refused raises
+`FileRefused`, whose text says what the file is ("a FIFO, not a regular file", "larger
+than the limit of ..."); absence stays `FileNotFoundError` and other system errors stay
+`OSError`, for the caller to word.
 
 Writing (`replace_in`, the one atomic writer): a file replaced whole, owner-only, so that a
 reader (or a crash) sees the old content or the new, never a part: temporary file in the
@@ -105,8 +107,8 @@ def too_large(size: int, limit: int) -> FileRefused:
 
 def read_limited(fd: int, limit: int, *, size: int | None = None) -> bytes:
     """Every byte of the regular file open at `fd`, from its current offset, if there are at
-    most `limit`; FileRefused otherwise (checked on `fstat` before reading, and again while
-    reading, in pieces of at most READ_PIECE)."""
+    most `limit` and no more than `fstat` says; FileRefused otherwise (checked on `fstat`
+    before reading, and again while reading, in pieces of at most READ_PIECE)."""
     known = os.fstat(fd).st_size if size is None else size
     if known > limit:
         raise too_large(known, limit)
@@ -117,8 +119,12 @@ def read_limited(fd: int, limit: int, *, size: int | None = None) -> bytes:
         if not piece:
             return b"".join(pieces)
         total += len(piece)
-        if total > limit:
-            raise too_large(total, limit)  # it grew while we read
+        if total > known:
+            # It grew while we read, or is no file whose size the system vouches for.
+            raise FileRefused(
+                f"a file that holds more than the {known:,} bytes its size says (it grew "
+                "while it was read, or its size is not its content's, as under /proc)"
+            )
         pieces.append(piece)
 
 

@@ -11,8 +11,10 @@
   checked before it is decompressed or allocated: a `.npy` member (its header read from the
   member's stream: `numpy.lib.format.read_magic` and `read_array_header_1_0/2_0`) of a plain
   numeric or string dtype (never an object array: no pickles), stored or deflated, not
-  encrypted, whose declared shape and dtype fit the limits (at most `limit` bytes, at most
-  `max_values` values) and match the size the zip entry declares. Only then is the member
+  encrypted, whose declared shape and dtype fit the limits (at most `max_values` values)
+  and match the size the zip entry declares; the sizes the entries declare add up to at
+  most `limit` bytes, checked before any member is read, so an archive of many members
+  each within the limit cannot inflate past it together. Only then is the member
   read, never past its declared size (a zip bomb stops there), and its bytes must be exactly
   what the header promised.
 
@@ -58,8 +60,8 @@ def npz_arrays(
     data: bytes, where: str, limit: int, max_values: int | None = None
 ) -> dict[str, npt.NDArray[Any]]:
     """Every `.npy` member of the archive `data`, by name without `.npy` (see the module
-    docstring for what is checked); a member larger than `limit` bytes, or of more than
-    `max_values` values, is refused before it is decompressed."""
+    docstring for what is checked); members of more than `limit` bytes in all, or one of
+    more than `max_values` values, are refused before any is decompressed."""
 
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
@@ -68,9 +70,15 @@ def npz_arrays(
         raise UnsafeFile(f"{where}: not an NPZ archive ({_short(exc)})") from None
     arrays: dict[str, npt.NDArray[Any]] = {}
     with archive:
+        total = sum(info.file_size for info in members)
+        if total > limit:
+            raise UnsafeFile(
+                f"{where}: its {len(members):,} members hold {total:,} bytes in all; the "
+                f"limit is {limit:,}"
+            )
         for info in members:
             name = info.filename
-            _check_entry(info, where, limit)
+            _check_entry(info, where)
             label = f"{where}: {name}"
             try:
                 with archive.open(info) as stream:
@@ -86,7 +94,7 @@ def npz_arrays(
     return arrays
 
 
-def _check_entry(info: zipfile.ZipInfo, where: str, limit: int) -> None:
+def _check_entry(info: zipfile.ZipInfo, where: str) -> None:
     name = info.filename
     if not name.endswith(".npy"):
         raise UnsafeFile(f"{where}: member {name[:80]!r} is not .npy data")
@@ -96,10 +104,6 @@ def _check_entry(info: zipfile.ZipInfo, where: str, limit: int) -> None:
         raise UnsafeFile(
             f"{where}: member {name[:80]} uses compression method {info.compress_type}; "
             "only stored and deflated members are read"
-        )
-    if info.file_size > limit:
-        raise UnsafeFile(
-            f"{where}: member {name[:80]} has {info.file_size:,} bytes; the limit is {limit:,}"
         )
 
 

@@ -9,7 +9,8 @@ each result as it completes; results that complete while another is being writte
 together in the next write, and the result of a very short task may wait up to a couple of
 milliseconds for company (see HOLD_TASK_S). A pass's parameters are decoded once, by the
 first of its tasks, and shared by the rest. Pings are answered by the reading thread at
-once, whatever the slots are doing.
+once, whatever the slots are doing; a slot computing a long task says so itself
+(`Working`, every `Hello.heartbeat_s`), so that its coordinator knows it is not stuck.
 
 A job on file data first stages it (`_Stager`): the worker names the blocks its user cache
 lacks, stores those it receives, and assembles the data set before its first task.
@@ -32,7 +33,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, assert_never
 
 from aner_worker.blocks import BlockCache, expected_sizes
@@ -43,6 +44,7 @@ from protocol import (
     HelloReceived,
     Params,
     ParamsReceived,
+    Phase,
     PingReceived,
     ProtocolError,
     ShutdownReceived,
@@ -312,7 +314,7 @@ class _Serving:
                     self._params_of(params, kernel.params_type),
                     task.start,
                     task.count,
-                    stopping.is_set,
+                    self._stop_check(task, began),
                 )
                 body = encode(stats)
                 busy = time.monotonic() - began
@@ -325,6 +327,30 @@ class _Serving:
                     frame = connection.failed(task.task_id, f"{type(error).__name__}: {error}")
                 busy = time.monotonic() - began
             out.send(frame, hold=busy < HOLD_TASK_S and not tasks.empty())
+
+    def _stop_check(self, task: Task, began: float) -> Callable[[], bool]:
+        """What the kernel asks between its sub-ranges: whether to stop, and, where the
+        coordinator asked for heartbeats, a `Working` frame once every `heartbeat_s` (from
+        this computing slot, so that only a slot that gets on with its task says so)."""
+        stopping, out, connection = self.stopping, self.out, self.connection
+        period = connection.heartbeat_s
+        if period <= 0:
+            return stopping.is_set
+        due = began + period
+
+        def check() -> bool:
+            nonlocal due
+            now = time.monotonic()
+            if now >= due:
+                due = now + period
+                with out.lock:
+                    ready = connection.phase is Phase.READY  # not after a Shutdown
+                    frame = connection.working(task.task_id, now - began) if ready else b""
+                if frame:
+                    out.send(frame)
+            return stopping.is_set()
+
+        return check
 
     def stop(self) -> None:
         """Drop queued tasks, stop running ones at their next sub-range, write what is left."""

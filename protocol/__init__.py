@@ -31,6 +31,7 @@ from protocol.events import (
     Answered,
     BlockReceived,
     BlocksWanted,
+    Computing,
     CoordinatorEvent,
     DataStaged,
     HelloReceived,
@@ -61,6 +62,7 @@ from protocol.messages import (
     Task,
     TaskFailed,
     Welcome,
+    Working,
 )
 from protocol.staging import MAX_STAGE_BLOCKS, sha256_hex
 from protocol.version import PROTOCOL_VERSION
@@ -82,6 +84,7 @@ __all__ = [
     "Block",
     "BlockReceived",
     "BlocksWanted",
+    "Computing",
     "CoordinatorConnection",
     "CoordinatorEvent",
     "DataStaged",
@@ -115,6 +118,7 @@ __all__ = [
     "Welcome",
     "WorkerConnection",
     "WorkerEvent",
+    "Working",
     "bounded_machine",
     "contract_files",
     "fingerprint_sources",

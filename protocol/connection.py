@@ -10,6 +10,7 @@
     receive(): Answered <-- Result | TaskFailed -- result(), failed()
     ping()             -- Ping -->           receive(): PingReceived
     receive(): Ponged  <-- Pong --           pong()
+    receive(): Computing <-- Working --      working() (if the Hello asked for heartbeats)
     shutdown()         -- Shutdown -->       receive(): ShutdownReceived
 
     staging (file data, once per job, after the handshake and before any task):
@@ -48,6 +49,7 @@ from protocol.events import (
     Answered,
     BlockReceived,
     BlocksWanted,
+    Computing,
     CoordinatorEvent,
     DataStaged,
     HelloReceived,
@@ -77,6 +79,7 @@ from protocol.messages import (
     Task,
     TaskFailed,
     Welcome,
+    Working,
 )
 from protocol.staging import StagingProgress, check_stage, check_wanted, sha256_hex
 from protocol.version import PROTOCOL_VERSION
@@ -93,6 +96,8 @@ MAX_MACHINE_FIELDS = 32
 MAX_MACHINE_KEY_CHARS = 64
 MAX_MACHINE_VALUE_CHARS = 256
 MAX_PLATFORM_CHARS = 256
+# A worker's slots say they are computing no more often than this (a frame each time).
+MIN_HEARTBEAT_S = 0.05
 # A refusal's or a failed task's reason is shown to people and kept in status.json.
 MAX_REASON_CHARS = 2000
 
@@ -178,8 +183,10 @@ class CoordinatorConnection(_Side):
         *,
         window: int | None = None,
         max_frame: int = MAX_FRAME_BYTES,
+        heartbeat_s: float = 0.0,
     ) -> None:
         super().__init__(f'worker "{identity}"', "coordinator", max_frame)
+        self.heartbeat_s = heartbeat_s
         self.identity = identity
         self.slots = slots
         self.fingerprint = fingerprint
@@ -242,7 +249,14 @@ class CoordinatorConnection(_Side):
             raise LocalProtocolError(self.peer, "Hello sent twice")
         self._said_hello = True
         return self._encode(
-            Hello(PROTOCOL_VERSION, self.identity, self.slots, self.fingerprint, self.kernels)
+            Hello(
+                PROTOCOL_VERSION,
+                self.identity,
+                self.slots,
+                self.fingerprint,
+                self.kernels,
+                heartbeat_s=self.heartbeat_s,
+            )
         )
 
     def params(self, pass_id: int, kernel: str, body: bytes) -> bytes:
@@ -294,26 +308,9 @@ class CoordinatorConnection(_Side):
         if self.phase is Phase.CLOSED:
             raise self._remote(f"sent {type(message).__name__} after the connection closed")
         if isinstance(message, Result | TaskFailed):
-            task = self._outstanding.pop(message.task_id, None)
-            if task is None:
-                raise self._remote(
-                    f"answered task {message.task_id}, which is not outstanding on it "
-                    "(duplicate or unknown)"
-                )
-            if isinstance(message, TaskFailed):
-                reason = one_line(message.reason[:MAX_REASON_CHARS])
-                if reason != message.reason:
-                    message = TaskFailed(message.task_id, reason)
-                return Answered(message, task)
-            if message.start != task.start or message.count != task.count:
-                raise self._remote(
-                    f"result for task {task.task_id} covers [{message.start}, +{message.count}) "
-                    f"but the task was [{task.start}, +{task.count})"
-                )
-            problem = _timing_problem(message)
-            if problem is not None:
-                raise self._remote(problem)
-            return Answered(message, task)
+            return self._on_answer(message)
+        if isinstance(message, Working) and self.heartbeat_s > 0:
+            return self._on_working(message)
         if isinstance(message, Pong):
             if not 0 < message.nonce <= self._nonce:
                 raise self._remote(f"Pong {message.nonce} answers no Ping")
@@ -321,6 +318,39 @@ class CoordinatorConnection(_Side):
         if isinstance(message, Missing | Staged):
             return self._on_staging(message)
         raise self._remote(f"unexpected {type(message).__name__} message")
+
+    def _on_answer(self, message: Result | TaskFailed) -> CoordinatorEvent:
+        task = self._outstanding.pop(message.task_id, None)
+        if task is None:
+            raise self._remote(
+                f"answered task {message.task_id}, which is not outstanding on it "
+                "(duplicate or unknown)"
+            )
+        if isinstance(message, TaskFailed):
+            reason = one_line(message.reason[:MAX_REASON_CHARS])
+            if reason != message.reason:
+                message = TaskFailed(message.task_id, reason)
+            return Answered(message, task)
+        if message.start != task.start or message.count != task.count:
+            raise self._remote(
+                f"result for task {task.task_id} covers [{message.start}, +{message.count}) "
+                f"but the task was [{task.start}, +{task.count})"
+            )
+        problem = _timing_problem(message)
+        if problem is not None:
+            raise self._remote(problem)
+        return Answered(message, task)
+
+    def _on_working(self, message: Working) -> CoordinatorEvent:
+        task = self._outstanding.get(message.task_id)
+        if task is None:
+            raise self._remote(f"is working on task {message.task_id}, not outstanding on it")
+        if not (math.isfinite(message.elapsed_s) and 0 <= message.elapsed_s <= MAX_SECONDS):
+            raise self._remote(
+                f"is working on task {message.task_id} for {message.elapsed_s!r} s, not a "
+                f"number of seconds in 0..{MAX_SECONDS:g}"
+            )
+        return Computing(task, message.elapsed_s)
 
     def _on_staging(self, message: Missing | Staged) -> CoordinatorEvent:
         staging = self._staging
@@ -451,6 +481,21 @@ class WorkerConnection(_Side):
 
     def pong(self, nonce: int) -> bytes:
         return self._encode(Pong(nonce))
+
+    @property
+    def heartbeat_s(self) -> float:
+        """How often a slot computing a task says so (0: the coordinator asked for none);
+        never more often than MIN_HEARTBEAT_S, whatever it asked."""
+        asked = self.hello_message.heartbeat_s if self.hello_message else 0.0
+        if not (math.isfinite(asked) and asked > 0):
+            return 0.0
+        return min(max(asked, MIN_HEARTBEAT_S), MAX_SECONDS)
+
+    def working(self, task_id: int, elapsed_s: float) -> bytes:
+        """Task `task_id` is still being computed, for `elapsed_s` so far."""
+        if self.phase is not Phase.READY or self.heartbeat_s <= 0:
+            raise LocalProtocolError(self.peer, "Working to a coordinator that asked for none")
+        return self._encode(Working(task_id, _seconds(elapsed_s)))
 
     def missing(self, blocks: tuple[str, ...]) -> bytes:
         """The answer to Stage: the blocks this worker lacks (the shell looked)."""

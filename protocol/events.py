@@ -44,7 +44,15 @@ class DataStaged:
     dataset: str
 
 
-CoordinatorEvent = Accepted | Rejected | Answered | Ponged | BlocksWanted | DataStaged
+@dataclass(frozen=True)
+class Computing:
+    """A slot of the worker is still computing `task` (outstanding on this connection)."""
+
+    task: Task
+    elapsed_s: float
+
+
+CoordinatorEvent = Accepted | Rejected | Answered | Ponged | BlocksWanted | DataStaged | Computing
 
 
 # -- events seen by the worker -----------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Messages are nouns. The coordinator sends `Hello`, then `Params` (the frozen parameters of a
 pass, once per worker and pass), `Task`s, `Ping`s and finally `Shutdown`; a worker answers
-with `Welcome` or `Refused`, then a `Result` or `TaskFailed` per task and a `Pong` per ping.
+with `Welcome` or `Refused`, then a `Result` or `TaskFailed` per task (and `Working` while a
+long one runs) and a `Pong` per ping.
 
 The wire knows no computation: `Params.body` and `Result.body` are MessagePack documents
 that the named kernel defines (its own Structs), so a new workload adds no message here.
@@ -14,6 +15,8 @@ blocks its cache lacks; the coordinator sends one `Block` per missing digest; th
 answers `Staged` once the data set is assembled and checked. A second job on the same data
 finds every block cached and sends none.
 New fields are appended with defaults, so an older peer still decodes a newer message.
+A message added to the union is sent only to a peer that asked for it: `Working` only when
+the Hello's `heartbeat_s` (appended, default 0) is positive.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ class Hello(_Wire, frozen=True, tag="hello"):
     slots: int
     fingerprint: str
     kernels: tuple[str, ...] = ()
+    # How often a slot computing a task says so (`Working`); 0: never (a coordinator older
+    # than heartbeats, which could not decode them).
+    heartbeat_s: float = 0.0
 
 
 class Welcome(_Wire, frozen=True, tag="welcome"):
@@ -111,6 +117,15 @@ class Pong(_Wire, frozen=True, tag="pong"):
     nonce: int
 
 
+class Working(_Wire, frozen=True, tag="working"):
+    """Worker -> coordinator, from the slot computing task `task_id`: still at it, for
+    `elapsed_s` so far. Sent every `Hello.heartbeat_s` while the task runs (between the
+    kernel's sub-ranges, so a slot that is stuck says nothing), only if that is positive."""
+
+    task_id: int
+    elapsed_s: float
+
+
 class Shutdown(_Wire, frozen=True, tag="shutdown"):
     """Coordinator -> worker: stop taking tasks, drop queued ones, exit."""
 
@@ -160,4 +175,5 @@ Message = (
     | Missing
     | Block
     | Staged
+    | Working
 )

@@ -54,3 +54,13 @@ def coordinators() -> Iterator[Coordinators]:
         yield tracked
     finally:
         tracked.cleanup()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that uses
+    the real Slurm runs in one xdist worker: one single-node cluster per run, as without
+    xdist, and its tests see only their own job steps.  Each xdist worker starts its own
+    sshd (a cheap session fixture on a free port)."""
+    for item in items:
+        if isinstance(item, pytest.Function) and "slurm" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("slurm"))

@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from predict_inputs import f8, npy, patch_zip, zip_bytes
+from support import HANG_S
 
 SEED = 20261204
 GiB = 1 << 30
-CASE_TIMEOUT_S = 60  # generous: each case ends in well under a second on an idle machine
+CASE_TIMEOUT_S = HANG_S  # a hang's bound: each case ends in well under a second idle
 MEM_CAP = 4 * GiB
 
 Maker = Callable[[Path], Path]  # makes the input at the given path, returns what to name

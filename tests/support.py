@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,13 +39,20 @@ FEW_SECONDS = "600000000"
 LONG = "6000000000"
 
 POLL_S = 0.02
+# Hang protection, never an assertion: no wait below fails a test sooner than this, whatever
+# its caller asked, because a loaded machine may take many times its idle time for anything
+# (a resume of 41 s at load 13). What a test waits for is its condition; a wait that would
+# not come only takes longer to fail.
+HANG_S = 300.0
 
 
 # --------------------------------------------------------------------------- waiting
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `predicate` until it returns something true (returned) or `timeout` passes."""
+    """Poll `predicate` until it returns something true (returned) or `timeout` (at
+    least HANG_S) passes."""
+    timeout = max(timeout, HANG_S)
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -148,7 +156,7 @@ def run_aner(
         [ANER, *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=max(timeout, HANG_S),
         env=env,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
@@ -194,7 +202,9 @@ def reap(proc: subprocess.Popen[Any], timeout: float = 30, grace: float = 0.0) -
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
-    """Wait for `proc` to exit on its own within `timeout` (a hang fails the test)."""
+    """Wait for `proc` to exit on its own within `timeout`, at least HANG_S (a hang fails
+    the test)."""
+    timeout = max(timeout, HANG_S)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -202,6 +212,45 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
         out, err = proc.communicate(timeout=30)
         raise AssertionError(f"{proc.args} did not exit within {timeout} s: {err}") from None
     return proc.returncode, out, err
+
+
+def sigint_held(pid: int) -> bool:
+    """Whether the process holds SIGINT (blocked: `aner_coord.interrupts`), from /proc."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigBlk:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
+
+
+def started_aner(argv: Sequence[str]) -> tuple[subprocess.Popen[str], float]:
+    """`argv` started, once it runs aner's first line (SIGINT held, or it already ended),
+    and the monotonic time of that moment: the origin of a test's interrupt points, after
+    the interpreter's own start-up, which no program can take SIGINT in."""
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    while not sigint_held(proc.pid) and proc.poll() is None:
+        time.sleep(0.001)
+    return proc, time.monotonic()
+
+
+def interrupted_at(
+    argv: Sequence[str], delay: float | None, timeout: float = 300
+) -> tuple[int, str, str, float]:
+    """Run `argv`; `delay` seconds after aner's first line (None: never) send it SIGINT;
+    its exit status, stdout and stderr, and the seconds from that first line to its exit."""
+    proc, origin = started_aner(argv)
+    try:
+        if delay is not None:
+            time.sleep(max(0.0, origin + delay - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+        code, out, err = finish(proc, timeout)
+    finally:
+        reap(proc)
+    return code, out, err, time.monotonic() - origin
 
 
 def submit(
@@ -268,3 +317,24 @@ class Coordinators:
                     os.killpg(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def installed_copy(tmp_path: Path, changed: str) -> Path:
+    """A second installation of aner in which one comment line of `changed` differs, and a
+    launcher that runs it."""
+    copy = tmp_path / "other-aner"
+    for package in ("protocol", "aner_worker", "aner_coord"):
+        shutil.copytree(
+            ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    source = copy / changed
+    lines = source.read_text().splitlines(keepends=True)
+    comment = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# "))
+    lines[comment] = lines[comment].replace("# ", "#  ", 1)  # one comment line, one space
+    source.write_text("".join(lines))
+    launcher = tmp_path / "other-aner-launcher"
+    launcher.write_text(
+        f'#!/bin/sh\nPYTHONPATH="{copy}" exec "{sys.executable}" -P -m aner_coord "$@"\n'
+    )
+    launcher.chmod(0o755)
+    return launcher

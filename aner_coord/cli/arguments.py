@@ -22,6 +22,10 @@ from aner_coord.requests import ClusterExecution, Execution, LocalExecution
 _INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")
 
 
+# Far above every count a limit admits (10**10 samples, 2**64 seeds): larger is refused here.
+MAX_EXPONENT = 30
+
+
 def count(text: str) -> int:
     """An exact non-negative integer: 1000000, 1,000,000, 1_000_000 or 1e6."""
     text = text.strip()
@@ -31,6 +35,8 @@ def count(text: str) -> int:
         )
     if "e" in text.lower():
         mantissa, exponent = re.split("[eE]", text)
+        if int(exponent) > MAX_EXPONENT:  # past every limit; 10**exponent itself could hang
+            raise argparse.ArgumentTypeError(f"{text!r} is larger than any limit admits")
         value: int = int(mantissa) * 10 ** int(exponent)
         return value
     return int(text.replace(",", "").replace("_", ""))
@@ -127,14 +133,16 @@ def _parts(annotation: Any) -> tuple[Any, list[Meta], bool]:
 
 
 def _sizes(parts: int | None) -> Callable[[str], tuple[int, ...]]:
-    """A comma-separated list of whole numbers (`64,64`), of exactly `parts` if given."""
+    """A comma-separated list of whole numbers (`64,64`, `1e9,4,2`: each as `count` reads
+    it, `1_000` and `1e3` included; the comma separates), of exactly `parts` if given."""
 
     def parse(text: str) -> tuple[int, ...]:
         pieces = [p.strip() for p in text.split(",")] if text.strip() else []
-        if any(not p.isdigit() for p in pieces) or (parts is not None and len(pieces) != parts):
+        exact = all(p and "," not in p and _INTEGER.fullmatch(p) for p in pieces)
+        if not exact or (parts is not None and len(pieces) != parts):
             shape = ",".join(["N"] * parts) if parts else "N,N,..."
             raise argparse.ArgumentTypeError(f"expected {shape} (whole numbers), got {text!r}")
-        return tuple(int(p) for p in pieces)
+        return tuple(count(p) for p in pieces)
 
     return parse
 
@@ -158,15 +166,19 @@ def _shown(default: Any) -> str:
 
 def add_request_arguments(
     p: argparse.ArgumentParser, kind: type[Any], *, skip: Collection[str] = ()
-) -> None:
+) -> list[str]:
     """One flag per field of the request type `kind` (`target_accuracy` is
     `--target-accuracy`), with its description and default as help. Every flag defaults to
     None: what is not given takes the request type's own default. A field true by default
-    is switched off by `--no-NAME`, whose help is its Meta's `extra["off"]`."""
+    is switched off by `--no-NAME`, whose help is its Meta's `extra["off"]`. Returns the
+    flags of the required fields (for `show_needed`)."""
     hints = typing.get_type_hints(kind, include_extras=True)
+    needed: list[str] = []
     for field in msgspec.structs.fields(kind):
         if field.name in skip:
             continue
+        if field.required:
+            needed.append(_flag(field.name))
         inner, metas, _optional = _parts(hints[field.name])
         extra: dict[str, Any] = {}
         words = ""
@@ -186,6 +198,21 @@ def add_request_arguments(
         if "metavar" in extra:
             options["metavar"] = extra["metavar"]
         p.add_argument(_flag(field.name), dest=extra.get("dest", field.name), **options)
+    return needed
+
+
+def show_needed(p: argparse.ArgumentParser, *flags: str) -> None:
+    """Write `p`'s usage line with `flags` shown as required. The parser leaves their check
+    to the request (one line naming every missing flag, as the API names its arguments), so
+    argparse would bracket them as optional. Call it once every flag of `p` is added."""
+    actions = [p._option_string_actions[flag] for flag in flags]
+    for action in actions:
+        action.required = True
+    try:
+        p.usage = p.format_usage().removeprefix("usage: ").rstrip("\n")
+    finally:
+        for action in actions:
+            action.required = False
 
 
 def request_from_arguments(

@@ -23,6 +23,7 @@ from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
     request_from_arguments,
+    show_needed,
 )
 from aner_coord.errors import EXIT_OK, RequestError
 from aner_coord.requests import JobRequest
@@ -40,8 +41,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     from aner_coord.computations.dense.request import DenseRequest
     from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
-    add_request_arguments(p, DenseRequest)
+    needed = add_request_arguments(p, DenseRequest)
     add_execution_arguments(p, "rows", DEFAULT_CHUNK_ROWS, "; the parameters depend on it")
+    show_needed(p, *needed, "--output")
 
 
 def add_predict_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,7 +124,7 @@ def _predictions(model: DenseModel, x: Floats, data: str, model_dir: str) -> str
     import numpy as np
 
     from aner_coord.computations.dense.model import check_probabilities
-    from aner_worker.kernels.dense.data import label_strings
+    from aner_worker.kernels.dense.labels import label_strings
 
     proba = model.predict_proba(x)
     bad = check_probabilities(proba)

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 
@@ -18,11 +19,13 @@ from aner_coord.cli.arguments import (
     add_request_arguments,
     execution_from_args,
     request_from_arguments,
+    show_needed,
 )
 from aner_coord.cli.progress import LiveProgress, describe
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.computations.regression import RegressionRequest
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, RequestError
+from aner_coord.interrupts import route_interrupts
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import Resumption, execute
 from aner_coord.jobdir.status import JobState
@@ -39,16 +42,18 @@ REQUEST_TYPES: dict[str, type[ComputationRequest]] = {
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    _add_job_arguments(p, "run")
+    needed = _add_job_arguments(p, "run")
     p.add_argument("--spec", metavar="FILE", help="run the job described by a TOML spec file")
+    show_needed(p, *needed)
 
 
 def add_regression_arguments(p: argparse.ArgumentParser) -> None:
-    _add_job_arguments(p, "regression")
+    show_needed(p, *_add_job_arguments(p, "regression"))
 
 
-def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> None:
-    add_request_arguments(p, REQUEST_TYPES[command])
+def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> list[str]:
+    """The job's flags; returns those it cannot run without (`--spec` aside)."""
+    needed = add_request_arguments(p, REQUEST_TYPES[command])
     add_execution_arguments(p, "samples" if command == "run" else "rows", 65_536)
     p.add_argument(
         "--resume",
@@ -56,6 +61,7 @@ def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> None:
         help="if --output already holds this same job, resume it instead of refusing "
         "(for units that restart on failure)",
     )
+    return [*needed, "--output"]
 
 
 def add_resume_arguments(p: argparse.ArgumentParser) -> None:
@@ -171,10 +177,19 @@ def start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) 
 @contextlib.contextmanager
 def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP request a graceful cancel; the old handlers come back
-    afterwards."""
+    afterwards. In the `aner` program SIGINT is routed (`aner_coord.interrupts`): one pressed
+    while the command started cancels the job at once, and one after the job's state is
+    final does nothing, so that a completed job exits 0."""
     loop = asyncio.get_running_loop()
+
+    def interrupted() -> None:
+        loop.call_soon_threadsafe(cancel.set)
+
+    routed = route_interrupts(interrupted)
     installed = []
     for sig in CANCEL_SIGNALS:
+        if routed and sig == signal.SIGINT:
+            continue
         try:
             loop.add_signal_handler(sig, cancel.set)
             installed.append(sig)
@@ -183,6 +198,8 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
     try:
         yield
     finally:
+        if routed:
+            route_interrupts(None)
         for sig in installed:
             loop.remove_signal_handler(sig)
 

@@ -36,12 +36,17 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from aner_coord.errors import EXIT_INVALID, AnerError, bounded_message, cli_name
+from aner_coord.interrupts import release
 
 EXIT_INTERNAL = 1  # a bug in aner: no documented outcome uses it
 DEBUG_ENV = "ANER_DEBUG"
 # These speak their own protocol on standard output (frames, a readiness handshake) or have
 # none: their output is never guarded.
 _UNGUARDED = {"worker", "coordinate"}
+# These take SIGINT from `aner_coord.interrupts`' hold themselves: those that run a job (or
+# trials of jobs) here once their cancel handler is in place (Ctrl-C cancels the job), and
+# the worker, which ignores it (its coordinator stops it in order).
+_TAKE_SIGINT = {"run", "regression", "train", "search", "cv", "resume", "scaling", "worker"}
 
 # command: (help, the module that holds add_<command>_arguments and <command>_command)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -202,12 +207,15 @@ def _main(args_list: list[str]) -> int:
             from aner_coord.cli.background import coordinate_command
 
             hidden = _coordinate_parser().parse_args(args_list[2:])
+            release()
             return coordinate_command(hidden.spec_json, hidden.resume_job, hidden.ready_fd)
         named = args_list[1] if args_list[:1] == ["parallel"] and len(args_list) > 1 else None
         parser = build_parser(named if named in COMMANDS else None)
         args = parser.parse_args(args_list)
         if args.group is None or args.command is None:
             parser.parse_args([*args_list, "--help"])  # prints the help and exits 0
+        if args.command not in _TAKE_SIGINT or getattr(args, "background", False):
+            release()  # a held Ctrl-C ends this command now, as KeyboardInterrupt (130)
         code = _part(args.command, "run")(args)
         assert isinstance(code, int)
         return code

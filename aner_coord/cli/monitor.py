@@ -61,6 +61,7 @@ OFFLINE = JobState.COORDINATOR_OFFLINE
 EXIT_INTERRUPTED = 130
 SETTLE_S = 2.0  # how long a one-shot look waits for an ending coordinator to let go
 CANCEL_WAIT_S = 60.0
+FOREIGN_RECHECK_S = 0.1  # far longer than a coordinator takes to write its pid in the lock
 
 
 class CoordinatorOffline(AnerError):
@@ -77,15 +78,17 @@ class Observation:
     age_s: float  # since the snapshot was written
     note: str | None = None
     result: dict[str, Any] | None = None  # result.json, for a COMPLETED job
+    broken_result: bool = False  # a COMPLETED job's result.json cannot be read as one
+
+    @property
+    def final(self) -> bool:
+        """Nothing will change any more: ended and let go, or no coordinator at all (not
+        even one whose lock another process holds)."""
+        return self.state is OFFLINE or (not self.lock_held and self.snapshot.terminal)
 
     @property
     def exit_code(self) -> int:
         return self.state.exit_code
-
-    @property
-    def final(self) -> bool:
-        """Nothing will change any more: ended and let go, or no coordinator at all."""
-        return not self.lock_held and (self.snapshot.terminal or self.state is OFFLINE)
 
     def to_json(self, *, indent: int = 2) -> bytes:
         """The snapshot as `status.json` has it, plus what the monitor observed (and the
@@ -184,6 +187,10 @@ def _observe(directory: jobdir.JobDir, settle_s: float) -> Observation:
 
 def _judge(directory: jobdir.JobDir, snapshot: StatusSnapshot, held: bool) -> Observation:
     age = max(0.0, time.time() - snapshot.updated_at)
+    if held and not snapshot.terminal:
+        foreign = _foreign_holder(directory)
+        if foreign is not None:
+            return Observation(snapshot, OFFLINE, held, age, foreign)
     if held or (snapshot.terminal and snapshot.state is not JobState.COMPLETED):
         return Observation(snapshot, snapshot.state, held, age)
     if snapshot.terminal:
@@ -194,13 +201,21 @@ def _judge(directory: jobdir.JobDir, snapshot: StatusSnapshot, held: bool) -> Ob
             note = f"status says COMPLETED but the coordinator ended before writing {jobdir.RESULT}"
             return Observation(snapshot, OFFLINE, held, age, note)
         except jobdir.JobFileError as exc:
-            note = str(exc)
-            return Observation(snapshot, snapshot.state, held, age, note)
+            return Observation(snapshot, snapshot.state, held, age, str(exc), broken_result=True)
         return Observation(
             snapshot, snapshot.state, held, age, result=result if isinstance(result, dict) else None
         )
     note = "no process holds the job's lock: the coordinator is gone"
     return Observation(snapshot, OFFLINE, held, age, note)
+
+
+def _foreign_holder(directory: jobdir.JobDir) -> str | None:
+    """`jobdir.foreign_holder`, seen twice: a coordinator taking the lock writes its pid
+    into the file just after, so one look may catch the previous coordinator's."""
+    if jobdir.foreign_holder(directory) is None:
+        return None
+    time.sleep(FOREIGN_RECHECK_S)
+    return jobdir.foreign_holder(directory)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -370,6 +385,8 @@ def _status(path: Path, *, as_json: bool, watch: bool) -> int:
         else:
             sys.stdout.write("\n".join(render_lines(path, obs)) + "\n")
         sys.stdout.flush()
+        if obs.broken_result:  # the state is the recorded one; its result is not there
+            print(f"aner: job {path} is {obs.state.value} but {obs.note}", file=sys.stderr)
         return obs.exit_code
 
 
@@ -430,9 +447,17 @@ async def follow(
 
 
 class _PlainLines:
+    """One line per change, and never the same line twice in a row: a log (a Slurm job's,
+    say) keeps what changed, not every rewrite of a STARTING status."""
+
+    def __init__(self) -> None:
+        self._last: str | None = None
+
     def __call__(self, obs: Observation, changed: bool) -> None:
-        if changed:
-            print(render_line(obs), flush=True)
+        line = render_line(obs)
+        if changed and line != self._last:
+            print(line, flush=True)
+            self._last = line
 
 
 class _JsonLines:
@@ -488,7 +513,8 @@ def _cancel(directory: jobdir.JobDir) -> int:
         print(
             f"aner: job {path} is {OFFLINE.value} (last confirmed state "
             f"{obs.snapshot.state.value}, "
-            f"{obs.age_s:.1f} s ago): there is no coordinator to cancel",
+            f"{obs.age_s:.1f} s ago): there is no coordinator to cancel"
+            + (f"; {obs.note}" if obs.lock_held and obs.note else ""),
             file=sys.stderr,
         )
         return obs.exit_code

@@ -17,6 +17,7 @@ from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
     request_from_arguments,
+    show_needed,
 )
 from aner_coord.errors import RequestError
 
@@ -32,13 +33,14 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     # A search hands out whole fits, one per task: a fit's rows per chunk are the file's
     # `chunk`, so --chunk is not offered (and refused with that reason).
     add_execution_arguments(p, "fits", None)
+    show_needed(p, "--output")
 
 
 def add_cv_arguments(p: argparse.ArgumentParser) -> None:
     from aner_coord.computations.search.request import SearchRequest
     from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
-    add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
+    needed = add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
     add_execution_arguments(
         p,
         "rows",
@@ -46,6 +48,7 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
         chunk_help=f"rows of a chunk within each fit (default {DEFAULT_CHUNK_ROWS}); the "
         "parameters depend on it, as in `train` (fits go out whole, one per task)",
     )
+    show_needed(p, *needed, "--output")
 
 
 def _run(args: argparse.Namespace, request: object) -> int:

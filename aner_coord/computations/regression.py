@@ -177,6 +177,15 @@ class _Run:
             self.theta = theta
             self._committed += 1
         if self._pass == self._steps + 1:
+            assert self._initial is not None
+            if self._steps and not metrics[0] <= self._initial[0]:
+                # Full-batch gradient descent on a convex loss with a rate its smoothness
+                # allows never ends above where it began: this one overshot (scikit-learn's
+                # SGD stops alike on an overflow), so it is no fit to report.
+                raise Diverged(
+                    f"the loss rose from {self._initial[0]:.6g} to {metrics[0]:.6g} over "
+                    f"{self._steps} steps at rate {self._rate:g}: the fit diverged; lower --rate"
+                )
             self._final = metrics
 
     def same(self, a: RegressionStats, b: RegressionStats) -> bool:

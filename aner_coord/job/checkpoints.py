@@ -95,6 +95,7 @@ class Restored:
     passes: int
     steps: int
     data: bytes
+    items: int = 0  # the items of those passes (`Checkpointed.items`)
 
 
 class Checkpointer:
@@ -117,14 +118,16 @@ class Checkpointer:
         self._last_at = clock()
         self._run: Checkpoints | None = None
         self._passes = self._written = restored.passes if restored is not None else 0
+        self._items = restored.items if restored is not None else 0
         self._steps_at_last = self._steps = restored.steps if restored is not None else 0
         # The committed steps the job's latest checkpoint holds (None: none yet).
         self.steps: int | None = restored.steps if restored is not None else None
         self.written = 0  # checkpoints this coordinator wrote
 
-    def committed(self, run: Checkpoints, passes: int, steps: int) -> None:
-        """`passes` passes (`steps` steps) are committed: write a checkpoint if one is due."""
-        self._run, self._passes, self._steps = run, passes, steps
+    def committed(self, run: Checkpoints, passes: int, steps: int, items: int) -> None:
+        """`passes` passes (`steps` steps, `items` items) are committed: write a checkpoint
+        if one is due."""
+        self._run, self._passes, self._steps, self._items = run, passes, steps, items
         policy = self._policy
         due_s = policy.every_s is not None and self._clock() - self._last_at >= policy.every_s
         due_steps = (
@@ -143,7 +146,7 @@ class Checkpointer:
         assert run is not None
         data = run.checkpoint()
         digest = hashlib.sha256(data).digest()
-        record = Checkpointed(self._passes, steps, len(data), digest, time.time())
+        record = Checkpointed(self._passes, steps, len(data), digest, time.time(), self._items)
         self._ledger.append(record)
         self._ledger.sync()  # vouched for before it is in place: see the module docstring
         self._directory.write_bytes(CHECKPOINT, data)
@@ -168,7 +171,7 @@ def vouched(directory: JobDir, recovered: Recovered, limit: int) -> Restored | N
     digest = hashlib.sha256(data).digest()
     for record in reversed(recovered.checkpoints):
         if record.sha256 == digest and record.size == len(data):
-            return Restored(record.passes, record.steps, data)
+            return Restored(record.passes, record.steps, data, record.items)
     raise CheckpointError(
         f"{where} (SHA256 {digest.hex()}) is not a checkpoint its ledger vouches for: it was "
         "changed or comes from another job; remove it to retrain from the start"

@@ -139,6 +139,7 @@ class Coordinator:
             recovered=recovered.statistics(job.computation.kernel.stats_type),
             losses=recovered.worker_losses(),
             first_pass=checkpoint.passes if checkpoint is not None else 0,
+            first_items=checkpoint.items if checkpoint is not None else 0,
         )
         self._seq = first_seq
         self._created = time.time()
@@ -336,6 +337,12 @@ class Coordinator:
                 self._handle(
                     ShellFailed("the coordinator", f"{type(instruction).__name__}: {exc!r}")
                 )
+            else:
+                continue
+            if self._ended.is_set():
+                # The failure ended the job: the rest of this batch was meant for the job
+                # as it was (a RUNNING status would overwrite FAILED), so it is dropped.
+                return
 
     def _carry_out(self, instruction: Instruction, backend: Backend) -> None:
         """One instruction; anything that is not an `Instruction` raises (AssertionError),
@@ -403,7 +410,9 @@ class Coordinator:
         if checkpoints is None or not isinstance(run, Checkpoints):
             return
         try:
-            checkpoints.committed(run, passes, run.committed_steps or 0)
+            checkpoints.committed(
+                run, passes, run.committed_steps or 0, self._machine.committed_items
+            )
         except JobDirError as exc:
             raise _ObserverError("writing the checkpoint", str(exc)) from None
 

@@ -19,14 +19,20 @@ ANER_WORKER_HANDSHAKE_S, default 120 s, to be answered):
   gets 17 times the bound: at the default that is a floor of about 140 kB/s, below any
   working link; slower links raise ANER_WORKER_SILENCE_S). A frame whose header is not
   even complete gets the plain `silence_s`.
-- **Results.** A worker with tasks outstanding must answer one within `result_bound` of its
-  previous answer (or of the write that gave it tasks when it had none): at least
+- **Results.** A worker with tasks outstanding must answer one, or say from a computing
+  slot that it is still at one (`Working`, every `heartbeat_interval`: a third of the
+  floor), within `result_bound` of its previous answer or word (or of the write that gave
+  it tasks when it had none), whatever else it sends: an open frame (which may be the
+  answer arriving) adds its own frame bound once, never more, so a worker that keeps a
+  frame of pongs open forever is lost all the same. The bound is at least
   `result_floor_s`, and `RESULT_FACTOR` (20) times its measured task time. Until a task has
   been measured, the computation's prior estimate stands in and the floor is
   `UNMEASURED_FACTOR` (4) times larger, since a first task may pay one-off costs (a kept
   session worker loads a kernel its handshake did not warm). Answering pings is not enough:
   a worker that has stopped computing is lost, and the job's retries decide what follows.
   Twenty times: a slot shared with other busy processes runs a few times slower, not twenty.
+  A task that grows far beyond those it follows (a loaded machine, uneven work) is no stall
+  while its slot says it computes: the bound then follows what the worker says.
 - **Writing.** A write to the worker (tasks, parameters, pings) must complete within the
   frame bound of its size: a worker that stopped reading its input is lost. While a write is
   in progress only that bound applies, and when it completes the other clocks are moved on
@@ -86,6 +92,12 @@ def handshake_timeout() -> float:
     return _seconds_from_env("ANER_WORKER_HANDSHAKE_S", DEFAULT_HANDSHAKE_S, MIN_SILENCE_S)
 
 
+def heartbeat_interval(result_floor_s: float) -> float:
+    """How often a computing slot is asked to say so: three times within the shortest
+    result bound, as pings are within the silence bound."""
+    return result_floor_s / 3
+
+
 def frame_bound(silence_s: float, size: int | None) -> float:
     """Seconds a frame (or a write) of `size` bytes may take; None: size not yet known."""
     return silence_s * (1.0 + (size or 0) / FRAME_GRACE_BYTES)
@@ -113,7 +125,8 @@ class Liveness:
     silence_s: float
     result_floor_s: float
     heard: float  # the last complete frame (or when watching began)
-    progress: float = 0.0  # the last answer, or the write that gave an idle worker tasks
+    # the last answer or word from a computing slot, or the write that gave an idle worker tasks
+    progress: float = 0.0
     frame_opened: float | None = None  # first byte of the frame in progress
     frame_bytes: int = 0
     frame_size: int | None = None  # what its header announced, once complete
@@ -159,18 +172,18 @@ class Liveness:
                     f"{bound:.4g} s (it stopped reading its input)"
                 )
             return None  # a write in progress: its own bound applies, not the others
+        extra = 0.0  # an open frame may be the answer: its own bound on top, once
         if self.frame_opened is not None:
-            bound = frame_bound(self.silence_s, self.frame_size)
-            if now - self.frame_opened > bound:
-                return frame_stalled(self.frame_bytes, self.frame_size, bound)
-            return None  # a frame in progress: its own bound applies, not the others
-        if now - self.heard > self.silence_s:
+            extra = frame_bound(self.silence_s, self.frame_size)
+            if now - self.frame_opened > extra:
+                return frame_stalled(self.frame_bytes, self.frame_size, extra)
+        elif now - self.heard > self.silence_s:
             return (
                 f"sent nothing for {self.silence_s:g} s, not even an answer to a ping "
                 "(stalled, or its link is cut)"
             )
         if outstanding:
-            bound = result_bound(self.result_floor_s, task_s, measured)
+            bound = result_bound(self.result_floor_s, task_s, measured) + extra
             if now - self.progress > bound:
                 return (
                     f"answered pings but returned no result for {bound:.4g} s with "

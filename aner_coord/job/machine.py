@@ -39,15 +39,18 @@ the instructions in `aner_coord.job.instructions`.
   from before it is checked; a run that reports progress (`ReportsProgress`) is asked for
   its account, given the chunks outstanding on each worker, in every status.
 - Ledger: each accepted chunk and committed pass is handed to the shell (`RecordAccepted`,
-  `RecordCommitted`) before any status reports it. A resumed job starts with `recovered`
+  `RecordCommitted`) before any status reports it; the status counts only what the ledger
+  holds: every accepted chunk, or, for a run whose chunks are not recorded (a training:
+  `durable_chunks` false), the items of its committed passes. A resumed job starts with `recovered`
   chunk statistics: each pass first accepts those chunks, each checked as a live result is
   (range, then the computation's `check`; one that fails fails the job naming the ledger),
   then dispatches only the rest.
 - A run restored from a checkpoint of its first `first_pass` committed passes (the shell
-  restores it before the machine starts) numbers its next pass `first_pass`.
+  restores it before the machine starts) numbers its next pass `first_pass`, and counts
+  their `first_items` items (the checkpoint records them) as done and recovered.
 - A cancel request stops dispatch; the shell stops the workers and reports
   `WorkersStopped`, after which the job is CANCELLED. Results that arrive while cancelling
-  are checked and counted, but only as diagnostics.
+  are checked, counted and recorded (a resume takes them), but nothing more is dispatched.
 - Once the job has ended (COMPLETED, FAILED or CANCELLED) nothing more is accepted and tasks
   still outstanding are abandoned: their work was never accepted.
 
@@ -151,6 +154,7 @@ class JobMachine:
         recovered: Mapping[int, Mapping[int, Any]] | None = None,
         losses: Sequence[WorkerLoss] = (),
         first_pass: int = 0,
+        first_items: int = 0,
     ) -> None:
         if not workers:
             raise ValueError("a job needs at least one worker")
@@ -170,7 +174,8 @@ class JobMachine:
         self._position = run.position if isinstance(run, ReportsPosition) else None
         self._losses: list[WorkerLoss] = list(losses)  # earlier coordinators' count too
         self._recovered = {p: dict(c) for p, c in (recovered or {}).items()}
-        self._recovered_items = 0
+        # The items of the passes a checkpoint restored count as done, and as recovered.
+        self._recovered_items = first_items
         self.state = JobState.STARTING
         self.error: str | None = None
         self._workers = {name: _Worker(slots) for name, slots in workers.items()}
@@ -183,13 +188,22 @@ class JobMachine:
         self._n_chunks = 0
         self._progress_every = 1  # chunks between progress reports in the current pass
         self._items_done = 0  # accepted in the current pass
-        self._items_total = 0  # accepted over all passes
+        # Accepted over all passes, as far as the ledger (or a checkpoint it vouches for)
+        # holds them: every accepted chunk where chunks are recorded, else committed passes
+        # only, so that no status reports work a resume would do again.
+        self._items_total = first_items
+        self._items_committed = first_items  # the items of every committed pass
         self._chunks_done = 0  # accepted in the current pass
         self._todo = ChunkQueue(0, set())  # chunks of the current pass still to dispatch
         self._next_task_id = 1
         self._outstanding: dict[int, _Outstanding] = {}
         self._never_served: set[str] = set(workers)
         self._ready_order: deque[str] = deque()
+
+    @property
+    def committed_items(self) -> int:
+        """The items of every committed pass (a checkpoint records them)."""
+        return self._items_committed
 
     # -- the one entry point -------------------------------------------------------------
     def start(self) -> list[Instruction]:
@@ -358,13 +372,16 @@ class JobMachine:
         except Exception as exc:
             return self._fail(f"computation error while accepting a result: {exc!r}")
         self._items_done += count
-        self._items_total += count
+        if self._ledger_chunks:
+            self._items_total += count
         self._chunks_done += 1
-        if state is not JobState.RUNNING:
-            return []  # cancelling: diagnostic accounting only
         out: list[Instruction] = []
         if self._ledger_chunks:
+            # Also while cancelling: the status counts this chunk, so the ledger holds it
+            # (a resume recovers exactly what the last status reported).
             out.append(RecordAccepted(self._pass_id, pending.chunk, stats))
+        if state is not JobState.RUNNING:
+            return out  # cancelling: nothing more is dispatched
         if self._chunks_done < self._n_chunks:
             out.extend(self._dispatch())
             # Progress about every 1/PROGRESS_STEPS of a pass (every chunk of a short one):
@@ -383,6 +400,9 @@ class JobMachine:
         except Exception as exc:
             return self._fail(f"computation error while committing {label}: {exc!r}")
         self._passes_done += 1
+        self._items_committed += self._items_done
+        if not self._ledger_chunks:
+            self._items_total += self._items_done
         committed = RecordCommitted(self._pass_id)
         begin = self._begin_pass()
         if self.state.terminal:

@@ -7,7 +7,8 @@ a task that raised is `TaskError`; anything unexpected inside the backend's own 
 
 Liveness (see `aner_coord.job.liveness`): each worker in its run phase has a watchdog task
 that pings it every third of the silence bound and judges its clocks: complete frames, an
-open frame's age, the time since its last result while it has tasks, a write in progress.
+open frame's age, the time since its last result (or a slot's word that it is computing)
+while it has tasks, a write in progress.
 The reader only reads and stamps; no read carries a timeout of its own, and no write to one
 worker holds up another's reader (a flush finds a write in progress and leaves its frames
 to it). A worker the watchdog declares lost is dropped exactly as one whose pipe closed:
@@ -40,6 +41,7 @@ from aner_coord.job.liveness import (
     Liveness,
     frame_bound,
     handshake_timeout,
+    heartbeat_interval,
     result_floor,
     silence_timeout,
 )
@@ -54,6 +56,7 @@ from protocol import (
     Accepted,
     Answered,
     BlocksWanted,
+    Computing,
     CoordinatorConnection,
     DataStaged,
     Phase,
@@ -200,7 +203,11 @@ class ProcessBackend:
             return None
         self._phases[identity] = "handshake"
         connection = CoordinatorConnection(
-            identity, record.slots, self._fingerprint, (self._kernel.name,)
+            identity,
+            record.slots,
+            self._fingerprint,
+            (self._kernel.name,),
+            heartbeat_s=heartbeat_interval(self._result_floor_s),
         )
         self._connections[identity] = connection
         return await handshake(record, transport, connection, self._handshake_s)
@@ -267,6 +274,8 @@ class ProcessBackend:
                         )
                         deliver(ResultReceived(identity, message.task_id, stats))
                         self._resize(identity, pacer.answered(busy_s, link_s))
+                    case Computing():
+                        watch.progress = now  # a slot says it gets on with a long task
                     case Ponged(nonce=nonce):
                         sent = self._pings[identity].pop(nonce, None)
                         if sent is not None and not math.isnan(sent):

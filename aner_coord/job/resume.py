@@ -7,8 +7,10 @@ nothing in the directory:
 
 1. the directory is a job directory of ours, and no coordinator holds its lock (which it
    then takes);
-2. the manifest is readable and was written by the installed `aner` (its source
-   fingerprint: a different one could compute different numbers) with a job identity;
+2. the manifest is readable and was written by the installed `aner` (every file whose code
+   computes the result's numbers, coordinator side included, and the source fingerprint:
+   a different one could compute different numbers; the first file that differs is
+   named) with a job identity;
 3. `request.json` is readable and, with `run --spec FILE --resume`, is that spec's request;
 4. the job has not COMPLETED (a `status.json` that cannot be read is refused, not guessed);
 5. the request, admitted again now, is the job the manifest recorded: the computation and
@@ -159,6 +161,7 @@ def _checkpoint(
 
 
 def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
+    from aner_coord.jobdir.sources import first_difference, installed_result_sources
     from aner_worker.contract import source_fingerprint
 
     try:
@@ -169,6 +172,12 @@ def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
         raise _refuse(target, str(exc)) from None
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise _refuse(target, f"its {jobdir.MANIFEST} is not a manifest: {exc}") from None
+    changed = first_difference(manifest.sources, installed_result_sources())
+    if manifest.sources and changed is not None:
+        raise RequestError(
+            f"job {target} was started by a different aner: {changed}; resume it with that "
+            "version, or start it again with a new --output"
+        )
     installed = source_fingerprint()
     if manifest.source_fingerprint != installed:
         raise RequestError(

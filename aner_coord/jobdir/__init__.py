@@ -9,7 +9,8 @@ the files' own types.
 - `lock`: the coordinator's `flock` (`JobLock`) and the monitors' probe of it;
 - `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
-- `status`, `manifest`, `results`: the job files as msgspec Structs.
+- `status`, `manifest`, `results`: the job files as msgspec Structs;
+- `sources`: the files whose code computes a result's numbers, which the manifest records.
 """
 
 from aner_coord.jobdir.directory import (
@@ -32,7 +33,7 @@ from aner_coord.jobdir.directory import (
     read_json,
     read_status,
 )
-from aner_coord.jobdir.lock import JobLock, lock_is_held
+from aner_coord.jobdir.lock import JobLock, foreign_holder, lock_is_held
 from aner_coord.jobdir.watch import cancel_requests, watch_job_dir
 from aner_coord.jobdir.writer import StatusWriter
 
@@ -56,6 +57,7 @@ __all__ = [
     "StatusWriter",
     "cancel_requests",
     "check_new_output",
+    "foreign_holder",
     "lock_is_held",
     "read_json",
     "read_status",

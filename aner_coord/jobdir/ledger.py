@@ -105,6 +105,9 @@ class Checkpointed(msgspec.Struct, frozen=True, tag="checkpoint", array_like=Tru
     size: int
     sha256: bytes
     at: float
+    # The items of those passes, as the job's status counted them (a resumed job's status
+    # starts from them); 0 in a ledger older than the count.
+    items: int = 0
 
 
 Record = Opened | Accepted | Committed | Lost | Resumed | Checkpointed

@@ -92,3 +92,57 @@ def lock_is_held(job: JobDir | PathLike) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+PROC_LOCKS = "/proc/locks"
+_PROC_LOCKS_LIMIT = 4 << 20  # the system's lock table, read no further than this
+
+
+def foreign_holder(job: JobDir | PathLike) -> str | None:
+    """Why the job's lock is held by a process that is not its coordinator, or None.
+
+    The coordinator writes its pid into the lock file as it takes the lock. Where the system
+    lists the holders of `flock` locks (Linux's /proc/locks), a holder that is not that pid,
+    while that pid no longer runs, is someone else (a `flock` command, a backup tool): no
+    coordinator will act on the job. None when it is the coordinator, or cannot be told."""
+    with opened(job) as directory:
+        try:
+            fd, info = open_regular(LOCK, dir_fd=directory.fileno())
+        except (OSError, FileRefused):
+            return None
+    try:
+        recorded = os.read(fd, 32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        with open(PROC_LOCKS, "rb") as table:
+            lines = table.read(_PROC_LOCKS_LIMIT).decode("ascii", "replace").splitlines()
+    except OSError:
+        return None
+    holders = {
+        fields[4]
+        for fields in (line.split() for line in lines if "->" not in line)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode
+    }
+    if not holders or recorded in holders or not recorded.isdigit() or _runs(int(recorded)):
+        return None
+    others = ", ".join(sorted(holders))
+    return (
+        f"its lock is held by process {others}, not by its coordinator (pid {recorded}, which "
+        "no longer runs): no coordinator will act on it; end that process to resume the job"
+    )
+
+
+def _runs(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The state follows the command's parenthesised name, which may hold anything.
+            return stat.read(4096).rpartition(b")")[2].split()[:1] != [b"Z"]
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # it is there, though we may not look

@@ -5,7 +5,9 @@ Schema `aner-manifest/3`: the request, the stream or fixture identity, the execu
 the source fingerprint; since schema 3 also the job's identity (`job`: random, 32 hex
 digits, carried by every record of its ledger) and the SHA256 of `request.json` as it was
 written, which `resume` holds the job directory to (`aner_coord.job.resume`). Files of
-schemas 1 and 2 keep reading, without those two (checked-in examples in tests/data).
+schemas 1 and 2 keep reading, without those two (checked-in examples in tests/data). Since
+schema 4 also `sources`: the SHA256 of every file whose code computes the result's numbers
+(`aner_coord.jobdir.sources`), coordinator side included; older files read without it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-MANIFEST_SCHEMA = "aner-manifest/3"
+MANIFEST_SCHEMA = "aner-manifest/4"
 
 
 class Manifest(msgspec.Struct, frozen=True):
@@ -33,12 +35,15 @@ class Manifest(msgspec.Struct, frozen=True):
     audit: float = 0.0
     job: str = ""  # the job's identity, as its ledger's records carry it (hex)
     request_sha256: str = ""  # of request.json's bytes: "sha256:..."
+    # Path -> "sha256:..." of every file whose code computes the result's numbers.
+    sources: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> Manifest:
     """The manifest of an admitted `admission.Job` whose identity is `job_key` and whose
     request.json has that SHA256."""
     from aner_coord import __version__
+    from aner_coord.jobdir.sources import installed_result_sources
     from aner_worker.contract import source_fingerprint
     from aner_worker.inventory import current
 
@@ -60,6 +65,7 @@ def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> 
         audit=job.request.audit,
         job=job_key.hex(),
         request_sha256=request_sha256,
+        sources=installed_result_sources(),
     )
 
 

@@ -6,6 +6,7 @@ timed from outside; `aner parallel plan` probes the machines and predicts. The m
 - `command`: the two commands, which check everything before they run anything;
 - `experiment`: the experiment file (TOML) and the standard `--auto` matrix;
 - `trials`: running one trial (a whole command) and reading what it produced;
+- `load`: how busy the machine was while a trial ran (load average, others' CPU share);
 - `runner`: the rounds (warm-up, interleaved repetitions), progress and Ctrl-C;
 - `records`: `trials.jsonl`, `cases.csv`, `report.md`;
 - `charts`: the PNG charts (matplotlib, an optional extra imported only here);

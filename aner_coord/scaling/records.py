@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aner_coord.scaling.experiment import Case, Experiment
+from aner_coord.scaling.load import BUSY_SHARE
 from aner_coord.scaling.registry import Registry
 
 CASES = "cases.csv"
@@ -219,6 +220,7 @@ def report_md(
             f"Fastest single machine, measured: {fastest.case.name} "
             f"({fastest.median or 0.0:.3f} s).",
         ]
+    lines += _load_lines(records)
     lines += ["", "## What did not scale", ""]
     lines += [f"- {sentence}" for sentence in unfavourable(experiment, summaries, records)] or [
         "Every case was faster than the reference in proportion to its slots "
@@ -238,6 +240,34 @@ def report_md(
         if chart_note:
             lines.append(chart_note)
     return "\n".join(lines) + "\n"
+
+
+def _load_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Which trials were taken on a busy machine (`aner_coord.scaling.load`)."""
+    measured = [r for r in records if "busy" in r]
+    if not measured:
+        return []
+    busy = [r for r in measured if r["busy"]]
+    lines = ["", "## Machine load", ""]
+    if not busy:
+        most = max(r["others_cpu_share"] for r in measured)
+        return [
+            *lines,
+            f"No trial was taken on a busy machine: other processes used at most {most:.0%} "
+            f"of the CPUs during any trial (busy: {BUSY_SHARE:.0%} or more).",
+        ]
+    lines.append(
+        f"{len(busy)} of {len(measured)} trials were taken on a busy machine (other processes "
+        f"used {BUSY_SHARE:.0%} or more of its CPUs meanwhile): their times say as much about "
+        "that load as about the plan, and so does what did not scale below."
+    )
+    lines += [
+        f"- {r['case']}, {'warm-up' if r['warmup'] else 'repetition ' + str(r['repetition'])}"
+        f": others used {r['others_cpu_share']:.0%} of the CPUs, load "
+        f"{_na(r['load_1m'][0], '{:.2f}')} -> {_na(r['load_1m'][1], '{:.2f}')}"
+        for r in busy
+    ]
+    return lines
 
 
 def _training_table(summaries: list[CaseSummary], records: list[dict[str, Any]]) -> list[str]:

@@ -3,19 +3,26 @@ each run every case once, in an order rotated every round so that no case always
 first (the machine warms up and others come and go; interleaving spreads that over every
 case alike).
 
-Each finished trial is appended to `trials.jsonl` at once (and fsynced), so Ctrl-C (which
-also reaches the trial's own command, cancelling it) keeps every finished trial; the
-summaries, the report and the charts are then written from what was kept. Progress goes
-to stderr: the trial number, case, repetition, its time and an ETA from the medians so far.
+Each finished trial is appended to `trials.jsonl` at once (and fsynced). Ctrl-C (SIGINT,
+at any instant until the last line is printed) is taken by `Interrupt`, never as an
+exception that could land in a record's write or the summaries: it is passed on to the
+running trial's command (which cancels its job: not a finished trial), no further trial
+starts, every finished trial is kept, the summaries, the report and the charts are written
+from them, and the exit status is 4. Progress goes to stderr: the trial number, case,
+repetition, its time and an ETA from the medians so far.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +30,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OK
+from aner_coord.interrupts import route_interrupts
 from aner_coord.requests import JobRequest
+from aner_coord.runner import CANCEL_SIGNALS
 from aner_coord.scaling.experiment import (
     LOCAL_IDENTITY,
     Case,
@@ -76,6 +85,19 @@ def run_experiment(
 ) -> int:
     """Run every trial into `output` (created owner-only); the exit status: 0 when every
     trial ran and agreed, 3 when some failed (they are kept and shown), 4 on Ctrl-C."""
+    with Interrupt() as interrupt:
+        return _run(experiment, output, registry, predict, progress, on_created, interrupt)
+
+
+def _run(
+    experiment: Experiment,
+    output: Path,
+    registry: Registry,
+    predict: Predict | None,
+    progress: TextIO,
+    on_created: Callable[[Path], None] | None,
+    interrupt: Interrupt,
+) -> int:
     private_dir(output)
     jobs = private_dir(output / "jobs")
     if on_created is not None:
@@ -99,13 +121,12 @@ def run_experiment(
                 execution=execution_of(case, clusters[case.name]),
                 output=str(job),
             )
-            try:
-                outcome = run_trial(request, Path(private) / f"trial-{index}.json")
-            except KeyboardInterrupt:
+            if interrupt.seen.is_set():
                 interrupted = True
                 break
-            if outcome.exit_code in (130, EXIT_CANCELLED) and outcome.result is None:
-                # The trial's own command saw the Ctrl-C first: it is not a finished trial.
+            outcome = run_trial(request, Path(private) / f"trial-{index}.json", interrupt.trial)
+            if interrupt.seen.is_set() and outcome.result is None:
+                # Its command was cancelled (or never ran): it is not a finished trial.
                 interrupted = True
                 break
             record = trial_record(experiment, case, rep, outcome, registry, reference)
@@ -118,7 +139,7 @@ def run_experiment(
             os.fsync(out.fileno())
             _show(progress, index, len(schedule), case, rep, experiment, record, records, began)
     write_summaries(experiment, output, records, predicted, registry, interrupted=interrupted)
-    if interrupted:
+    if interrupt.seen.is_set():
         print(
             f"aner: scaling interrupted; {len(records)} finished trial(s) kept in {output}",
             file=progress,
@@ -130,6 +151,51 @@ def run_experiment(
         file=progress,
     )
     return EXIT_FAILED if failed else EXIT_OK
+
+
+class Interrupt:
+    """SIGINT, SIGTERM and SIGHUP while an experiment runs: `seen` is set and the running
+    trial's command gets SIGINT (its own graceful cancel). SIGINT is routed from the
+    program's hold (`aner_coord.interrupts`: a thread, so no exception is raised anywhere);
+    the others, and SIGINT outside the program, by handlers of this (main) thread, whose
+    old handlers come back afterwards."""
+
+    def __init__(self) -> None:
+        self.seen = threading.Event()
+        # Reentrant: a handler of this thread may run while the thread holds it.
+        self._lock = threading.RLock()
+        self._trial: subprocess.Popen[str] | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> Interrupt:
+        routed = route_interrupts(self)
+        if threading.current_thread() is threading.main_thread():
+            for sig in CANCEL_SIGNALS:
+                if not (routed and sig == signal.SIGINT):
+                    self._old[sig] = signal.signal(sig, lambda *_: self())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        route_interrupts(None)
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.seen.set()
+            self._pass_on()
+
+    def trial(self, proc: subprocess.Popen[str]) -> None:
+        """The trial now running; it is interrupted at once if an interrupt came first."""
+        with self._lock:
+            self._trial = proc
+            if self.seen.is_set():
+                self._pass_on()
+
+    def _pass_on(self) -> None:
+        if self._trial is not None and self._trial.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._trial.send_signal(signal.SIGINT)
 
 
 class _owner_only_append:
@@ -205,6 +271,7 @@ def trial_record(
         "transfer_s": _longest(workers, "transfer_s"),
         "wait_s": _total(workers, "wait_s"),
         "source_fingerprint": outcome.fingerprint,
+        **(outcome.load.to_record() if outcome.load is not None else {}),
     }
     record.update(_training(result))
     return record

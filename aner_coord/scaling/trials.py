@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,12 +25,15 @@ from typing import Any
 import msgspec
 
 from aner_coord.requests import JobRequest
+from aner_coord.scaling.load import LoadMeter, MachineLoad
 
 # docs/contracts.md, sections 2 and 9: theta and losses within 1e-10 between plans.
 TOLERANCE = 1e-10
-# result.json keys that describe how, not what: they may differ between plans.
+# result.json keys that describe how, not what: they may differ between plans, at any depth
+# (a search's every fit and its refit have their own `seconds` and `worker`).
 _ACCOUNTING = {
     "seconds",
+    "worker",
     "execution",
     "workers",
     "schema",
@@ -51,6 +55,7 @@ class Outcome:
     result: dict[str, Any] | None  # the whole result.json, when the job completed
     fingerprint: str | None
     stderr: str
+    load: MachineLoad | None = None  # how busy the machine was meanwhile
 
 
 def aner_executable() -> str:
@@ -80,14 +85,31 @@ def read_back(request: JobRequest) -> JobRequest:
     return decode_request(msgspec.json.encode(request), fmt="json", source="the trial spec")
 
 
-def run_trial(request: JobRequest, spec: Path) -> Outcome:
-    """Run the job of `request` (whose output must not exist yet) as a whole command."""
+def run_trial(
+    request: JobRequest,
+    spec: Path,
+    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
+) -> Outcome:
+    """Run the job of `request` (whose output must not exist yet) as a whole command;
+    `on_start` is given the command's process as soon as it runs."""
     assert request.output is not None
     write_spec(request, spec)
     started = datetime.now(UTC).isoformat(timespec="milliseconds")
+    meter = LoadMeter()
+    meter.start()
     began = time.monotonic()
-    proc = subprocess.run(command(spec), stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    with subprocess.Popen(
+        command(spec),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        if on_start is not None:
+            on_start(proc)
+        _, stderr = proc.communicate()
     wall = time.monotonic() - began
+    load = meter.stop()
     job = Path(request.output)
     result = _read_json(job / "result.json")
     manifest = _read_json(job / "run-manifest.json")
@@ -97,7 +119,8 @@ def run_trial(request: JobRequest, spec: Path) -> Outcome:
         exit_code=proc.returncode,
         result=result,
         fingerprint=manifest.get("source_fingerprint") if manifest else None,
-        stderr=proc.stderr.strip()[-2000:],
+        stderr=stderr.strip()[-2000:],
+        load=load,
     )
 
 
@@ -110,8 +133,17 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def scientific(result: dict[str, Any]) -> dict[str, Any]:
-    """What a result says about the science, without how long or where it ran."""
-    return {k: v for k, v in result.items() if k not in _ACCOUNTING}
+    """What a result says about the science, without how long or where it ran (at any
+    depth: timings and placements are never part of the scientific result)."""
+    return {k: _without_accounting(v) for k, v in result.items() if k not in _ACCOUNTING}
+
+
+def _without_accounting(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_accounting(v) for k, v in value.items() if k not in _ACCOUNTING}
+    if isinstance(value, list):
+        return [_without_accounting(v) for v in value]
+    return value
 
 
 def disagreement(a: Any, b: Any, where: str = "") -> str | None:

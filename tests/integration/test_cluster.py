@@ -6,16 +6,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from support import ANER, ROOT, finish, spawned, status_of, wait_for, write_cluster, write_pipe_pair
+from support import (
+    ANER,
+    finish,
+    installed_copy,
+    spawned,
+    status_of,
+    wait_for,
+    write_cluster,
+    write_pipe_pair,
+)
 
 from aner_coord.jobdir.status import JobState
 from aner_worker.inventory import current
@@ -153,27 +160,6 @@ def test_local_slots_above_allocation_are_refused_before_work(tmp_path: Path) ->
     assert "effective CPU allocation" in proc.stderr and str(too_many) in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not job.exists()
-
-
-def installed_copy(tmp_path: Path, changed: str) -> Path:
-    """A second installation of aner in which one comment line of `changed` differs, and a
-    launcher that runs it."""
-    copy = tmp_path / "other-aner"
-    for package in ("protocol", "aner_worker", "aner_coord"):
-        shutil.copytree(
-            ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    source = copy / changed
-    lines = source.read_text().splitlines(keepends=True)
-    comment = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# "))
-    lines[comment] = lines[comment].replace("# ", "#  ", 1)  # one comment line, one space
-    source.write_text("".join(lines))
-    launcher = tmp_path / "other-aner-launcher"
-    launcher.write_text(
-        f'#!/bin/sh\nPYTHONPATH="{copy}" exec "{sys.executable}" -P -m aner_coord "$@"\n'
-    )
-    launcher.chmod(0o755)
-    return launcher
 
 
 def test_worker_with_a_different_source_contract_is_refused(tmp_path: Path) -> None:

@@ -591,3 +591,23 @@ def test_predict_drops_the_label_column_the_model_was_trained_with(tmp_path: Pat
         table = list(csv.reader(f))
     assert table[0] == ["predicted", "p_s0", "p_s1", "p_s2"]
     assert [r[0] for r in table[1:]] == list(fit.predict(x))
+
+
+@pytest.mark.parametrize("value", ["1e200", "1e300"])
+def test_a_constant_feature_too_large_to_square_fails_in_one_line_without_a_raw_warning(
+    tmp_path: Path, value: str
+) -> None:
+    # Issue 25 item 16: numpy's "overflow encountered in multiply" came first.
+    data = tmp_path / "rows.csv"
+    rows = [f"{(r % 17) / 17},{value},{r % 2}" for r in range(300)]
+    data.write_text("a,b,label\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "job"
+    proc = run_aner(
+        "parallel", "train", "--data", str(data), "--seed", "1", "--epochs", "1",
+        "--workers", "1", "--output", str(out), "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"aner: job failed (job directory {out}): numerical divergence: the normalisation of "
+        "feature 'b' is not finite: rescale it"
+    ], proc.stderr

@@ -62,10 +62,11 @@ def test_the_same_values_are_the_same_data_wherever_they_are_computed(tmp_path: 
         x, y, seed=1, hidden=8, epochs=2, output=tmp_path / "local",
         execution=parallel.local(workers=1),
     )  # fmt: skip
-    # A list of lists, Fortran order, labels as text: the same values, the same identity.
+    # A list of lists, Fortran order, labels as Python ints: the same values, the same
+    # identity (labels as text are other classes: strings, which predict gives back).
     group = parallel.cluster(write_pipe_pair(tmp_path / "cluster"))
     staged = parallel.dense_fit(
-        np.asfortranarray(x).tolist(), [str(v) for v in y], seed=1, hidden=8, epochs=2,
+        np.asfortranarray(x).tolist(), [int(v) for v in y], seed=1, hidden=8, epochs=2,
         output=tmp_path / "staged", execution=group,
     )  # fmt: skip
     assert staged.data == local.data
@@ -82,7 +83,7 @@ def test_the_same_values_are_the_same_data_wherever_they_are_computed(tmp_path: 
         (lambda x, y: parallel.dense_fit(x, seed=1), "takes arrays as X and y together"),
         (lambda x, y: parallel.dense_fit(x, y[:9], seed=1), "y= must hold one label per row"),
         (lambda x, y: parallel.dense_fit(x[:, 0], y, seed=1), "X= must be a 2-D array"),
-        (lambda x, y: parallel.dense_fit(x.astype(complex), y, seed=1), "X= must hold real"),
+        (lambda x, y: parallel.dense_fit(x.astype(complex), y, seed=1), "X holds complex numbers"),
         (lambda x, y: parallel.dense_fit(x, y, seed=1, teacher=(9, 2, 2)), "give exactly one"),
         (lambda x, y: parallel.dense_fit(x, y, seed=1, hidden="64"), "hidden= must be a list"),
         (lambda x, y: parallel.dense_fit(x, y, seed=1.5), "seed= must be an integer, got 1.5"),

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,9 @@ def test_a_stopped_job_keeps_a_checkpoint_and_resumes_to_the_same_bits(
     ), shown.stdout
     result = _resume(job)
     assert result["steps_recovered"] == status.committed_steps
+    # It counted committed steps only, which its checkpoint holds: the resume recovers
+    # exactly the work its last status reported, and the progress goes on from there.
+    assert status_of(job).recovered == status.accepted > 0
     assert_same_bits(job, uninterrupted)
     shown = run_aner("parallel", "status", "--job", str(job))
     recovered = f"{status.committed_steps:,} of them recovered from a checkpoint"
@@ -231,3 +235,54 @@ def test_a_checkpoint_resume_cannot_trust_is_refused_in_one_line(
     after = sorted((p.name, p.lstat().st_size, p.lstat().st_mtime_ns) for p in job.iterdir())
     assert after == listing
     assert json.loads((job / "status.json").read_text())["state"] == "CANCELLED"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of its own (root only), which the test shrinks to fill and grows to free."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _resize(mount: Path, size: int) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+
+
+def test_a_checkpoint_the_disk_cannot_hold_fails_the_job_and_resume_continues_to_the_same_bits(
+    small_disk: Path, uninterrupted: Path, coordinators: Coordinators
+) -> None:
+    """Issue 25 item 3: a full disk during a checkpoint leaves FAILED with the reason, never
+    overwritten by the pass that was under way, and the last good checkpoint in place."""
+    job = small_disk / "job"
+    pid = _start(job, coordinators, ANER_CHECKPOINT_S="0")  # a checkpoint at every pass
+    advance_until(pid, _checkpoint_in_second_epoch(job), "a checkpoint mid-epoch 2")
+    good = (job / "checkpoint.npz").read_bytes()
+    disk = os.statvfs(small_disk)
+    used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
+    # Room for the next pass's ledger records and status, not for another checkpoint.
+    _resize(small_disk, used + len(good) - 4096)
+    os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: process_gone(pid), 120, "the coordinator to end")
+    status = json.loads((job / "status.json").read_text())
+    assert status["state"] == "FAILED", status
+    assert "checkpoint.npz" in status["error"], status["error"]
+    assert "No space left on device" in status["error"], status["error"]
+    shown = run_aner("parallel", "status", "--job", str(job))
+    assert shown.returncode == 3, shown.stdout + shown.stderr
+    assert "No space left on device" in shown.stdout + shown.stderr, shown.stdout
+    assert (job / "checkpoint.npz").read_bytes() == good  # the last good one, in place
+    _resize(small_disk, 64 << 20)  # space freed
+    result = _resume(job)
+    assert result["steps_recovered"] > 0
+    assert_same_bits(job, uninterrupted)

@@ -90,9 +90,17 @@ def test_without_retries_a_lost_worker_still_fails_the_job(
     cluster = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
     pid = coordinators.add(background(job, "--cluster", str(cluster), "--chunk", "10000000"))
-    wait_accepted(job, 1)
+    # Both past their handshake (each has work accepted), so that whichever is killed is
+    # lost in its run phase: on a loaded machine one may still be starting when the other
+    # has results.
+    wait_status(
+        job,
+        lambda s: s.state is JobState.RUNNING and all(w.items > 0 for w in s.workers),
+        120,
+        "work accepted from both workers",
+    )
     workers_of(pid)[0].kill()
-    final = wait_status(job, lambda s: s.state.terminal, 60, "the job to end")
+    final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.FAILED
     assert "failed during run: the worker closed its connection" in (final.error or "")
     assert not (job / "result.json").exists()

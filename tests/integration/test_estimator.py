@@ -31,8 +31,6 @@ FIT = {"hidden": 8, "epochs": 5, "batch": 32, "test_fraction": 0, "validation_fr
 
 # The checks DenseClassifier does not pass, each with its reason (README, "DenseClassifier").
 EXPECTED_FAILED_CHECKS = {
-    "check_classifiers_regression_target": "a continuous target is refused by dense_fit's "
-    "label check (issue 24, item 4), not by the estimator",
     "check_fit2d_1feature": "section 9 draws each row's role: the check's 10 rows leave no "
     "validation row at random_state=0, refused before the 1-feature case is reached",
     "check_estimators_nan_inf": "section 9 draws each row's role: the check's 10 rows leave no "

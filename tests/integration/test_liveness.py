@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from hostile import HANDSHAKE, fake_worker, group
-from support import ANER, write_cluster
+from support import ANER, finish, spawned, write_cluster
 
 from aner_coord import parallel
 from aner_coord.errors import JobFailed
@@ -50,8 +50,13 @@ def test_a_worker_that_answers_pings_but_returns_no_result_is_lost(tmp_path: Pat
 
 
 def test_with_retries_a_stalled_worker_is_a_lost_worker_and_the_hits_are_exact(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A real worker computes beside the fake: a silence bound of 5 s (pings every 1.7 s)
+    # is one a loaded machine's reading thread keeps; the result bound (4 s before a task
+    # is measured) is what the fake must miss, and the real worker's computing slot says
+    # it computes three times a second.
+    monkeypatch.setenv("ANER_WORKER_SILENCE_S", "5")
     # Its first start stalls; any later start (the backend reconnects a lost worker) exits
     # at once, so that exactly one loss is counted whatever the timing.
     marker = tmp_path / "started-once"
@@ -303,4 +308,88 @@ def test_half_a_welcome_fails_the_handshake_within_the_frame_bound(tmp_path: Pat
         r'worker "bad-1" failed during handshake: sent \d+ bytes of a \d+-byte frame and not '
         r"the rest within 1 s \(stalled mid-frame, or a corrupted length\)",
         str(failure.value),
+    ), str(failure.value)
+
+
+def test_a_frame_of_pongs_kept_open_forever_does_not_hold_a_job(tmp_path: Path) -> None:
+    # At each ping: the end of the last pong and the start of the next. A frame is always
+    # open and one completes at every ping, but no result ever comes.
+    exe = fake_worker(
+        tmp_path,
+        "straddler",
+        """
+        rest = b""
+        while True:
+            for event in read():
+                if isinstance(event, PingReceived):
+                    pong = conn.pong(event.nonce)
+                    send(rest + pong[: len(pong) // 2])
+                    rest = pong[len(pong) // 2 :]
+        """,
+    )
+    cluster = write_cluster(tmp_path / "cluster", [("bad-1", "local", "-", exe, 1)])
+    argv = [
+        ANER, "parallel", "run", "--samples", "1000000", "--seed", "1",
+        "--cluster", str(cluster), "--output", str(tmp_path / "job"),
+    ]  # fmt: skip
+    with spawned(argv) as proc:
+        code, _, err = finish(proc, 300)  # hang protection only: the bound is 5 s
+    assert code == 3, err
+    # The unmeasured result bound (4 x 1 s), plus the open frame's own bound (1 s) once.
+    assert (
+        'worker "bad-1" failed during run: answered pings but returned no result for 5 s with '
+        in err
+    ), err
+
+
+SLOW_TASK = """
+from aner_worker.kernels import decode, encode
+from aner_worker.kernels.montecarlo import McParams
+kernel = KERNELS["monte-carlo"]
+answered = 0
+held = None  # (task, result frame, pings seen since)
+while True:
+    for event in read():
+        if isinstance(event, TaskReceived):
+            t = event.task
+            params = decode(McParams, conn.params_for(t.pass_id).body)
+            frame = conn.result(t, encode(kernel.run(params, t.start, t.count, None)), 0.0001)
+            answered += 1
+            if answered == 4:  # the first three are quick; this one takes 30 pings
+                held = [t, frame, 0]
+            else:
+                send(frame)
+        elif isinstance(event, PingReceived):
+            send(conn.pong(event.nonce))
+            if held is not None:
+                held[2] += 1
+                if BEATS:
+                    send(conn.working(held[0].task_id, held[2] * 0.3))
+                if held[2] == 30:
+                    send(held[1])
+                    held = None
+"""
+
+
+@pytest.mark.parametrize("beats", [True, False])
+def test_a_task_far_longer_than_those_before_lives_while_its_slot_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beats: bool
+) -> None:
+    # Pings every third of a second; three quick tasks make the measured task time tiny,
+    # so the result bound is its floor, 2 s; the fourth task takes 30 pings (10 s). A
+    # worker that says it computes at every ping lives; one that says nothing is lost.
+    monkeypatch.setenv("ANER_WORKER_RESULT_S", "2")
+    # It computes in its reading thread: the kernel is loaded before the handshake, so
+    # that no first task keeps it from answering a ping.
+    warm = "from aner_worker.kernels import KERNELS\nKERNELS['monte-carlo'].warm_up()\n"
+    exe = fake_worker(tmp_path, "slow", f"BEATS = {beats}\n" + SLOW_TASK, prologue=warm + HANDSHAKE)
+    execution = group(tmp_path, exe, chunk=10**6)
+    if beats:
+        result = parallel.monte_carlo(samples=10**7, seed=42, execution=execution)
+        assert result.hits == HITS_10M
+        return
+    with pytest.raises(JobFailed) as failure:
+        parallel.monte_carlo(samples=10**7, seed=42, execution=execution)
+    assert str(failure.value).startswith(
+        'worker "bad-1" failed during run: answered pings but returned no result for 2 s with '
     ), str(failure.value)

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from support import HANG_S
 
 from aner_coord import parallel
 from aner_coord.admission import Job, admit
@@ -314,7 +315,7 @@ def test_cooperative_cancellation_joins_every_thread(chunk: int) -> None:
                 working.set()
 
         task = asyncio.create_task(execute(job, observers=[observe], cancel=cancel))
-        await asyncio.wait_for(working.wait(), 60)  # guards a hang only
+        await asyncio.wait_for(working.wait(), HANG_S)  # guards a hang only
         running = _no_local_threads()
         cancel.set()
         return await task, running

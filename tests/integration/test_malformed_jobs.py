@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support import ANER
+from support import ANER, HANG_S
 
 from aner_coord.jobdir.ledger import Accepted, Committed, frame
 from aner_worker.kernels.base import encode
@@ -49,7 +49,7 @@ from aner_worker.kernels.montecarlo import McStats
 
 SEED = 20261203
 MEM_CAP = 2 << 30
-TIMEOUT_S = 60.0  # generous: every case here ends in about a second on an idle machine
+TIMEOUT_S = HANG_S  # a hang's bound: every case ends in about a second on an idle machine
 JOBS = 4
 MAX_LINE = 4096
 GiB = 1 << 30

@@ -218,3 +218,19 @@ def test_a_diverging_fit_is_a_numerical_divergence_not_a_worker_fault(tmp_path: 
     assert "inconsistent result" not in proc.stderr
     assert status_of(out).state is JobState.FAILED
     assert not (out / "result.json").exists()
+
+
+def test_a_fit_that_ends_above_its_initial_loss_fails_as_diverged(tmp_path: Path) -> None:
+    # Issue 25 item 16: --rate 1e300 kept every number finite (loss 0.69 -> 3e298), exit 0.
+    out = tmp_path / "job"
+    proc = run_aner(
+        "parallel", "regression", "--samples", "10000", "--steps", "5", "--rate", "1e300",
+        "--seed", "1", "--workers", "1", "--output", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "numerical divergence: the loss rose from 0.693147 to 3.01934e+298" in lines[0]
+    assert "over 5 steps at rate 1e+300: the fit diverged; lower --rate" in lines[0]
+    assert status_of(out).state is JobState.FAILED
+    assert not (out / "result.json").exists()

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import ANER, wait_for, write_cluster
+from support import ANER, interrupted_at, wait_for, write_cluster
 
 from aner_coord.scaling.plan import recommend
 from aner_coord.scaling.probe import Probe
@@ -188,6 +188,42 @@ def test_ctrl_c_keeps_every_finished_trial(tmp_path: Path) -> None:
     assert f"{len(kept)} finished trial(s) kept" in stderr
     assert "**Interrupted**" in (out / "report.md").read_text()
     assert (out / "cases.csv").exists()
+
+
+INTERRUPT_POINTS = 50
+
+
+@pytest.mark.slow
+def test_a_sigint_anywhere_keeps_every_finished_trial_and_the_summaries(tmp_path: Path) -> None:
+    path = tmp_path / "experiment.toml"
+    path.write_text(
+        '[computation]\nkind = "monte-carlo"\nsamples = 100_000\nseed = 1\n'
+        '[[case]]\nname = "one"\nworkers = 1\n'
+    )
+
+    def argv(out: Path) -> list[str]:
+        return [
+            *(ANER, "parallel", "scaling", "--experiment", str(path), "--output", str(out)),
+            *("--registry", str(tmp_path / "r.json"), "--no-predict"),
+        ]
+
+    code, _, err, whole = interrupted_at(argv(tmp_path / "measured"), None)
+    assert code == 0, err
+    total = len((tmp_path / "measured" / "trials.jsonl").read_text().splitlines())
+    for i in range(INTERRUPT_POINTS):
+        out = tmp_path / f"out-{i}"
+        code, _, err, _ = interrupted_at(argv(out), whole * (i + 0.5) / INTERRUPT_POINTS)
+        assert "Traceback" not in err, err
+        kept = (out / "trials.jsonl").read_text().splitlines()
+        assert all(json.loads(line)["ok"] for line in kept)
+        assert (out / "cases.csv").exists() and (out / "report.md").exists(), err
+        if code == 0:  # the SIGINT came after the experiment's last line
+            assert len(kept) == total and f"{total} trials in" in err, err
+            continue
+        assert code == 4, err
+        assert f"{len(kept)} finished trial(s) kept" in err, err
+        if len(kept) < total:
+            assert "**Interrupted**" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize(

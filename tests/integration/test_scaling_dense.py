@@ -120,3 +120,35 @@ def test_plan_predicts_a_dense_experiment(tmp_path: Path) -> None:
     assert set(advice["cases"]) == {"one", "two"}
     assert all(seconds > 0 for seconds in advice["cases"].values())
     assert advice["recommended"]["execution"] == "local" and advice["reason"]
+
+
+def test_a_search_experiment_passes_whatever_its_fits_took_or_where_they_ran(
+    tmp_path: Path,
+) -> None:
+    """Issue 25 item 15: a fit's `seconds` and `worker` are how it ran, not what it found."""
+    path = tmp_path / "experiment.toml"
+    path.write_text(
+        'name = "tiny search"\nrepetitions = 3\n[computation]\nkind = "search"\n'
+        "teacher = [600, 4, 2]\nseed = 1\nfolds = 2\nepochs = 1\nhidden = [4]\n"
+        "[computation.grid]\nlr = [1e-3, 3e-3]\n"
+        '[[case]]\nname = "two"\nworkers = 2\n'
+    )
+    out = tmp_path / "scaling"
+    proc = run(
+        "scaling", "--experiment", str(path), "--output", str(out),
+        "--registry", str(tmp_path / "registry.json"), "--no-predict",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    trials = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    assert len(trials) == 4 and all(t["ok"] and t["failure"] is None for t in trials), [
+        t["failure"] for t in trials
+    ]
+    fits = [t["result"]["fits"] for t in trials]
+    assert all(len(f) == 4 for f in fits)
+    losses = {tuple(fit["validation_loss"] for fit in f) for f in fits}
+    assert len(losses) == 1  # the same fits, to the bit, however long each took
+    # Each trial keeps how busy the machine was, and the report says it.
+    for t in trials:
+        assert 0.0 <= t["others_cpu_share"] <= 1.0 and isinstance(t["busy"], bool)
+        assert len(t["load_1m"]) == 2
+    assert "## Machine load" in (out / "report.md").read_text()

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from support import reap
+from support import HANG_S, reap
 
 from aner_worker.contract import source_fingerprint
 from aner_worker.inventory import current
@@ -38,9 +38,10 @@ from protocol import (
     Shutdown,
     Task,
     Welcome,
+    Working,
 )
 
-WAIT_S = 30  # guards against a hang only
+WAIT_S = HANG_S  # guards against a hang only
 HUGE = 9_000_000_000  # samples: most of a minute of one core, within the admission limits
 
 
@@ -190,6 +191,34 @@ def test_regression_task_gets_sufficient_statistics(worker: Worker) -> None:
     stats = worker.stats(3, RegressionStats)
     expected = fixture_pass(5, 10, 1_000, theta)
     assert stats == RegressionStats(expected.grad, expected.loss_sum, expected.correct, 1_000)
+
+
+def test_a_slot_computing_a_long_task_says_so_at_the_pace_asked(worker: Worker) -> None:
+    heartbeat = 0.05
+    worker.send(Hello(PROTOCOL_VERSION, "Atlas-01", 1, source_fingerprint(), KERNELS, heartbeat))
+    assert isinstance(worker.recv(), Welcome)
+    task = Task(1, 0, 0, 100_000_000)
+    worker.send(mc_params(42), task)
+    words: list[Working] = []
+    while isinstance(message := worker.recv(), Working):
+        words.append(message)
+    assert as_tuple(message) == mc_result(task, 42)
+    assert isinstance(message, Result)
+    # From the computing slot, between its sub-ranges: about one per period of its busy time
+    # (each at least a period after the one before, so never more than that).
+    assert all(w.task_id == 1 for w in words)
+    assert len(words) <= message.busy_s / heartbeat + 1
+    if message.busy_s > 2 * heartbeat:
+        assert words, "no word from a slot busy for more than two periods"
+    elapsed = [w.elapsed_s for w in words]
+    assert elapsed == sorted(elapsed) and all(0 < e <= message.busy_s for e in elapsed)
+
+
+def test_a_worker_not_asked_for_heartbeats_sends_none(worker: Worker) -> None:
+    welcome(worker)
+    task = Task(1, 0, 0, 20_000_000)
+    worker.send(mc_params(42), task)
+    assert as_tuple(worker.recv()) == mc_result(task, 42)
 
 
 def test_tasks_sent_with_the_hello_are_not_left_waiting(worker: Worker) -> None:

@@ -17,6 +17,7 @@ from protocol import (
     PROTOCOL_VERSION,
     Accepted,
     Answered,
+    Computing,
     CoordinatorConnection,
     FrameEncoder,
     Hello,
@@ -40,6 +41,7 @@ from protocol import (
     TaskReceived,
     Welcome,
     WorkerConnection,
+    Working,
     bounded_machine,
 )
 
@@ -278,6 +280,44 @@ def test_a_failed_task_is_an_answer() -> None:
     coordinator.task(task)
     [event] = coordinator.receive(worker.failed(5, "ValueError: boom"))
     assert event == Answered(TaskFailed(5, "ValueError: boom"), task)
+
+
+def test_a_slot_says_it_is_computing_only_when_asked_and_only_for_its_tasks() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)  # a Hello without heartbeats: the worker may send none
+    assert worker.heartbeat_s == 0.0
+    with pytest.raises(LocalProtocolError, match="Working to a coordinator that asked for none"):
+        worker.working(5, 1.0)
+    with pytest.raises(RemoteProtocolError, match="unexpected Working message"):
+        coordinator.receive(frame(Working(5, 1.0)))
+
+    coordinator = CoordinatorConnection("w1", 2, FP, ("mc",), window=4, heartbeat_s=0.5)
+    worker = WorkerConnection(FP, 2, "test-platform", {"mc"})
+    handshake(coordinator, worker)
+    assert worker.heartbeat_s == 0.5
+    task = Task(5, 0, 0, 10)
+    worker.receive(coordinator.params(0, "mc", BODY) + coordinator.task(task))
+    assert coordinator.receive(worker.working(5, 12.5)) == [Computing(task, 12.5)]
+    assert coordinator.in_flight == 1  # still owed: a word is not an answer
+    for elapsed in (float("nan"), -1.0, 1e300):
+        c2 = CoordinatorConnection("w1", 2, FP, ("mc",), window=4, heartbeat_s=0.5)
+        w2 = WorkerConnection(FP, 2, "test-platform", {"mc"})
+        handshake(c2, w2)
+        c2.params(0, "mc", BODY)
+        c2.task(task)
+        with pytest.raises(RemoteProtocolError, match="is working on task 5 for"):
+            c2.receive(frame(Working(5, elapsed)))
+    coordinator.receive(worker.result(task, BODY, 0.0))
+    with pytest.raises(RemoteProtocolError, match="working on task 5, not outstanding"):
+        coordinator.receive(worker.working(5, 13.0))
+
+
+def test_a_worker_asked_for_heartbeats_too_often_sends_them_at_its_own_pace() -> None:
+    for asked, used in ((1e-9, 0.05), (float("nan"), 0.0), (-1.0, 0.0), (2.0, 2.0)):
+        coordinator = CoordinatorConnection("w1", 2, FP, ("mc",), heartbeat_s=asked)
+        worker = WorkerConnection(FP, 2, "test-platform", {"mc"})
+        handshake(coordinator, worker)
+        assert worker.heartbeat_s == used
 
 
 def test_a_pong_that_answers_no_ping_is_a_protocol_error() -> None:

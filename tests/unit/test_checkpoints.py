@@ -161,22 +161,22 @@ def test_due_by_time_or_steps_and_the_record_is_durable_before_the_file(
     writer = Checkpointer(directory, book, Policy(30.0, 100), clock=clock)
     run = _Run()
     run.data = b"first"
-    writer.committed(run, 5, 4)  # neither 30 s nor 100 steps: not due
+    writer.committed(run, 5, 4, 5000)  # neither 30 s nor 100 steps: not due
     assert not directory.exists(jobdir.CHECKPOINT) and writer.steps is None
     clock.now = 30.0
-    writer.committed(run, 6, 5)
+    writer.committed(run, 6, 5, 6000)
     assert directory.read_bytes(jobdir.CHECKPOINT) == b"first" and writer.steps == 5
     # The record reached the disk (no status written, no sync by anyone else).
     [record] = _read(directory).checkpoints
-    assert (record.passes, record.steps, record.size) == (6, 5, 5)
+    assert (record.passes, record.steps, record.size, record.items) == (6, 5, 5, 6000)
     assert record.sha256 == hashlib.sha256(b"first").digest()
     run.data = b"second"
-    writer.committed(run, 7, 104)  # 99 steps since: not due
+    writer.committed(run, 7, 104, 7000)  # 99 steps since: not due
     assert writer.written == 1
-    writer.committed(run, 8, 105)  # 100 steps since
+    writer.committed(run, 8, 105, 8000)  # 100 steps since
     assert writer.written == 2 and directory.read_bytes(jobdir.CHECKPOINT) == b"second"
     run.data = b"third"
-    writer.committed(run, 9, 106)
+    writer.committed(run, 9, 106, 9000)
     writer.final()  # a cancel keeps the last committed pass at once
     writer.final()  # and only once
     assert writer.written == 3 and [r.passes for r in _read(directory).checkpoints] == [6, 8, 9]
@@ -189,13 +189,14 @@ def test_resume_trusts_the_newest_file_the_ledger_vouches_for(directory: jobdir.
     run = _Run()
     assert vouched(directory, _read(directory), 1 << 20) is None  # no file: from the start
     run.data = b"old"
-    writer.committed(run, 3, 2)
+    writer.committed(run, 3, 2, 3000)
     # Killed after the next record was durable but before its file was renamed into place:
     # the file is still the one before, which the ledger vouches for too.
     book.append(ledger.Checkpointed(4, 3, 3, hashlib.sha256(b"new").digest(), 0.0))
     book.sync()
     restored = vouched(directory, _read(directory), 1 << 20)
-    assert restored is not None and (restored.passes, restored.data) == (3, b"old")
+    assert restored is not None
+    assert (restored.passes, restored.data, restored.items) == (3, b"old", 3000)
     directory.write_bytes(jobdir.CHECKPOINT, b"forged")
     with pytest.raises(CheckpointError, match="not a checkpoint its ledger vouches for"):
         vouched(directory, _read(directory), 1 << 20)

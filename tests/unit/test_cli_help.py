@@ -108,3 +108,41 @@ def test_every_cv_flag_is_derived_from_the_request_type() -> None:
         flag = ("--no-" if field.default is True else "--") + field.name.replace("_", "-")
         assert flag in flags, flag
     assert rendered(flags["--folds"]).endswith("1 uses train's own validation split (default 5)")
+
+
+@pytest.mark.parametrize(
+    ("command", "needed"),
+    [
+        ("train", ("--seed SEED", "--output DIR")),
+        ("cv", ("--seed SEED", "--output DIR")),
+        ("run", ("--seed SEED", "--samples SAMPLES", "--output DIR")),
+        ("regression", ("--seed SEED", "--steps", "--rate RATE", "--output DIR")),
+        ("search", ("--spec FILE.toml", "--output DIR")),
+    ],
+)
+def test_the_usage_line_shows_what_a_command_cannot_run_without_as_required(
+    command: str, needed: tuple[str, ...]
+) -> None:
+    # Issue 25 item 16: --seed and --output were shown in brackets, as if optional.
+    parser = build_parser(command)
+    own = _subparsers(_subparsers(parser).choices["parallel"]).choices[command]
+    usage = " ".join(own.format_usage().split())
+    for flag in needed:
+        assert f" {flag}" in usage and f"[{flag}" not in usage, (flag, usage)
+    assert "[--workers WORKERS]" in usage  # the optional stay optional
+    assert all(not a.required for a in own._actions if a.option_strings[:1] != ["--spec"])
+
+
+@pytest.mark.parametrize("rows", ["1e9", "1_000_000_000", "1000000000"])
+def test_teacher_rows_are_read_as_exact_integers(rows: str) -> None:
+    from aner_coord.cli.arguments import _sizes
+
+    assert _sizes(3)(f"{rows},4,2") == (1_000_000_000, 4, 2)
+
+
+@pytest.mark.parametrize("text", ["1.5e3,4,2", "1,000,4,2", "1e99999999,4,2", "-1,4,2", "1e9,4"])
+def test_teacher_sizes_that_are_not_three_exact_integers_are_refused(text: str) -> None:
+    from aner_coord.cli.arguments import _sizes
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _sizes(3)(text)

@@ -187,7 +187,8 @@ def test_checked_in_dense_and_search_results_v2_read_with_epochs_from_1() -> Non
 
 def test_checked_in_manifest_v3_reads_with_the_jobs_identity() -> None:
     manifest = decode_manifest((DATA / "manifest-v3.json").read_bytes())
-    assert manifest.schema == MANIFEST_SCHEMA == "aner-manifest/3"
+    assert manifest.schema == "aner-manifest/3"
+    assert manifest.sources == {}  # appended in schema 4
     assert manifest.job == "29682178615dc6b4621065c5ce50cdd3"
     assert manifest.request_sha256 == (
         "sha256:18967e354a60a03cd8cbd2fe60e49bdc3c3dabc194ad48fc084b30e0be4540ad"
@@ -259,3 +260,16 @@ def test_checked_in_dense_status_reads_and_renders_its_position() -> None:
     assert (old.work, old.work_upper_bound, old.position, old.notes) == (None, False, None, [])
     assert old.total_work == old.requested * old.passes
     assert b'"position"' not in (DATA / "status-v2.json").read_bytes()
+
+
+def test_a_new_manifest_records_the_identity_of_every_file_its_numbers_come_from() -> None:
+    from aner_coord.jobdir.sources import installed_result_sources
+
+    manifest = decode_manifest((DATA / "manifest-v3.json").read_bytes())
+    newer = msgspec.structs.replace(
+        manifest, schema=MANIFEST_SCHEMA, sources=installed_result_sources()
+    )
+    assert MANIFEST_SCHEMA == "aner-manifest/4"
+    again = decode_manifest(encode_manifest(newer))
+    assert again == newer
+    assert again.sources["aner_coord/computations/regression.py"].startswith("sha256:")

@@ -471,7 +471,7 @@ def test_shell_failure_fails_the_job_naming_where() -> None:
 # -- cancellation --------------------------------------------------------------------------
 
 
-def test_cancel_stops_dispatch_and_counts_late_results_as_diagnostics() -> None:
+def test_cancel_stops_dispatch_and_records_late_results_it_counts() -> None:
     machine, run = started(total=20, chunk=3)  # 7 chunks
     machine.handle(WorkerReady("a", 2))
     machine.handle(WorkerReady("b", 1))
@@ -485,9 +485,14 @@ def test_cancel_stops_dispatch_and_counts_late_results_as_diagnostics() -> None:
     assert plain(out) == [status(CG), StopWorkers("user pressed Ctrl-C")]
     assert progress(out).error == "cancelled: user pressed Ctrl-C"
     assert machine.handle(CancelRequested("again")) == []
-    # In-flight results still arrive: counted for diagnostics, but nothing new is sent.
-    assert machine.handle(answer("b", task(3, 6, 3), McStats(3))) == []
-    assert machine.handle(answer("a", task(2, 3, 3), McStats(1))) == []
+    # In-flight results still arrive: nothing new is sent, and what the status counts the
+    # ledger holds (a resume recovers exactly what the last status reported).
+    assert machine.handle(answer("b", task(3, 6, 3), McStats(3))) == [
+        RecordAccepted(0, 2, McStats(3))
+    ]
+    assert machine.handle(answer("a", task(2, 3, 3), McStats(1))) == [
+        RecordAccepted(0, 1, McStats(1))
+    ]
     assert machine.handle(WorkerReady("b", 5)) == []
     assert run.hits == 6
     # A failure while cancelling does not turn the job into FAILED.
@@ -581,8 +586,10 @@ def test_workers_stopped_abandons_outstanding_tasks() -> None:
     out = machine.handle(WorkerReady("b", 2))
     assert len([i for i in out if isinstance(i, SendTask)]) == 2
     machine.handle(CancelRequested("user"))
-    # One result still arrives while cancelling and is counted as a diagnostic.
-    assert machine.handle(answer("b", task(3, 6, 3), McStats(3))) == []
+    # One result still arrives while cancelling: counted, and so recorded.
+    assert machine.handle(answer("b", task(3, 6, 3), McStats(3))) == [
+        RecordAccepted(0, 2, McStats(3))
+    ]
     out = machine.handle(WorkersStopped())
     p = progress(out)
     # The tasks the workers dropped were never accepted: nothing is in flight any more.
@@ -879,8 +886,9 @@ def test_cancel_mid_step_keeps_the_last_committed_theta() -> None:
         status(R, urgent=False),
     ]
     assert plain(fx.handle(CancelRequested("user"))) == [status(CG), StopWorkers("user")]
-    assert fx.answer(step2[2].worker, step2[2].task) == []
-    assert fx.answer(step2[1].worker, step2[1].task) == []  # even the whole pass
+    # Recorded (a resume takes them), never committed: not even the whole pass.
+    for s in (step2[2], step2[1]):
+        assert [type(i) for i in fx.answer(s.worker, s.task)] == [RecordAccepted]
     out = fx.handle(WorkersStopped())
     assert plain(out) == [status(CD), JobEnded(CD)]
     assert fx.run.committed_steps == 1

@@ -66,6 +66,32 @@ def test_a_worker_that_answers_pings_but_computes_nothing_is_lost() -> None:
     assert w.verdict(399.0, 0, 0.5, True) is None  # nothing outstanding: nothing owed
 
 
+def test_an_open_frame_that_keeps_growing_does_not_hold_off_the_result_bound() -> None:
+    # Every second the end of one pong and the start of the next: a frame always open,
+    # one completing every second, and never a result.
+    w = watch()
+    for at in range(101, 1000):
+        w.read(float(at), 1, 3, None)
+        lost = w.verdict(float(at), 3, 0.5, True)
+        if lost is not None:
+            break
+    # The result bound (30 s) plus, once, the open frame's own bound (30 s).
+    assert at == 161
+    assert lost == (
+        "answered pings but returned no result for 60 s with 3 task(s) outstanding (its "
+        "tasks take about 0.5 s; stalled)"
+    )
+
+
+def test_a_slot_that_says_it_computes_keeps_a_long_task_alive() -> None:
+    w = watch()
+    for at in range(105, 400, 5):  # a pong and a word from the computing slot every 5 s
+        w.read(float(at), 2, 0, None)
+        w.progress = float(at)  # what the backend does with a `Working` frame
+        assert w.verdict(float(at) + 4.0, 1, 0.001, True) is None
+    assert w.verdict(399.0 + 31.0, 1, 0.001, True) is not None  # then silence on it
+
+
 def test_the_result_bound_follows_the_task_time_with_a_generous_floor() -> None:
     assert result_bound(30.0, 0.01, measured=True) == 30.0
     assert result_bound(30.0, 10.0, measured=True) == 200.0

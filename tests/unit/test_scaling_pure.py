@@ -111,6 +111,20 @@ def test_trials_agree_on_exact_counts_and_parameters_within_tolerance() -> None:
     )
 
 
+def test_a_fits_seconds_and_worker_are_never_part_of_the_scientific_result() -> None:
+    # Issue 25 item 15: a search's every fit and its refit carry their own timing and worker.
+    def search(seconds: float, worker: str, loss: float) -> dict[str, object]:
+        fit = {"candidate": 0, "fold": 0, "validation_loss": loss, "seconds": seconds}
+        refit = {"test_loss": loss, "seconds": seconds, "worker": worker}
+        return {"fits": [{**fit, "worker": worker}], "refit": refit}
+
+    first = scientific(search(0.0013, "local-1", 0.5))
+    assert disagreement(scientific(search(0.41, "local-2", 0.5)), first) is None
+    assert disagreement(scientific(search(0.41, "local-2", 0.6)), first) == (
+        "fits[0].validation_loss is 0.6, the first trial's is 0.5"
+    )
+
+
 def _experiment(tmp_path: Path, body: str) -> str:
     """An experiment file: top-level keys of `body` first, then the computation, the cases."""
     top, _, cases = body.partition("[[case]]")

@@ -134,6 +134,7 @@ def check_moments(dataset: Dataset, rows: Any, where: str) -> None:
         return  # a teacher set's features lie in [-1, 1)
     names = feature_names(dataset) or [f"x{j}" for j in range(dataset.n_features)]
     problem = suspect.overflowing_feature(dataset.x, rows, names)
+    problem = problem or suspect.underflowing_feature(dataset.x, rows, names)
     if problem is not None:
         raise RequestError(f"{{data}} {where}: {problem}", "data")
 

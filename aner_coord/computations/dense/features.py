@@ -5,7 +5,8 @@ an NPZ's array `X`, as untrusted input (`aner_worker.npzfile`).
   columns the model does not know (a label, an id) are ignored; a missing feature is refused
   naming it. A model of an older aner records no names: its columns are then taken by
   position (exactly `d` columns, or `d + 1` with the label the model was trained with).
-- An NPZ: array `X` of shape `(n, d)`, real numbers, by position (an array has no names).
+- An NPZ: array `X` of shape `(n, d)`, by position (an array has no names), converted to
+  binary64 exactly or refused (`aner_worker.kernels.dense.values`).
 
 Every value must be a finite number; errors name the file, the line and the column. Every
 refusal is a `FeatureError`: one line, naming the file.
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
+from aner_worker.kernels.dense.values import NotExact, as_float64
 from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, npz_arrays, read_user_file
 
 Floats = npt.NDArray[np.float64]
@@ -53,14 +55,11 @@ def _npz_rows(arrays: dict[str, npt.NDArray[np.generic]], d: int, where: str) ->
         raise FeatureError(f"{where}: no array X (the feature rows)")
     if x.ndim != 2 or x.shape[1] != d or x.shape[0] == 0:
         raise FeatureError(f"{where}: X has shape {x.shape}; the model takes (rows, {d})")
-    if x.dtype.kind not in "biuf":
-        raise FeatureError(f"{where}: X holds {x.dtype}, not real numbers")
-    out: Floats = np.array(x, dtype=np.float64)
-    finite = np.isfinite(out)
-    if not finite.all():
-        r, j = (int(v) for v in np.argwhere(~finite)[0])
-        raise FeatureError(f"{where}: X[{r}, {j}] is not a finite number")
-    return out
+    try:
+        return as_float64(x)  # exactly, as training takes an NPZ's X
+    except NotExact as exc:
+        at = "X" if exc.cell is None else "X[{}, {}]".format(*exc.cell)
+        raise FeatureError(f"{where}: {at} {exc.reason}") from None
 
 
 def _csv_rows(data: bytes, model: DenseModel, label: str | None, where: str) -> Floats:

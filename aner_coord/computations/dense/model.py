@@ -11,9 +11,10 @@ so a reader never sees half a model.
 It is read as untrusted input (`load_model`): a regular file of bounded size, members
 checked before they are decompressed (`aner_worker.npzfile`), a meta that is a JSON object of
 this schema, layer sizes within the training limits, every array of its exact shape and
-finite, `std` positive, classes numbers or text. Anything else is a `ModelFileError`, one
-line naming the file. A file of an older aner (no feature names) still reads: its
-`features` is None and `predict` says that columns are then taken by position.
+finite, `std` at least `MIN_STD`, classes distinct numbers or text. Anything else is a
+`ModelFileError`, one line naming the file. A file of an older aner still reads: without
+feature names its `features` is None and `predict` says that columns are then taken by
+position; its whole-number float classes come back as integers, as they did.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.arrays import rows_for
 from aner_coord.computations.dense.options import MAX_HIDDEN_LAYERS, MAX_LAYER, MAX_PARAMS
 from aner_coord.computations.dense.request import MODEL_ID
+from aner_coord.computations.dense.suspect import MIN_STD
 from aner_worker.kernels.base import PRECISIONS
+from aner_worker.kernels.dense.labels import Classes
 from aner_worker.kernels.dense.network import (
     DEFAULT_PRECISION,
     layer_shapes,
@@ -40,7 +44,6 @@ from aner_worker.kernels.dense.plan import Normalisation
 from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
 
 Floats = npt.NDArray[np.float64]
-Classes = npt.NDArray[np.float64] | npt.NDArray[np.str_]
 
 # Bounds of a model that training could have made (the admission limits of `options`).
 MAX_LAYERS = MAX_HIDDEN_LAYERS + 2  # input, hidden layers, output
@@ -61,21 +64,33 @@ class DenseModel:
     classes: Classes
     features: tuple[str, ...] | None = None  # column names, in order (None: not recorded)
     precision: str = "float64"  # the compute precision it was trained in, and predicts in
+    # Whether the features were named by the user (a frame's columns, a CSV's header), not
+    # x0, x1, ... for a plain array: only then are a frame's columns mapped by name.
+    named: bool = True
+    # False for a model of an older aner, which stored integer labels as floats.
+    typed_classes: bool = True
 
-    def predict_proba(self, x: Floats) -> Floats:
+    def rows(self, x: Any) -> Floats:
+        """Rows `x` (an array, or a frame mapped by name: `arrays.rows_for`) as float64
+        in the model's feature order; RequestError naming a bad cell or name."""
+        return rows_for(x, self.sizes[0], self.features, self.named)
+
+    @property
+    def feature_names_in(self) -> tuple[str, ...] | None:
+        """The feature names the user gave at fit (None for a plain array's)."""
+        return self.features if self.named else None
+
+    def predict_proba(self, x: Any) -> Floats:
         """Class probabilities of raw feature rows, the model's own normalisation applied,
         computed in the model's precision."""
         n = self.normalisation
-        rows = np.asarray(x, dtype=np.float64)
-        return predict_proba(self.params, n.mean, n.std, rows, self.precision)
+        return predict_proba(self.params, n.mean, n.std, self.rows(x), self.precision)
 
-    def predict(self, x: Floats) -> npt.NDArray[np.generic]:
-        """Labels (not indices) of raw feature rows ``x``, in the classes' own type:
-        integers for classes that are whole numbers, else floats or strings; computed in the
-        model's precision."""
+    def predict(self, x: Any) -> npt.NDArray[np.generic]:
+        """Labels (not indices) of raw feature rows ``x``, in the classes' own type (as
+        the training labels were typed); computed in the model's precision."""
         n = self.normalisation
-        rows = np.asarray(x, dtype=np.float64)
-        index = predict(self.params, n.mean, n.std, rows, self.precision)
+        index = predict(self.params, n.mean, n.std, self.rows(x), self.precision)
         out: npt.NDArray[np.generic] = self.labels[index]
         return out
 
@@ -90,9 +105,10 @@ class DenseModel:
 
     @property
     def labels(self) -> npt.NDArray[np.generic]:
-        """The classes as a user wrote them: whole numbers as integers."""
+        """The classes as the training labels were typed (an older model's whole-number
+        floats as integers, as it gave them)."""
         classes = self.classes
-        if classes.dtype.kind != "f":
+        if classes.dtype.kind != "f" or self.typed_classes:
             return classes
         values = classes.astype(np.float64)
         if np.all(values == np.round(values)) and np.all(np.abs(values) < 2**53):
@@ -113,6 +129,8 @@ def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
         "schema": MODEL_ID,
         "layer_sizes": list(model.sizes),
         "precision": model.precision,
+        "features_named": model.named,
+        "classes_typed": True,
         **meta,
     }
     if model.features is not None:
@@ -140,12 +158,18 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
     ]
     mean = _floats(contents, "mean", (sizes[0],), where)
     std = _floats(contents, "std", (sizes[0],), where)
-    if not np.all(std > 0):
+    if not np.all(std >= MIN_STD):
         raise ModelFileError(
-            f"{where}: std has a value that is not positive (a constant feature's is stored as 1)"
+            f"{where}: std has a value below 2**-511 ({float(np.min(std)):.3g}), which training "
+            "never writes (a constant feature's is stored as 1)"
         )
     classes = _classes(contents, sizes[-1], where)
     features = _features(meta, sizes[0], where)
+    generated = tuple(f"x{j}" for j in range(sizes[0]))
+    named = meta.get("features_named", features != generated)
+    typed = meta.get("classes_typed", False)
+    if not isinstance(named, bool) or not isinstance(typed, bool):
+        raise ModelFileError(f"{where}: features_named and classes_typed must be true or false")
     # A model written before precisions were declared was trained in float64.
     precision = meta.get("precision", DEFAULT_PRECISION)
     if precision not in PRECISIONS:
@@ -153,7 +177,14 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
             f"{where}: precision {precision!r}, expected one of {', '.join(PRECISIONS)}"
         )
     model = DenseModel(
-        sizes, params, Normalisation(mean, std), classes, features=features, precision=precision
+        sizes,
+        params,
+        Normalisation(mean, std),
+        classes,
+        features=features,
+        precision=precision,
+        named=named,
+        typed_classes=typed,
     )
     return model, meta
 
@@ -210,19 +241,22 @@ def _floats(
 
 
 def _classes(contents: dict[str, npt.NDArray[Any]], k: int, where: str) -> Classes:
+    """Distinct labels of a type training writes: bool, integers, floats (finite) or text."""
     classes = contents.get("classes")
     if classes is None:
         raise ModelFileError(f"{where}: missing 'classes'")
     if classes.shape != (k,):
         raise ModelFileError(f"{where}: {classes.size} classes for {k} outputs")
-    if classes.dtype.kind in "fiu":
-        values = np.array(classes, dtype=np.float64)
-        if not np.isfinite(values).all():
-            raise ModelFileError(f"{where}: classes has a value that is not a finite number")
-        return values
-    if classes.dtype.kind != "U":
+    if classes.dtype.kind not in "biufU":
         raise ModelFileError(f"{where}: classes holds {classes.dtype}, not numbers or text")
     out: Classes = np.array(classes)
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        raise ModelFileError(f"{where}: classes has a value that is not a finite number")
+    if np.unique(out).size != k:
+        raise ModelFileError(
+            f"{where}: classes names a label twice ({k} outputs, {np.unique(out).size} distinct "
+            "labels), which training never writes"
+        )
     return out
 
 

@@ -99,15 +99,15 @@ class DenseFit:
     def test_rows(self) -> npt.NDArray[np.int64]:
         return self.split.test
 
-    def predict(self, x: npt.ArrayLike) -> npt.NDArray[np.generic]:
-        """Labels of raw feature rows, with the model's own normalisation, in the classes'
-        own type (integers for whole-number classes, floats, or strings)."""
-        return self.model.predict(np.asarray(x, dtype=np.float64))
+    def predict(self, x: Any) -> npt.NDArray[np.generic]:
+        """Labels of raw feature rows (an array by position, a frame by column name), with
+        the model's own normalisation, in the training labels' own type."""
+        return self.model.predict(x)
 
-    def predict_proba(self, x: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        return self.model.predict_proba(np.asarray(x, dtype=np.float64))
+    def predict_proba(self, x: Any) -> npt.NDArray[np.float64]:
+        return self.model.predict_proba(x)
 
-    def score(self, x: npt.ArrayLike, y: npt.ArrayLike) -> float:
+    def score(self, x: Any, y: npt.ArrayLike) -> float:
         """Accuracy of `predict(x)` against the labels `y` (as scikit-learn's `score`)."""
         labels = np.asarray(y)
         predicted = self.predict(x)

@@ -81,6 +81,12 @@ def feature_names(dataset: Dataset) -> tuple[str, ...] | None:
     return tuple(names) if len(set(names)) == len(names) == dataset.n_features else None
 
 
+def features_named(dataset: Dataset) -> bool:
+    """Whether the features have the user's names (a frame's columns, a CSV's header)."""
+    named = isinstance(dataset, ArrayDataset) and dataset.feature_names is not None
+    return named and feature_names(dataset) is not None
+
+
 class DenseRun:
     # Gradient sums are as large as the model: a ledger of every chunk would dwarf it (24 MB
     # for a digits job). Only committed passes are recorded; what a resumed job keeps is its
@@ -296,6 +302,7 @@ class DenseRun:
             norm,
             self._dataset.classes,
             features=feature_names(self._dataset),
+            named=features_named(self._dataset),
             precision=self.training.options.precision,
         )
 

@@ -4,6 +4,8 @@
   deviations of the training rows exceed the largest float) are refused at admission,
   naming the column (`overflowing_feature`), so no model ever stores a non-finite `std`;
   a normalisation that is not finite all the same is a divergence (`bad_normalisation`).
+  So are features that vary by so little (near 1e-300) that their squared deviations
+  underflow (`underflowing_feature`): their normalisation would lose them.
 - A fit diverged when the mean loss of an epoch (training or validation) or the final
   model's test loss exceeds `DIVERGED_FACTOR` times the loss of a uniform guess, `ln k`
   for `k` classes: every fit starts near that loss (small initial weights), so this is a
@@ -50,6 +52,40 @@ def overflowing_feature(
             return (
                 f"feature {names[j]!r} (column {j + 1} of the features) reaches {peak:.3g}: "
                 "its mean and standard deviation overflow binary64; rescale it"
+            )
+    return None
+
+
+# A feature that varies over the training rows must have a standard deviation of at least
+# this (its variance a normal binary64 number, not below 2**-1022); below it the squared
+# deviations are subnormal or zero, and the feature would lose its digits or become
+# constant (features near 1e-300).
+MIN_STD = 2.0**-511
+# Only a column whose range is below this can fall under MIN_STD: a standard deviation is
+# at least range / sqrt(n) for n rows that span the range, and sqrt(n) < 2**111. Those few
+# columns are computed as the workers compute them, on their training rows.
+_SMALL_RANGE = 2.0**-400
+
+
+def underflowing_feature(
+    x: npt.NDArray[np.float64], train: npt.NDArray[np.int64], names: Sequence[str]
+) -> str | None:
+    """The first feature whose training rows vary by so little that their normalisation
+    would underflow (`MIN_STD`), described for the user, or None."""
+    low, high = x.min(axis=0), x.max(axis=0)
+    for j in (int(c) for c in np.flatnonzero((high > low) & (high - low < _SMALL_RANGE))):
+        column = x[train, j]
+        if column.size == 0 or column.min() == column.max():
+            continue  # constant on the training rows: its std is stored as 1
+        with np.errstate(all="ignore"):
+            mean = column.sum() / column.size
+            std = math.sqrt(float(((column - mean) ** 2).sum()) / column.size)
+        if std < MIN_STD:
+            spread = float(column.max() - column.min())
+            return (
+                f"feature {names[j]!r} (column {j + 1} of the features) varies by only "
+                f"{spread:.3g}: the squares of its deviations underflow binary64 (its standard "
+                "deviation must be at least 2**-511, about 1.5e-154); rescale it"
             )
     return None
 

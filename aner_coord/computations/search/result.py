@@ -195,12 +195,13 @@ class SearchFit:
             raise ValueError("this search made no refit (refit=False): there is no model")
         return self.model
 
-    def predict(self, x: npt.ArrayLike) -> npt.NDArray[np.generic]:
-        """Labels of raw feature rows by the refit model, with its own normalisation."""
-        return self._refit().predict(np.asarray(x, dtype=np.float64))
+    def predict(self, x: Any) -> npt.NDArray[np.generic]:
+        """Labels of raw feature rows (an array by position, a frame by column name) by the
+        refit model, with its own normalisation."""
+        return self._refit().predict(x)
 
-    def predict_proba(self, x: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        return self._refit().predict_proba(np.asarray(x, dtype=np.float64))
+    def predict_proba(self, x: Any) -> npt.NDArray[np.float64]:
+        return self._refit().predict_proba(x)
 
     def summary(self) -> str:
         return self.result.summary()

@@ -30,7 +30,7 @@ import numpy as np
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
 from aner_coord.computations.dense import suspect
 from aner_coord.computations.dense.model import DenseModel
-from aner_coord.computations.dense.run import feature_names, stage_plan
+from aner_coord.computations.dense.run import feature_names, features_named, stage_plan
 from aner_coord.computations.search import aggregate, audit
 from aner_coord.computations.search.files import completed_files, partial_files, warm_charts
 from aner_coord.computations.search.plan import Prepared, plain
@@ -322,6 +322,7 @@ class SearchRun:
             norm,
             self._dataset.classes,
             features=feature_names(self._dataset),
+            named=features_named(self._dataset),
             precision=self.prepared.options[self.selected].get("precision", "float64"),
         )
 

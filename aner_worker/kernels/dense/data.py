@@ -18,7 +18,7 @@ import gzip
 import hashlib
 import importlib.util
 import io
-import math
+import re
 import sys
 from abc import ABC, abstractmethod
 from array import array
@@ -29,7 +29,14 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from aner_worker.kernels.dense.labels import (
+    Classes,
+    LabelError,
+    classes_of_array,
+    classes_of_texts,
+)
 from aner_worker.kernels.dense.streams import signed, words
+from aner_worker.kernels.dense.values import NotExact, as_float64
 from aner_worker.kernels.identities import SEED_LIMIT
 from aner_worker.kernels.philox import philox_block
 from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, npz_arrays, read_user_file
@@ -56,8 +63,6 @@ _TWO_M53 = 2.0**-53
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
-# Sorted distinct labels: float64 when every label is a number, else str.
-Classes = npt.NDArray[np.float64] | npt.NDArray[np.str_]
 
 
 class DataError(ValueError):
@@ -117,54 +122,31 @@ class ArrayDataset(Dataset):
 
 
 # ---------------------------------------------------------------------------------------
-# Labels
+# Labels (`labels`: classes in the labels' own type)
 
 
-def _classes_of(labels: Sequence[str], where: str) -> tuple[Classes, Ints]:
-    """Sorted distinct labels and each row's class index, numeric when every label is."""
-    classes: Classes
-    numbers: list[float] = []
-    for text in labels:
-        try:
-            value = float(text)
-        except ValueError:
-            break
-        if not math.isfinite(value):
-            break
-        numbers.append(value)
-    if len(numbers) == len(labels):
-        # Numerically: "10" sorts after "9", and "1" and "1.0" are one class.
-        classes, index = np.unique(np.array(numbers, dtype=np.float64), return_inverse=True)
-    else:
-        classes, index = np.unique(np.array(labels, dtype=np.str_), return_inverse=True)
-    if classes.size < 2:
-        raise DataError(f"{where}: needs at least two classes, found {classes.size}")
-    return classes, index.astype(np.int64)
+def _classes_of(
+    texts: Sequence[str], lines: Sequence[int], column: str, where: str
+) -> tuple[Classes, Ints]:
+    """A CSV's classes and each row's class index; a refusal names the line."""
+    try:
+        return classes_of_texts(texts)
+    except LabelError as exc:
+        if exc.position is None:
+            raise DataError(f"{where}: {exc.reason}") from None
+        # "Unknown label type: ..." reads whole; the others say what the label is.
+        said = exc.reason if exc.reason[0].isupper() else f"the label {exc.reason}"
+        raise DataError(
+            f"{where}: line {lines[exc.position]}, label column {column}: {said}"
+        ) from None
 
 
-def label_strings(classes: Classes) -> list[str]:
-    """Each class as a user would write it: ``3`` for the number 3.0, strings unchanged.
-
-    For prediction output, where the label, not the class index, is what a user reads.
-    """
-    if classes.dtype.kind == "f":
-        return [
-            str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
-            for v in classes
-        ]
-    return [str(v) for v in classes]
-
-
-def _labels_from_array(y: npt.NDArray[np.generic], where: str) -> list[str]:
-    if y.dtype.kind in "biuf":
-        values = y.astype(np.float64)
-        bad = np.flatnonzero(~np.isfinite(values))
-        if bad.size:
-            raise DataError(f"{where}: y[{int(bad[0])}] is not a finite number")
-        return [repr(float(v)) for v in values]
-    if y.dtype.kind in "US":
-        return [str(v) for v in y.astype(np.str_)]
-    raise DataError(f"{where}: y must hold numbers or strings, not {y.dtype}")
+def _classes_of_array(y: npt.NDArray[np.generic], where: str) -> tuple[Classes, Ints]:
+    try:
+        return classes_of_array(y)
+    except LabelError as exc:
+        at = "y" if exc.position is None else f"y[{exc.position}]"
+        raise DataError(f"{where}: {at} {exc.reason}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,6 +203,7 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
         if n_cols < 2:
             raise DataError(f"{where}: line 1: need a label and at least one feature column")
         _check_unique(header, where)
+        _check_named(header, where)
         label_col = _resolve_label(label, header, where)
         features = array("d")
         labels: list[str] = []
@@ -260,7 +243,7 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
             f"{where}: line {lines[r]}, column {col + 1} ({header[col]!r}): "
             f"not a finite number: {x[r, j]!r}"
         )
-    classes, y = _classes_of(labels, where)
+    classes, y = _classes_of(labels, lines, repr(header[label_col]), where)
     names = tuple(header[:label_col] + header[label_col + 1 :])
     return ArrayDataset(x, y, classes, identity, names)
 
@@ -292,6 +275,26 @@ def _check_unique(header: list[str], where: str) -> None:
         seen[name] = col
 
 
+# The name pandas gives a column that had none when it reads such a file back.
+_UNNAMED = re.compile(r"Unnamed: [0-9]+")
+
+
+def _check_named(header: list[str], where: str) -> None:
+    """Every column needs a name: features are mapped by name, and an unnamed first column
+    is almost always a row index (pandas' `to_csv` writes one unless told `index=False`),
+    which would leak the row order, often sorted by class, into the features."""
+    for col, name in enumerate(header):
+        if not name or _UNNAMED.fullmatch(name):
+            what = "has no name" if not name else f"is named {name!r}"
+            hint = (
+                "a row index, as pandas' to_csv writes by default? Write the file with "
+                "index=False, or drop the column"
+                if col == 0
+                else "give it a name in the header, or drop it"
+            )
+            raise DataError(f"{where}: line 1: column {col + 1} {what}: {hint}")
+
+
 def load_csv(path: str | Path, label: str | None = None) -> ArrayDataset:
     """Read a CSV file (see ``parse_csv``); identity is the SHA256 of its bytes."""
     return parse_csv(_read(path), str(path), label)
@@ -316,8 +319,6 @@ def load_npz(path: str | Path) -> ArrayDataset:
     x_raw, y_raw = archive["X"], archive["y"]
     if x_raw.ndim != 2:
         raise DataError(f"{where}: X must be 2-D, got shape {x_raw.shape}")
-    if x_raw.dtype.kind not in "biuf":
-        raise DataError(f"{where}: X must be numeric, not {x_raw.dtype}")
     if y_raw.ndim != 1 or y_raw.shape[0] != x_raw.shape[0]:
         raise DataError(
             f"{where}: y must be 1-D with one label per row of X; X has shape {x_raw.shape}, "
@@ -325,12 +326,12 @@ def load_npz(path: str | Path) -> ArrayDataset:
         )
     if x_raw.shape[0] == 0 or x_raw.shape[1] == 0:
         raise DataError(f"{where}: X is empty, shape {x_raw.shape}")
-    x = x_raw.astype(np.float64)
-    finite = np.isfinite(x)
-    if not finite.all():
-        r, j = (int(v) for v in np.argwhere(~finite)[0])
-        raise DataError(f"{where}: X[{r}, {j}] (row {r}, column {j}) is not a finite number")
-    classes, y = _classes_of(_labels_from_array(y_raw, where), where)
+    try:
+        x = as_float64(x_raw)
+    except NotExact as exc:
+        at = "X" if exc.cell is None else "X[{}, {}]".format(*exc.cell)
+        raise DataError(f"{where}: {at} {exc.reason}") from None
+    classes, y = _classes_of_array(y_raw, where)
     return ArrayDataset(x, y, classes, identity)
 
 
@@ -491,7 +492,7 @@ class TeacherDataset(Dataset):
         if not 0 <= seed < SEED_LIMIT:
             raise DataError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
         self.n_rows, self.n_features, self.seed = n_rows, n_features, seed
-        self.classes = np.arange(n_classes, dtype=np.float64)
+        self.classes = np.arange(n_classes, dtype=np.int64)
         self.identity = (
             f"{TEACHER_ID}:rows={n_rows},features={n_features},classes={n_classes},seed={seed}"
         )

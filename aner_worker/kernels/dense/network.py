@@ -492,9 +492,12 @@ def moment_sums(x: Floats) -> tuple[Floats, Floats]:
     """
     if x.ndim != 2 or x.shape[0] == 0:
         raise ValueError(f"moment sums need a non-empty (m, d) array, got {x.shape}")
-    total: Floats = x.sum(axis=0)
-    deviation = x - total / x.shape[0]
-    m2: Floats = (deviation * deviation).sum(axis=0)
+    # A feature too large to square (1e200) gives inf here, which the coordinator refuses
+    # naming the feature (`combine_moments`): numpy's warning would only be noise.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total: Floats = x.sum(axis=0)
+        deviation = x - total / x.shape[0]
+        m2: Floats = (deviation * deviation).sum(axis=0)
     return total, m2
 
 

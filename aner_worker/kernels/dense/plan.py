@@ -148,12 +148,16 @@ def combine_moments(parts: Sequence[tuple[int, Floats, Floats]]) -> Normalisatio
     total = np.zeros_like(parts[0][1])
     for _, s, _ in parts:
         total = total + s
-    mean = total / n
-    m2 = np.zeros_like(mean)
-    for count, s, part_m2 in parts:
-        delta = s / count - mean
-        m2 = m2 + (part_m2 + count * (delta * delta))
-    std = np.sqrt(m2 / n)
+    # A feature too large for its squared deviations (a constant column at 1e200: its
+    # chunks' rounded means differ by 1e184) overflows here; the caller refuses the
+    # non-finite `std` naming the feature, so numpy's own warning would only be noise.
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = total / n
+        m2 = np.zeros_like(mean)
+        for count, s, part_m2 in parts:
+            delta = s / count - mean
+            m2 = m2 + (part_m2 + count * (delta * delta))
+        std = np.sqrt(m2 / n)
     std[std == 0.0] = 1.0
     return Normalisation(mean=mean, std=std)
 

@@ -94,7 +94,7 @@ def decode_blob(blob: bytes) -> ArrayDataset:
     y = np.frombuffer(blob, dtype=_I8, count=n, offset=head + 8 * n * d)
     if int(y.min()) < 0:
         raise ValueError("staged data has a negative class index")
-    classes = np.arange(int(y.max()) + 1, dtype=np.float64)
+    classes = np.arange(int(y.max()) + 1, dtype=np.int64)  # only their count matters here
     return ArrayDataset(x, y, classes, "sha256:" + hashlib.sha256(blob).hexdigest())
 
 
