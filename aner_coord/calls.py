@@ -463,6 +463,8 @@ def plain(value: Any) -> Any:
         return value.tolist()
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
+    if isinstance(value, dict):  # a search's grid: lists of numpy values are lists of values
+        return {k: plain(v) for k, v in value.items()}
     return value
 
 

@@ -407,6 +407,10 @@ def load_cluster_file(path: str | os.PathLike[str]) -> ClusterConfig:
     """Refuse an unprotected file before reading it, then parse it (docs/contracts.md, section
     5)."""
     name = os.fspath(path)
+    if "\0" in name:  # os.lstat would raise ValueError: say it as of any other bad path
+        raise ClusterFileError(
+            name.replace("\0", "\\0"), None, "the path holds a NUL character, which no path can"
+        )
     try:
         before = os.lstat(name)
     except FileNotFoundError:

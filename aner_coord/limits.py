@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 
 from aner_coord.errors import AdmissionError, RequestError
+from aner_worker.kernels.identities import SEED_LIMIT
 from protocol import MAX_ITEMS
 
 MAX_SAMPLES = MAX_ITEMS
 MAX_CHUNKS = 1_000_000
 MAX_LOCAL_WORKERS = 256
 MAX_WORKER_RECORDS = 32
-SEED_LIMIT = 2**64
 DEFAULT_CHUNK = 65_536
 MAX_STEPS = 100_000
 
@@ -51,12 +51,17 @@ def check_seed(value: object) -> int:
     return seed
 
 
-def check_rate(value: object) -> float:
+def check_positive_number(name: str, value: object) -> float:
+    """A finite positive number (a rate, a learning rate)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"{{rate}} must be a finite number, got {value!r}", "rate")
+        raise RequestError(f"{{{name}}} must be a finite number, got {value!r}", name)
     if value <= 0:
-        raise RequestError(f"{{rate}} must be positive, got {value}", "rate")
+        raise RequestError(f"{{{name}}} must be positive, got {value}", name)
     return float(value)
+
+
+def check_rate(value: object) -> float:
+    return check_positive_number("rate", value)
 
 
 def check_fraction(name: str, value: object) -> float:

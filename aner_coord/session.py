@@ -6,8 +6,8 @@
 
 How it works. A session owns an event loop in a daemon thread ("aner-session") and a
 `WorkerPool` (aner_coord.job.pool) on it. Each call admits its request with the session's
-execution and runs `jobs.execute` on that loop, exactly as a one-off call runs it: its own
-coordinator, job state machine, accounting and optional job directory, and so the same
+execution and runs `aner_coord.job.execute` on that loop, exactly as a one-off call runs it: its
+own coordinator, job state machine, accounting and optional job directory, and so the same
 result bit for bit; only the process backend takes the group's workers from the pool instead
 of starting them, and gives them back when the job ends. Calls on one session run one after
 another. A local session has no processes to keep: its calls start their threads afresh
@@ -52,6 +52,7 @@ from aner_coord.errors import RequestError
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import execute
 from aner_coord.job.pool import WorkerPool
+from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import WorkerLoss
 from aner_coord.requests import ComputationRequest, Execution, LocalExecution
 from aner_coord.runner import loop_factory
@@ -203,7 +204,7 @@ class Session(Calls):
         losses = self._runner.pool.losses
         fresh, self._reported = losses[self._reported :], len(losses)
         result = outcome(report, interrupt)
-        if fresh and isinstance(getattr(result, "losses", None), list):
+        if fresh and isinstance(result, ResultBase):  # every computation's result has losses
             result = msgspec.structs.replace(result, losses=[*fresh, *result.losses])
         return result
 

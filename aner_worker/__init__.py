@@ -6,11 +6,13 @@ local threads call the same kernels in-process. Nothing here imports the coordin
 fingerprint that both sides compare at the handshake.
 
 - `kernels/`: the worker halves of the computations, by name;
-- `worker`: the worker process; `contract`: this installation's fingerprint;
+- `worker`: the worker process; `cli`: its command; `contract`: this installation's
+  fingerprint;
 - `inventory`: what this process may use (affinity, cgroup quotas, memory), with `cgroups`
   reading the quota and memory limit of its cgroup hierarchy; `machine`: the hardware and
   software identity reported at the handshake;
-- `blocks`: the staging block cache; `files`: atomic file replacement;
+- `blocks`: the staging block cache; `files`: bounded reads and the one atomic writer;
+  `npzfile`: the files a user names (data, a model), read without trusting them;
 - `registry`: the lazy registry behind kernels and computations; `startup`: what an aner
   process does at its start; `oracle`: numpy references of the kernels, for tests.
 """

@@ -27,25 +27,24 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from aner_worker.files import (
+    DIR_MODE,
     O_CLOEXEC,
     O_DIRECTORY,
     O_NOFOLLOW,
     FileRefused,
     open_regular,
     read_limited,
+    replace_in,
 )
 
 # One block of a staged data set: a frame carries one, well inside the frame limit.
 BLOCK_BYTES = 4 << 20
 
 OWN = ("aner", "blocks")  # aner's own directories below the user's cache base
-DIR_MODE = 0o700
-FILE_MODE = 0o600
 _DIR_FLAGS = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
 
 
@@ -57,10 +56,6 @@ class CacheRefused(OSError):
 def cache_base() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or ""
     return Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-
-
-def cache_dir() -> Path:
-    return cache_base().joinpath(*OWN)
 
 
 def split(blob: bytes | memoryview, size: int = BLOCK_BYTES) -> list[tuple[str, memoryview]]:
@@ -178,32 +173,8 @@ class BlockCache:
             raise CacheRefused(errno.EINVAL, f"{digest!r} is not a block name")
         with self._directory(create=True) as directory:
             assert directory is not None
-            _write_atomically(directory, digest, data)
+            replace_in(directory, digest, data)
 
 
 def _is_digest(name: str) -> bool:
     return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
-
-
-def _write_atomically(directory: int, name: str, data: bytes) -> None:
-    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(
-        tmp,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-        FILE_MODE,
-        dir_fd=directory,
-    )
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=directory)
-        raise
-    os.fsync(directory)

@@ -12,10 +12,12 @@ of a path is never trusted: a FIFO or a device reports size 0. Anything refused 
 than the limit of ..."); absence stays `FileNotFoundError` and other system errors stay
 `OSError`, for the caller to word.
 
-Writing (`write_atomically`): a file replaced whole, so that a reader (or a crash) sees the
-old content or the new, never a part: the block cache of a worker, the configuration
-registry. The job directory has its own writer (`aner_coord.jobdir`), which works through a
-held directory descriptor so that a swapped directory cannot redirect it.
+Writing (`replace_in`, the one atomic writer): a file replaced whole, owner-only, so that a
+reader (or a crash) sees the old content or the new, never a part: temporary file in the
+same directory, fsync, rename, fsync of the directory, all through a held directory
+descriptor, so that a swapped directory cannot redirect it. The job directory's files, the
+block cache of a worker and (by `write_atomically`, given a path) the configuration
+registry are written by it.
 
 This module is shared by the worker and the coordinator (the coordinator may import the
 worker's modules, never the reverse).
@@ -26,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 # Pieces in which files are read: small enough that a refused file costs little memory.
@@ -38,6 +40,10 @@ O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+# What aner creates is its owner's alone: files 0600, directories 0700.
+FILE_MODE = 0o600
+DIR_MODE = 0o700
 
 
 class FileRefused(Exception):
@@ -68,6 +74,8 @@ def open_regular(
     flags = os.O_RDONLY | O_NONBLOCK | O_CLOEXEC | (0 if follow else O_NOFOLLOW)
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
+    except ValueError:  # a NUL in the name, which no file's name can hold
+        raise FileRefused("a name with a NUL character, which no file has") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
             raise FileRefused("a symbolic link, not a regular file") from None
@@ -131,23 +139,33 @@ def read_regular(
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`, owner-only: a temporary file beside it is written,
-    fsynced and renamed over it, then the directory is fsynced. A failure leaves `path` as
-    it was and no temporary file behind."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def replace_in(directory: int, name: str, data: bytes) -> None:
+    """Replace `name` in the directory open at `directory` with `data`, owner-only: a
+    temporary file beside it is written, fsynced and renamed over it, then the directory is
+    fsynced. A failure (OSError) leaves `name` as it was and no temporary file behind."""
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK
+    fd = os.open(tmp, flags, FILE_MODE, dir_fd=directory)
     try:
-        with os.fdopen(fd, "wb") as out:  # mkstemp made it 0o600
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=directory)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
+    os.fsync(directory)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`replace_in` for a path: its directory is opened for the replacement."""
+    directory = os.open(path.parent, os.O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     try:
-        os.fsync(directory)
+        replace_in(directory, path.name, data)
     finally:
         os.close(directory)

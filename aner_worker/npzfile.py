@@ -37,6 +37,8 @@ from aner_worker.files import FileRefused, read_regular
 
 # Bytes of a `.npy` header that are read before it is judged (numpy's own cap is 10,000
 # for a version 1 header; a version 2 header may announce up to 4 GiB of text).
+# The bytes a user's data file (training rows, predict's rows) may have before it is parsed.
+MAX_FILE_BYTES = 2 << 30
 MAX_NPY_HEADER = 1 << 16
 
 

@@ -1,4 +1,4 @@
-"""An independent reading of SPEC section 9 (``aner-dense/v1``) for the tests.
+"""An independent reading of docs/contracts.md, section 9 (``aner-dense/v1``) for the tests.
 
 Written from the SPEC text alone: words straight from ``numpy.random.Philox``, one row at a
 time for the forward and backward pass, plain numpy for the rest. It imports nothing from
@@ -133,10 +133,10 @@ def batch_sums(
 ) -> tuple[list[F], list[F], float, int]:
     """Gradient sums, loss sum and correct count over normalised rows, one row at a time.
 
-    ``precision="float32"`` is the declared compute precision of the product (not in SPEC
-    section 9's text, which is binary64): each row's forward and backward pass in binary32
-    from the parameters rounded once to binary32, the normalised row (a binary64 quotient)
-    rounded once; each row's terms are added to binary64 sums, the loss too.
+    ``precision="float32"`` is the declared compute precision of the product (not in
+    docs/contracts.md, section 9's text, which is binary64): each row's forward and backward
+    pass in binary32 from the parameters rounded once to binary32, the normalised row (a
+    binary64 quotient) rounded once; each row's terms are added to binary64 sums, the loss too.
     """
     if precision == "float32":
         weights = [w.astype(np.float32) for w in weights]
@@ -198,8 +198,9 @@ def train(
     lr: float,
     precision: str = "float64",
 ) -> EpochResult:
-    """Adam training for ``epochs`` epochs exactly as SPEC section 9 describes it, the rows
-    computed in ``precision`` (see `batch_sums`); sums, Adam and parameters in binary64."""
+    """Adam training for ``epochs`` epochs exactly as docs/contracts.md, section 9 describes
+    it, the rows computed in ``precision`` (see `batch_sums`); sums, Adam and parameters in
+    binary64."""
     role = roles(seed, x.shape[0])
     train_rows = np.flatnonzero(role == 0)
     validation_rows = np.flatnonzero(role == 1)

@@ -1,4 +1,4 @@
-"""Independent reference (test oracle) for the pure parts of SPEC section 12,
+"""Independent reference (test oracle) for the pure parts of docs/contracts.md, section 12,
 `aner-search/v1`: roles, pool, folds, candidates, aggregation, selection and
 refit epochs.
 
@@ -6,7 +6,7 @@ Written from /work/shared/SPEC.md sections 1, 9 and 12 only, with numpy and the
 standard library. It is deliberately plain: loops over rows, no cleverness, so
 that it can be read against the SPEC line by line. Speed is not a goal.
 
-Philox words come from numpy directly, exactly as SPEC section 1's oracle says:
+Philox words come from numpy directly, exactly as docs/contracts.md, section 1's oracle says:
 
     numpy.random.Philox(key=seed + (stream << 64), counter=2**256 - 1).random_raw(n)
 
@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-TEST_CODE = 255  # fold byte of a test row (SPEC 12)
+TEST_CODE = 255  # fold byte of a test row (docs/contracts.md, section 12)
 
 ROLE_TRAIN = 0
 ROLE_VALIDATION = 1
@@ -56,7 +56,7 @@ def U(w):
 
 
 def role_codes(seed, n_rows, test_fraction=0.15, validation_fraction=0.15):
-    """One byte per row: 0 train, 1 validation, 2 test (SPEC 9, stream 8).
+    """One byte per row: 0 train, 1 validation, 2 test (docs/contracts.md, section 9, stream 8).
 
     u = U(W8[r]); test if u < test_fraction, validation if
     u < test_fraction + validation_fraction, else train.
@@ -106,7 +106,7 @@ def _check_k(k):
 def stratified_folds(seed, labels, k, test_fraction=0.15, restart_per_class=True):
     """Stratified fold bytes, one per row in file order (255 for a test row).
 
-    SPEC 12: "for each class in class order, its pool rows ordered by the key
+    docs/contracts.md, section 12: "for each class in class order, its pool rows ordered by the key
     W9[r] ascending (ties by r) are dealt round robin, the j-th to fold j mod K".
 
     labels: class index per row (ints 0..C-1), for every row including test rows.

@@ -105,7 +105,7 @@ def _blas_environment() -> list[str]:
 
     OpenBLAS picks its kernels by CPU unless `OPENBLAS_CORETYPE` says otherwise, and two
     kernel sets round differently; a peer on loopback must run the same kernels as the local
-    workers to be the same platform (SPEC section 9, Agreement).
+    workers to be the same platform (docs/contracts.md, section 9, Agreement).
     """
     pairs = sorted((k, v) for k, v in os.environ.items() if k.startswith("OPENBLAS_"))
     return [f"SetEnv {k}={v}" for k, v in pairs if v and " " not in v]

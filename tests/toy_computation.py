@@ -96,6 +96,8 @@ class Toy:
 
 
 class _ToyRun:
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, request: ToyRequest) -> None:
         self._request = request
         self._totals: list[int] = []

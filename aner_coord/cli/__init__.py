@@ -3,6 +3,7 @@
 - `main`: the parser, the exit codes, `main()` (the console script);
 - `arguments`: how numbers and the shared execution flags are read;
 - `jobs`: `inventory`, `run`, `regression`, `resume`; `dense`: `train`, `predict`;
+  `search`: `cv`, `search`;
 - `monitor`: `status`, `cancel`; `background`: `--background` and the detached coordinator;
 - `progress`: the live progress line; `sdnotify`: telling systemd how a job does.
 

@@ -59,13 +59,15 @@ def fraction(text: str) -> float:
 def add_execution_arguments(
     p: argparse.ArgumentParser,
     what: str,
-    default_chunk: int,
+    default_chunk: int | None,
     chunk_note: str = "",
     *,
     chunk_help: str | None = None,
 ) -> None:
     """Where a job runs and what becomes of it: shared by every job command. `chunk_help`
-    replaces the help of `--chunk` for a command whose chunk is not items per task."""
+    replaces the help of `--chunk` for a command whose chunk is not items per task; a
+    command with no `default_chunk` does not offer `--chunk` (its tasks are not the user's to
+    cut): the flag is parsed, unlisted, for the command to refuse saying why."""
     p.add_argument(
         "--workers",
         type=count,
@@ -76,7 +78,9 @@ def add_execution_arguments(
         "--chunk",
         type=count,
         default=None,
-        help=chunk_help or f"{what} per task (default {default_chunk:,}){chunk_note}",
+        help=argparse.SUPPRESS
+        if default_chunk is None
+        else chunk_help or f"{what} per task (default {default_chunk:,}){chunk_note}",
     )
     p.add_argument(
         "--audit",
@@ -165,8 +169,9 @@ def add_request_arguments(
 ) -> list[str]:
     """One flag per field of the request type `kind` (`target_accuracy` is
     `--target-accuracy`), with its description and default as help. Every flag defaults to
-    None: what is not given takes the request type's own default. Returns the flags of the
-    required fields (for `show_needed`)."""
+    None: what is not given takes the request type's own default. A field true by default
+    is switched off by `--no-NAME`, whose help is its Meta's `extra["off"]`. Returns the
+    flags of the required fields (for `show_needed`)."""
     hints = typing.get_type_hints(kind, include_extras=True)
     needed: list[str] = []
     for field in msgspec.structs.fields(kind):
@@ -180,6 +185,11 @@ def add_request_arguments(
         for meta in metas:
             extra.update(meta.extra or {})
             words = meta.description or words
+        if inner is bool and field.default is True:
+            off = {"help": extra.get("off", f"not: {words}"), "default": None}
+            p.add_argument("--no-" + _flag(field.name)[2:], dest=extra.get("dest", field.name),
+                           action="store_const", const=False, **off)  # fmt: skip
+            continue
         if not field.required and field.default is not None:
             words += f" (default {_shown(field.default)})"
         options: dict[str, Any] = {"type": _parser_of(inner), "help": words, "default": None}

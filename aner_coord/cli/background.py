@@ -14,10 +14,10 @@ that the parent can still read when the child dies early; once ready, the child 
 file into `coordinator.log` in the job directory (opened through the directory descriptor
 the job holds, never by path) and points its stdout and stderr there.
 
-The coordinator then runs the job like the foreground does, minus the display: SIGTERM,
-SIGINT and SIGHUP cancel gracefully, and `aner parallel cancel` reaches it through the job
-directory's `cancel-request` file (see `jobs.execute`). Its log has timestamps and names workers by
-public identity only, never by endpoint or path.
+The coordinator then runs the job like the foreground does, minus the display: SIGTERM, SIGINT
+and SIGHUP cancel gracefully, and `aner parallel cancel` reaches it through the job directory's
+`cancel-request` file (see `aner_coord.job.execute`). Its log has timestamps and names workers
+by public identity only, never by endpoint or path.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
     from aner_coord.computations.dense.request import DenseRequest
+    from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
     needed = add_request_arguments(p, DenseRequest)
     add_execution_arguments(p, "rows", DEFAULT_CHUNK_ROWS, "; the parameters depend on it")
@@ -68,17 +68,9 @@ def train_request(args: argparse.Namespace) -> JobRequest:
 
 def train_command(args: argparse.Namespace) -> int:
     from aner_coord.admission import admit
-    from aner_coord.cli.jobs import run_foreground
+    from aner_coord.cli.jobs import start
 
-    job = admit(train_request(args))
-    if not args.quiet:
-        for note in job.notes:  # also in status.json, for `status`
-            print(f"aner: note: {note}", file=sys.stderr)
-    if args.background:
-        from aner_coord.cli.background import submit
-
-        return submit(job, quiet=args.quiet)
-    return run_foreground(job, quiet=args.quiet)
+    return start(admit(train_request(args)), None, args=args)
 
 
 # -- predict -------------------------------------------------------------------------------

@@ -138,13 +138,18 @@ def _job_command(args: argparse.Namespace) -> int:
         # A unit restarted on failure: the output must hold this very job, which goes on.
         from aner_coord.job.resume import prepare_resume
 
-        return _start(*prepare_resume(request.output, expect=request), args=args)
-    return _start(admit_spec(request, args), None, args=args)
+        return start(*prepare_resume(request.output, expect=request), args=args)
+    return start(admit_spec(request, args), None, args=args)
 
 
-def _start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) -> int:
-    """Run a new or resumed job: detached with --background, else here, telling systemd
-    when it is ready if a Type=notify unit started us."""
+def start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) -> int:
+    """The one way every command starts an admitted job, new or resumed: the plan's notes
+    said first (a new job's; they are in `status.json` too, for `status`), then detached with
+    --background, else here, telling systemd when it is ready if a Type=notify unit started
+    us."""
+    if resumption is None and not args.quiet:
+        for note in job.notes:
+            print(f"aner: note: {note}", file=sys.stderr)
     if args.background:
         from aner_coord.cli.background import submit
 
@@ -202,7 +207,7 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
 def resume_command(args: argparse.Namespace) -> int:
     from aner_coord.job.resume import prepare_resume
 
-    return _start(*prepare_resume(args.job), args=args)
+    return start(*prepare_resume(args.job), args=args)
 
 
 def run_foreground(

@@ -146,11 +146,6 @@ def open_job_dir(job: Path) -> jobdir.JobDir:
     return directory
 
 
-def check_job_dir(job: Path) -> None:
-    """Refuse (exit 2) anything that is not a readable job directory, saying what it is."""
-    open_job_dir(job).close()
-
-
 def observe(job: jobdir.JobDir | Path, *, settle_s: float = 0.0) -> Observation:
     """One look at the job. With settle_s, wait that long for an ending coordinator to
     release its lock (and a starting one to write its first status)."""

@@ -16,43 +16,31 @@ import argparse
 from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
-    count,
     request_from_arguments,
     show_needed,
 )
 from aner_coord.errors import RequestError
 
-# The fields of a search request that `cv` does not take as flags derived from the type:
-# `--chunk` is the execution flags', `--folds` has a metavar and `--no-refit` is a switch.
-_NOT_DERIVED = ("grid", "chunk", "refit", "folds")
+# Not flags of `cv`: its one candidate has no grid, and a fit's chunk is `--chunk`, read
+# with the execution's flags.
+_NOT_DERIVED = ("grid", "chunk")
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec", required=True, metavar="FILE.toml", help="the search file (see samples/)"
     )
-    add_execution_arguments(p, "fits", 1, "; a fit's rows per chunk are the file's `chunk`")
+    # A search hands out whole fits, one per task: a fit's rows per chunk are the file's
+    # `chunk`, so --chunk is not offered (and refused with that reason).
+    add_execution_arguments(p, "fits", None)
     show_needed(p, "--output")
 
 
 def add_cv_arguments(p: argparse.ArgumentParser) -> None:
-    from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
+    from aner_coord.computations.search.request import SearchRequest
+    from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
     needed = add_request_arguments(p, SearchRequest, skip=_NOT_DERIVED)
-    p.add_argument(
-        "--folds",
-        type=count,
-        metavar="K",
-        default=5,
-        help="folds of the cross-validation (2..255; default 5); 1 uses train's own validation "
-        "split",
-    )
-    p.add_argument(
-        "--no-refit",
-        dest="refit",
-        action="store_false",
-        help="no refit of the configuration on the whole pool (no test metrics, no model)",
-    )
     add_execution_arguments(
         p,
         "rows",
@@ -65,14 +53,9 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, request: object) -> int:
     from aner_coord.admission import admit
-    from aner_coord.cli.jobs import job_request, run_foreground
+    from aner_coord.cli.jobs import job_request, start
 
-    job = admit(job_request(args, request))  # type: ignore[arg-type]
-    if args.background:
-        from aner_coord.cli.background import submit
-
-        return submit(job, quiet=args.quiet)
-    return run_foreground(job, quiet=args.quiet)
+    return start(admit(job_request(args, request)), None, args=args)  # type: ignore[arg-type]
 
 
 def search_command(args: argparse.Namespace) -> int:
@@ -92,12 +75,13 @@ def cv_request(args: argparse.Namespace) -> object:
     """The request of `aner parallel cv`: a search of one candidate."""
     import msgspec
 
-    from aner_coord.computations.search.request import DEFAULT_CHUNK_ROWS, SearchRequest
+    from aner_coord.computations.search.request import SearchRequest
+    from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
     options = request_from_arguments(args, SearchRequest, "cv", skip=_NOT_DERIVED)
     chunk = args.chunk if args.chunk is not None else DEFAULT_CHUNK_ROWS
     args.chunk = None  # not the execution's: fits go out whole, one per task
-    return msgspec.structs.replace(options, folds=args.folds, refit=args.refit, chunk=chunk)
+    return msgspec.structs.replace(options, chunk=chunk)
 
 
 def cv_command(args: argparse.Namespace) -> int:

@@ -2,6 +2,11 @@
 (declared in, or registered with, `aner_worker.kernels`), its coordinator half implementing
 `base.Computation`, and one `declare()` here (or a `register()` call with an instance).
 
+- `base`: what a computation is (`Computation`, `Admitted`, the pass and accounting types);
+- `montecarlo`, `regression`: the two built-in computations of one module each;
+- `dense/`: Dense classifier training; `search/`: model search and cross-validation;
+- `display`: how a fitted result shows itself in a notebook (a short repr, an HTML table).
+
 The built-in computations are declared by kind, request type and `module:Class` path and
 imported when a job first needs one: `status`, `cancel` and a Monte Carlo run never import
 the Dense computation (numpy, and numba through its data streams). `summarize` shows a

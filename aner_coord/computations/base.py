@@ -98,10 +98,12 @@ class Accounting:
 
 
 class Run(Protocol):
-    # A run whose chunk statistics are large (Dense gradient sums) sets this False: the
-    # ledger then records committed passes only, and a resumed job recomputes its work
-    # (from its last checkpoint, for a run that `Checkpoints`).
-    # (A class attribute; runs that do not set it keep their chunks in the ledger.)
+    # Whether the ledger keeps each accepted chunk's statistics (a resumed job then
+    # recomputes only the chunks it lacks). A run whose chunk statistics are large (Dense
+    # gradient sums) says False: the ledger then records committed passes only, and a
+    # resumed job recomputes its work (from its last checkpoint, for a run that
+    # `Checkpoints`).
+    durable_chunks: ClassVar[bool]
 
     def next_pass(self) -> PassSpec | None:
         """The next pass to compute, or None when the computation is complete."""
@@ -205,6 +207,14 @@ class DeclaresPrecision(Protocol):
 
     @property
     def precision(self) -> str: ...
+
+
+@runtime_checkable
+class MakesTiny(Protocol):
+    """A computation that says how to make a request of the same shape at a tiny size, for
+    probes (Dense: a teacher set of the data's shape, which needs no staging)."""
+
+    def tiny(self, request: Any, rows: int) -> Any: ...
 
 
 @runtime_checkable

@@ -12,9 +12,9 @@ from aner_coord.computations.base import Accounting, Admitted, PassSpec
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.limits import DEFAULT_CHUNK, check_items, check_seed
 from aner_coord.requests import ComputationRequest
+from aner_worker.kernels.identities import STREAM_ID
 from aner_worker.kernels.montecarlo import McParams, McStats, MonteCarloKernel
 
-STREAM_ID = "aner-mc/philox4x64-10/v1"
 _P = math.pi / 4
 # A chunk's hits lie this many standard deviations from pi/4 of its samples only for a
 # worker that does not compute the stream: no honest chunk of the stream comes near it.
@@ -78,6 +78,8 @@ class MonteCarlo:
 
 
 class _Run:
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, request: MonteCarloRequest) -> None:
         self._request = request
         self._hits = 0

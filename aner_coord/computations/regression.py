@@ -22,10 +22,9 @@ from aner_coord.limits import (
     check_seed,
 )
 from aner_coord.requests import ComputationRequest
+from aner_worker.kernels.identities import FIXTURE_ID, N_PARAMS
 from aner_worker.kernels.regression import RegressionKernel, RegressionParams, RegressionStats
 
-FIXTURE_ID = "aner-fixture/logistic/v1"
-N_PARAMS = 9
 # Statistics that differ by more than this (relative) are not the same computation.
 _AUDIT_RTOL = 1e-9
 
@@ -98,6 +97,8 @@ class Regression:
 
 
 class _Run:
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, request: RegressionRequest, chunk: int) -> None:
         self._request = request
         self._rows = request.samples

@@ -12,5 +12,7 @@
 - `staging`: file data sent to worker processes once per job; `pacing`: how many tasks a
   worker holds, from its measured round trip; `timing`: compute, transfer and wait seconds;
   `audits`: what `--audit` checked, per worker, for the result;
+- `liveness`: when a connected worker counts as lost, judged on whole frames;
+  `checkpoints`: a training's committed state, written and read through the job directory;
 - `execute`: one job run inside its job directory; `resume`: continuing one from its ledger.
 """

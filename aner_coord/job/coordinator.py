@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never, runtime_checkable
 
 import msgspec
 
@@ -33,7 +33,7 @@ from aner_coord.computations import Accounting, Run
 from aner_coord.computations.base import Checkpoints, ExplainsDifference
 from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
-from aner_coord.job.backend import Backend
+from aner_coord.job.backend import Backend, BackendPlan, backend_for
 from aner_coord.job.checkpoints import Checkpointer, Restored
 from aner_coord.job.events import (
     AuditFailed,
@@ -60,9 +60,7 @@ from aner_coord.job.instructions import (
 from aner_coord.job.link import precision_of
 from aner_coord.job.machine import JobMachine
 from aner_coord.job.pool import WorkerPool
-from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.staging import plan_of
-from aner_coord.job.threads import ThreadBackend
 from aner_coord.jobdir import ERROR_DETAIL, JobDirError, ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
 from aner_coord.jobdir.results import ResultBase
@@ -70,6 +68,15 @@ from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, Wo
 from aner_worker.kernels.base import encode
 
 Observer = Callable[[StatusSnapshot], None]
+
+
+@runtime_checkable
+class SaysWhere(Protocol):
+    """An observer that names what it was doing, for the message of its failure
+    (`StatusWriter`: "writing the job directory")."""
+
+    where: str
+
 
 log = logging.getLogger("aner.coordinator")
 
@@ -471,21 +478,16 @@ class Coordinator:
     # -- parts -------------------------------------------------------------------------------
     def _make_backend(self) -> Backend:
         job = self.job
-        kernel = job.computation.kernel
-        records = job.workers.records
-        seconds_per_task = job.computation.seconds_per_item * job.chunk
-        if records is None:
-            return ThreadBackend(list(job.workers.slots), kernel, seconds_per_task)
-        from aner_worker.contract import source_fingerprint
-
-        return ProcessBackend(
-            records,
-            source_fingerprint(),
-            kernel,
-            seconds_per_task=seconds_per_task,
-            stage=plan_of(self._run),
-            pool=self._pool,
-            precision=precision_of(self._run),
+        return backend_for(
+            BackendPlan(
+                slots=list(job.workers.slots),
+                records=job.workers.records,
+                kernel=job.computation.kernel,
+                seconds_per_task=job.computation.seconds_per_item * job.chunk,
+                stage=plan_of(self._run),
+                pool=self._pool,
+                precision=precision_of(self._run),
+            )
         )
 
     def _snapshot(self) -> StatusSnapshot:
@@ -538,7 +540,7 @@ class Coordinator:
             losses=list(progress.losses),
             resumes=self._resumes,
             recovered=progress.recovered,
-            staging=list(getattr(self._backend, "staging", ())),
+            staging=[] if self._backend is None else list(self._backend.staging),
             detail=progress.detail,
             work=work,
             work_upper_bound=upper_bound,
@@ -564,7 +566,9 @@ class Coordinator:
             try:
                 observer(snapshot)
             except Exception as exc:
-                where = getattr(observer, "where", None) or type(observer).__name__
+                where = (
+                    observer.where if isinstance(observer, SaysWhere) else type(observer).__name__
+                )
                 raise _ObserverError(where, _describe(exc)) from exc
         return snapshot
 

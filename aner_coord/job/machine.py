@@ -168,7 +168,7 @@ class JobMachine:
         self._audit_window = -1
         self._audit_pick = -1
         self._retries = retries
-        self._ledger_chunks = bool(getattr(run, "durable_chunks", True))
+        self._ledger_chunks = run.durable_chunks
         self._namer = run if isinstance(run, NamesWorkers) else None
         self._reporter = run if isinstance(run, ReportsProgress) else None
         self._position = run.position if isinstance(run, ReportsPosition) else None

@@ -39,8 +39,10 @@ from protocol import Ponged, ProtocolError, RemoteProtocolError
 
 log = logging.getLogger("aner.coordinator")
 
-LOST_CLOSE_S = 1.0  # a worker that is going anyway gets this long to exit before a signal
 SHUTDOWN_CLOSE_S = 5.0
+# How long a lost worker, or one that is going anyway, may take to exit once its stdin is
+# closed, before a signal (a job's backend and a session's pool alike).
+LOST_CLOSE_S = 1.0
 # A kept worker answers a ping from its reading thread at once; one that does not within
 # this long is counted as lost (stalled, or its link is cut) and started again.
 PROBE_S = 10.0

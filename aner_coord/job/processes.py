@@ -34,7 +34,7 @@ import msgspec
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import StagePlan
 from aner_coord.errors import WorkerFailure
-from aner_coord.job.backend import Deliver
+from aner_coord.job.backend import BackendPlan, Deliver
 from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
 from aner_coord.job.link import LinkClosed, WorkerLink, handshake, require_precision, start
 from aner_coord.job.liveness import (
@@ -46,7 +46,7 @@ from aner_coord.job.liveness import (
     silence_timeout,
 )
 from aner_coord.job.pacing import Pacer, Window
-from aner_coord.job.pool import LostBetweenJobs, WorkerPool
+from aner_coord.job.pool import LOST_CLOSE_S, LostBetweenJobs, WorkerPool
 from aner_coord.job.staging import StagingLost, stage_worker
 from aner_coord.job.timing import TaskTimes
 from aner_coord.jobdir.status import StagingRecord
@@ -69,7 +69,6 @@ from protocol import (
 
 log = logging.getLogger("aner.coordinator")
 
-LOST_CLOSE_S = 1.0  # how long a lost worker may take to exit once its stdin is closed
 # A lost worker is reconnected after 0.5 s, then 1, 2, 4, ... at most 10 s between tries,
 # at most MAX_REJOINS times per job.
 REJOIN_FIRST_S = 0.5
@@ -549,3 +548,22 @@ class ProcessBackend:
             self.request_stop("closing")
         if self._closer is not None:
             await self._closer
+
+
+class Processes:
+    """The "processes" backend (`backend.BACKENDS`): a group's worker processes, one per
+    record, checked against this installation's source fingerprint."""
+
+    def make(self, plan: BackendPlan) -> ProcessBackend:
+        from aner_worker.contract import source_fingerprint
+
+        assert plan.records is not None
+        return ProcessBackend(
+            plan.records,
+            source_fingerprint(),
+            plan.kernel,
+            seconds_per_task=plan.seconds_per_task,
+            stage=plan.stage,
+            pool=plan.pool,
+            precision=plan.precision,
+        )

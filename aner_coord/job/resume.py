@@ -45,6 +45,7 @@ import msgspec
 from aner_coord import jobdir
 from aner_coord.admission import Job, admit
 from aner_coord.computations.base import Checkpoints
+from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.errors import RequestError, cli_name
 from aner_coord.job.checkpoints import CheckpointError, Restored, vouched
 from aner_coord.job.execute import Resumption
@@ -267,7 +268,7 @@ def _same_job(target: Path, manifest: Manifest, job: Job, raw: bytes) -> None:
     changed = [k for k in dict.fromkeys([*before, *now]) if before.get(k) != now.get(k)]
     if "request.data" in changed:  # the data file itself: the change that matters most
         data = job.request.computation
-        name = getattr(data, "data", None) or "the data"
+        name = (data.data if isinstance(data, DenseRequest) else None) or "the data"
         raise _refuse(
             target,
             f"its data {name} changed since the job began (SHA256 "

@@ -13,9 +13,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from aner_coord.job.backend import Deliver
+from aner_coord.job.backend import BackendPlan, Deliver
 from aner_coord.job.events import Event, ResultReceived, TaskError, WorkerLost, WorkerReady
 from aner_coord.job.timing import TaskTimes
+from aner_coord.jobdir.status import StagingRecord
 from aner_worker.kernels.base import Kernel, Stopped
 from protocol import (
     Task,
@@ -76,6 +77,8 @@ class Handover:
 
 class ThreadBackend:
     """Local workers: a fixed set of threads, each with its own task queue."""
+
+    staging: Sequence[StagingRecord] = ()  # threads read the data in this process
 
     def __init__(
         self, names: Sequence[str], kernel: Kernel, seconds_per_task: float | None = None
@@ -173,3 +176,10 @@ class ThreadBackend:
     async def close(self) -> None:
         self.request_stop("closing")
         await self.wait_stopped()
+
+
+class Threads:
+    """The "threads" backend (`backend.BACKENDS`): the job's slots as threads of this process."""
+
+    def make(self, plan: BackendPlan) -> ThreadBackend:
+        return ThreadBackend(list(plan.slots), plan.kernel, plan.seconds_per_task)

@@ -9,8 +9,6 @@ the files' own types.
 - `lock`: the coordinator's `flock` (`JobLock`) and the monitors' probe of it;
 - `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
-- `checkpoint`: a training's committed state, vouched for by the ledger, between
-  coordinators;
 - `status`, `manifest`, `results`: the job files as msgspec Structs;
 - `sources`: the files whose code computes a result's numbers, which the manifest records.
 """
@@ -32,7 +30,6 @@ from aner_coord.jobdir.directory import (
     JobDirError,
     JobFileError,
     check_new_output,
-    is_job_dir,
     read_json,
     read_status,
 )
@@ -61,7 +58,6 @@ __all__ = [
     "cancel_requests",
     "check_new_output",
     "foreign_holder",
-    "is_job_dir",
     "lock_is_held",
     "read_json",
     "read_status",

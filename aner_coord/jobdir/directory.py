@@ -30,7 +30,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,12 +40,15 @@ import msgspec
 from aner_coord.errors import EXIT_FAILED, AnerError, RequestError
 from aner_coord.jobdir.status import StatusSnapshot, decode_status
 from aner_worker.files import (
+    DIR_MODE,
+    FILE_MODE,
     O_CLOEXEC,
     O_NOFOLLOW,
     O_NONBLOCK,
     FileRefused,
     open_regular,
     read_limited,
+    replace_in,
 )
 
 MANIFEST = "run-manifest.json"
@@ -79,8 +81,9 @@ LEDGER = "ledger"
 MODEL = "model.npz"
 
 
-# A training's last checkpoint (`aner_coord.jobdir.checkpoint`); its own bound is the run's
-# (`Checkpoints.checkpoint_limit`, from the model's shapes), this one is for any reader.
+# A training's last checkpoint (`aner_coord.computations.dense.checkpoint`); its own bound is
+# the run's (`Checkpoints.checkpoint_limit`, from the model's shapes), this one is for any
+# reader.
 CHECKPOINT = "checkpoint.npz"
 
 
@@ -99,12 +102,6 @@ READ_LIMITS = {
     CANCEL_REQUEST: 4096,
 }
 DEFAULT_READ_LIMIT = 16 << 20
-
-
-FILE_MODE = 0o600
-
-
-DIR_MODE = 0o700
 
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -307,34 +304,13 @@ class JobDir:
         return fd
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        """Replace `name` atomically: temp file, fsync, rename, fsync the directory."""
-        dir_fd = self.fileno()
-        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        """Replace `name` atomically (`replace_in`: temp file, fsync, rename, fsync the
+        directory)."""
         try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, FILE_MODE, dir_fd=dir_fd
-            )
+            replace_in(self.fileno(), name, data)
         except OSError as exc:
             raise self.write_error("write", name, exc) from None
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            self._made.add(name)
-            os.fsync(dir_fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise self.write_error("write", name, exc) from None
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
+        self._made.add(name)
 
     def write_json(self, name: str, obj: Any) -> None:
         self.write_bytes(name, msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
@@ -419,12 +395,6 @@ def opened(job: JobDir | PathLike, *, own: bool = False) -> Iterator[JobDir]:
         yield opened
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace the file at `path` atomically, through a descriptor of its directory."""
-    with JobDir.open(path.parent) as directory:
-        directory.write_bytes(path.name, data)
-
-
 def read_json(job: JobDir | PathLike, name: str) -> Any:
     """The JSON document `name`; JobFileError if it is not one (or nests too deep)."""
     with opened(job) as directory:
@@ -446,11 +416,3 @@ def read_status(job: JobDir | PathLike) -> StatusSnapshot:
             raise directory.read_error(
                 STATUS, f"it is not a status this aner reads: {exc}"
             ) from None
-
-
-def is_job_dir(job: JobDir | PathLike) -> bool:
-    try:
-        with opened(job) as directory:
-            return directory.exists(MANIFEST)
-    except OSError:
-        return False

@@ -24,8 +24,9 @@ regular file of this job's directory (never through a link, never a FIFO or a de
 
 Growth: a later record kind is one more member of `Record`; every entry carries the job's
 identity, and an older aner refuses a ledger with a kind it does not know rather than skip
-it. `Checkpointed` is one: it vouches for a checkpoint file (`aner_coord.jobdir.checkpoint`)
-by its size and SHA256, and is durable before that file is renamed into place.
+it. `Checkpointed` is one: it vouches for a checkpoint file
+(`aner_coord.computations.dense.checkpoint`) by its size and SHA256, and is durable before that
+file is renamed into place.
 
 Writes are buffered by the coordinator on its event loop (`append`) and made durable by
 `sync()` (write, fsync), which the status writer calls on its own thread before every

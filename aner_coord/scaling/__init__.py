@@ -3,6 +3,7 @@
 `aner parallel scaling` runs each case of an experiment as fresh `aner parallel` commands,
 timed from outside; `aner parallel plan` probes the machines and predicts. The modules:
 
+- `command`: the two commands, which check everything before they run anything;
 - `experiment`: the experiment file (TOML) and the standard `--auto` matrix;
 - `trials`: running one trial (a whole command) and reading what it produced;
 - `load`: how busy the machine was while a trial ran (load average, others' CPU share);

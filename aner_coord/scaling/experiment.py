@@ -217,7 +217,9 @@ def _check_comparable(
     In float32 only plans of one chunk do (section 9: the chunk decides the rounding of
     binary32 sums, a difference far above the comparison's tolerance), so a float32
     experiment whose cases differ in chunk could only fail: it is refused before it runs."""
-    if getattr(computation, "precision", "float64") != "float32":
+    from aner_coord.computations.dense.request import DenseRequest  # a search's too
+
+    if not isinstance(computation, DenseRequest) or computation.precision != "float32":
         return
     chunks = sorted({c.chunk for c in cases})
     if len(chunks) > 1:

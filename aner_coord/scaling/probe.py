@@ -135,10 +135,11 @@ def tiny(computation: ComputationRequest, items: int = 1000) -> ComputationReque
     may say how (`tiny` on it: Dense makes a teacher set of the data's shape, which needs
     no staging, with one step per epoch)."""
     from aner_coord.computations import computation_for
+    from aner_coord.computations.base import MakesTiny
 
-    maker = getattr(computation_for(computation), "tiny", None)
-    if maker is not None:
-        small: ComputationRequest = maker(computation, items)
+    maker = computation_for(computation)
+    if isinstance(maker, MakesTiny):
+        small: ComputationRequest = maker.tiny(computation, items)
         return small
     changes: dict[str, Any] = {}
     fields = {f.name for f in msgspec.structs.fields(computation)}
@@ -174,8 +175,9 @@ def _worker_form(computation: ComputationRequest) -> ComputationRequest:
     """What a worker probe computes: the computation itself, or its tiny form where the
     computation has one (Dense: a teacher set of the data's shape, nothing to stage)."""
     from aner_coord.computations import computation_for
+    from aner_coord.computations.base import MakesTiny
 
-    if getattr(computation_for(computation), "tiny", None) is None:
+    if not isinstance(computation_for(computation), MakesTiny):
         return computation
     return tiny(computation, TASKS_MANY)
 

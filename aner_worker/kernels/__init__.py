@@ -1,7 +1,7 @@
 """The kernels a worker can run, by name: the worker halves of the computations.
 
 - `base`: what a kernel is (`Kernel`, `Stopped`) and how its Structs travel (`encode`,
-  `decode`);
+  `decode`); `identities`: the stream and fixture identities, stated once (light);
 - `montecarlo` and `philox`: the Monte Carlo estimate of pi and its numba Philox stream;
 - `regression` and `fixture`: the logistic regression fixture and its numba pass;
 - `dense/`: the Dense classifier (data sets, streams, the network's forward and backward,

@@ -13,7 +13,7 @@ chunk size; the sub-ranges never change the statistics' bits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -21,7 +21,8 @@ StopCheck = Callable[[], bool]
 
 # The compute precisions this worker's kernels offer, stated in its Welcome: binary64
 # always, binary32 where a kernel lets a job declare it (Dense, `kernels.dense.network`).
-PRECISIONS: tuple[str, ...] = ("float64", "float32")
+Precision = Literal["float64", "float32"]
+PRECISIONS: tuple[Precision, ...] = ("float64", "float32")
 
 
 class Stopped(Exception):

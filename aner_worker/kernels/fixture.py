@@ -19,13 +19,11 @@ import numpy as np
 from numba import njit
 
 from aner_worker.kernels.base import Stopped
+from aner_worker.kernels.identities import N_PARAMS
 from aner_worker.kernels.philox import check_range, philox_block
-
-FIXTURE_ID = "aner-fixture/logistic/v1"
 
 FEATURE_STREAM = 1
 NOISE_STREAM = 2
-N_PARAMS = 9
 
 # Teacher weights and intercept, as docs/contracts.md, section 2 fixes them.
 _T0, _T1, _T2, _T3 = 1.5, -2.0, 1.0, -0.5

@@ -27,14 +27,11 @@ from numba import njit, types  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
 from aner_worker.kernels.base import Stopped  # noqa: E402
-
-STREAM_ID = "aner-mc/philox4x64-10/v1"
+from aner_worker.kernels.identities import SEED_LIMIT  # noqa: E402
 
 # Largest exclusive end of a sample (or row) range accepted by the public wrappers. It keeps
 # every block index far inside uint64 and every range bound inside int64.
 RANGE_LIMIT = 2**62
-
-_SEED_LIMIT = 2**64
 
 # Philox4x64 multipliers and Weyl key increments (Random123 philox.h).
 _M0 = np.uint64(0xD2E7470EE14C6C93)
@@ -158,7 +155,7 @@ def check_range(seed: int, start: int, count: int) -> None:
             if isinstance(value, bool) or not isinstance(value, int | np.integer):
                 raise TypeError(f"{name} must be an integer, got {value!r}")
         seed, start, count = int(seed), int(start), int(count)
-    if not 0 <= seed < _SEED_LIMIT:
+    if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")

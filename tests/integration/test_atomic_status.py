@@ -13,7 +13,6 @@ import msgspec
 from support import finish, read_status, spawned, status_of
 
 from aner_coord.jobdir import StatusWriter
-from aner_coord.jobdir.directory import write_atomic
 from aner_coord.jobdir.status import (
     STATUS_SCHEMA,
     JobState,
@@ -21,6 +20,7 @@ from aner_coord.jobdir.status import (
     WorkerAccount,
     decode_status,
 )
+from aner_worker.files import write_atomically
 
 WRITES = 3000
 
@@ -99,7 +99,7 @@ def hammer(path: Path, write: Callable[[Path, bytes], None]) -> tuple[int, int, 
 
 def test_concurrent_reader_never_sees_a_partial_status(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
-    reads, distinct, problems = hammer(path, write_atomic)
+    reads, distinct, problems = hammer(path, write_atomically)
     assert problems == []
     assert reads > 0 and distinct > 1  # the reader really ran alongside the writer
     assert decode_status(path.read_bytes()).seq == WRITES

@@ -84,7 +84,7 @@ def test_background_run_is_ready_at_once_and_watch_follows_it_to_completion(
     assert f"aner parallel status --job {job} --watch" in done.stdout
     assert f"aner parallel cancel --job {job}" in done.stdout
     assert f"coordinator pid {pid}" in done.stdout
-    # Owner-only, as SPEC section 7 says.
+    # Owner-only, as docs/contracts.md, section 7 says.
     assert (job.stat().st_mode & 0o777) == 0o700
     for name in ("run-manifest.json", "status.json", "coordinator.log", "coordinator.lock"):
         assert ((job / name).stat().st_mode & 0o777) == 0o600, name

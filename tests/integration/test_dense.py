@@ -1,7 +1,8 @@
-"""Dense training end to end (SPEC section 9): `aner parallel train` and `predict` as a
-researcher runs them, on local threads, a local-pipe group and a real-sshd group, against the
-single-process reference `train_single`; staging and its cache; a worker killed mid-step;
-cancel. Sizes are tiny: every figure asserted is a count, a file or a bit pattern."""
+"""Dense training end to end (docs/contracts.md, section 9): `aner parallel train` and
+`predict` as a researcher runs them, on local threads, a local-pipe group and a real-sshd
+group, against the single-process reference `train_single`; staging and its cache; a
+worker killed mid-step; cancel. Sizes are tiny: every figure asserted is a count, a file or
+a bit pattern."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durable jobs (SPEC section 11) with real parts: a real sshd worker and pipe workers
+"""Durable jobs (docs/contracts.md, section 11) with real parts: a real sshd worker and pipe workers
 killed with SIGKILL mid-run, a background coordinator killed three times and resumed each
 time, a torn ledger, and the refusals of `resume`. Every surviving job must end with the
 exact result of an undisturbed run."""
@@ -28,7 +28,7 @@ from aner_coord import parallel
 from aner_coord.jobdir.ledger import LEDGER, Accepted, scan
 from aner_coord.jobdir.status import JobState
 
-HITS_1E9 = 785_386_550  # SPEC section 1, seed 42
+HITS_1E9 = 785_386_550  # docs/contracts.md, section 1, seed 42
 
 
 def workers_of(pid: int) -> list[psutil.Process]:

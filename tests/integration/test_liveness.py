@@ -21,7 +21,7 @@ from support import ANER, finish, spawned, write_cluster
 from aner_coord import parallel
 from aner_coord.errors import JobFailed
 
-HITS_10M = 7_856_672  # SPEC section 1, seed 42
+HITS_10M = 7_856_672  # docs/contracts.md, section 1, seed 42
 
 ANSWER_PINGS = """
 while True:

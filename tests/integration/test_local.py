@@ -27,7 +27,7 @@ from aner_worker.kernels.philox import count_hits
 
 SAMPLES = 10_000_000
 SEED = 42
-HITS = 7_856_672  # the reference count of SPEC section 1 for (10**7, 42)
+HITS = 7_856_672  # the reference count of docs/contracts.md, section 1 for (10**7, 42)
 
 
 def _effective() -> int:
@@ -145,7 +145,7 @@ def test_local_is_immutable() -> None:
     assert automatic.workers == 0  # the automatic policy, resolved at admission
     assert automatic.chunk is None  # each computation's own default, resolved at admission
     job = admit(JobRequest(computation=MonteCarloRequest(samples=10, seed=1)))
-    assert job.chunk == 65_536  # Monte Carlo's default (SPEC section 3)
+    assert job.chunk == 65_536  # Monte Carlo's default (docs/contracts.md, section 3)
     assert job.workers.automatic is True
     assert len(job.workers.slots) == current().auto_workers
 

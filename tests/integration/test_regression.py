@@ -1,5 +1,5 @@
-"""The analytic training fixture (SPEC section 2) against an independent numpy implementation,
-over local threads, local-pipe, SSH and mixed worker groups."""
+"""The analytic training fixture (docs/contracts.md, section 2) against an independent numpy
+implementation, over local threads, local-pipe, SSH and mixed worker groups."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ RATE = 0.7
 
 
 def reference_fit(n: int, seed: int, steps: int, rate: float) -> dict[str, object]:
-    """SPEC section 2 written from scratch with numpy's Philox: the oracle for every plan."""
+    """docs/contracts.md, section 2 written from scratch with numpy's Philox: the oracle for
+    every plan."""
 
     def stream(stream_id: int, n_words: int) -> np.ndarray:
         gen = np.random.Philox(key=seed + (stream_id << 64), counter=2**256 - 1)

@@ -1,5 +1,5 @@
 """`aner parallel resume` continues exactly the job its manifest describes, after any stop,
-and nothing else (SPEC section 11; `aner_coord.job.resume`).
+and nothing else (docs/contracts.md, section 11; `aner_coord.job.resume`).
 
 Real detached coordinators and real `aner parallel cancel`: a cancelled job resumes (in the
 foreground and in the background) to the hits of an uninterrupted run; an edited
@@ -39,7 +39,7 @@ from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.base import encode
 from aner_worker.kernels.montecarlo import McStats
 
-HITS_1E9 = 785_386_550  # SPEC section 1, seed 42
+HITS_1E9 = 785_386_550  # docs/contracts.md, section 1, seed 42
 CHUNK = 10_000_000
 
 

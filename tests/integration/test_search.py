@@ -1,9 +1,9 @@
-"""Model search and cross-validation end to end (SPEC section 12), as a researcher runs them:
-`aner parallel search` and `cv` on local threads, a local-pipe group and a real-sshd group
-(the same numbers, bit for bit); a worker killed mid-search with --retries 1 and a
-coordinator killed mid-search then resumed (the same outcome, every fit accepted once in
-the ledger); test rows that cannot change the selection; grouped and stratified folds
-against the independent reference; the sample search file; the API."""
+"""Model search and cross-validation end to end (docs/contracts.md, section 12), as a
+researcher runs them: `aner parallel search` and `cv` on local threads, a local-pipe group
+and a real-sshd group (the same numbers, bit for bit); a worker killed mid-search with
+--retries 1 and a coordinator killed mid-search then resumed (the same outcome, every fit
+accepted once in the ledger); test rows that cannot change the selection; grouped and
+stratified folds against the independent reference; the sample search file; the API."""
 
 from __future__ import annotations
 
@@ -365,7 +365,7 @@ def test_cv_stratifies_and_takes_the_train_options(tmp_path: Path) -> None:
     result = result_of(job)
     assert result["folds_sha256"] == ref.fold_sha256(expected)
     assert result["options"]["optimizer"] == "sgd" and result["options"]["lr"] == 0.01
-    assert result["chunk"] == 256 and result["refit"] is None and result["test_loss"] is None
+    assert result["chunk"] == 128 and result["refit"] is None and result["test_loss"] is None
     assert not (job / "model.npz").exists()
     assert "1 candidate(s) x 3 folds" in done.stdout
 

@@ -30,7 +30,7 @@ from support import ROOT, process_gone, wait_for, write_pipe_pair
 
 from aner_coord import parallel
 
-HITS_10M = 7_856_672  # SPEC section 1, seed 42
+HITS_10M = 7_856_672  # docs/contracts.md, section 1, seed 42
 HITS_20M_CHUNK = 15_712_228  # 2 * 10**7 samples of seed 42, as a one-off call gives them
 
 

@@ -42,7 +42,7 @@ from support import DEPLOY, advance_until, status_where  # noqa: E402
 
 SEED = 42
 SAMPLES = 10**7
-HITS = 7_856_672  # SPEC section 1
+HITS = 7_856_672  # docs/contracts.md, section 1
 CHUNK_MC = "1000003"
 
 

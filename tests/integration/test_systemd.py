@@ -368,7 +368,7 @@ def test_the_units_resume_after_a_cancel_continues_the_job_and_says_ready(
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
-    assert "785,386,550 hits" in again.stdout  # SPEC section 1, seed 42
+    assert "785,386,550 hits" in again.stdout  # docs/contracts.md, section 1, seed 42
     final = status_of(job)
     assert (final.state, final.resumes) == (JobState.COMPLETED, 1)
     assert final.recovered >= 100_000_000

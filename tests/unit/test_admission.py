@@ -1,5 +1,6 @@
-"""The one admission path (aner_coord/admission.py): every limit of SPEC section 3, checked
-before anything starts, with errors that name the argument as the caller wrote it."""
+"""The one admission path (aner_coord/admission.py): every limit of docs/contracts.md,
+section 3, checked before anything starts, with errors that name the argument as the caller
+wrote it."""
 
 from __future__ import annotations
 

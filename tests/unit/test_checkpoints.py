@@ -121,6 +121,7 @@ class _Run:
     """A run whose checkpoint is the bytes it is given (what the writer does with them)."""
 
     steps_recovered = 0
+    durable_chunks = False
 
     def __init__(self) -> None:
         self.data = b""

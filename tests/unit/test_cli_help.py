@@ -19,7 +19,8 @@ def options_of(command: str) -> list[argparse.Action]:
     parser = build_parser(command)
     group = _subparsers(parser).choices["parallel"]
     own = _subparsers(group).choices[command]
-    return [a for a in own._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+    offered = [a for a in own._actions if a.option_strings and a.help != argparse.SUPPRESS]
+    return [a for a in offered if not isinstance(a, argparse._HelpAction)]
 
 
 def rendered(action: argparse.Action) -> str:
@@ -71,6 +72,42 @@ def test_every_option_has_help_that_states_its_default(
 def test_the_walk_reaches_every_command() -> None:
     assert {c for c, _ in CASES} == set(COMMANDS)
     assert len(CASES) > 80
+
+
+def test_search_offers_no_chunk_it_would_refuse() -> None:
+    # A search hands out whole fits: `--chunk` was advertised (default 1) and always refused.
+    listed = {s for a in options_of("search") for s in a.option_strings}
+    assert "--chunk" not in listed and "--workers" in listed
+    assert "--chunk" not in build_parser("search").format_help()
+
+
+def test_train_cv_and_search_cut_a_fit_into_chunks_of_one_default() -> None:
+    # cv and search used 256 rows where train used 128 (issue 25, item 16).
+    from aner_coord.computations.dense.computation import Dense
+    from aner_coord.computations.search.request import SearchRequest
+    from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
+    from aner_worker.kernels.dense.training import TrainingOptions
+
+    defaults = {a.dest: a for a in options_of("cv")}
+    assert f"default {DEFAULT_CHUNK_ROWS}" in rendered(defaults["chunk"])
+    assert Dense.default_chunk == SearchRequest(seed=1).chunk == DEFAULT_CHUNK_ROWS
+    assert TrainingOptions(seed=1).chunk == DEFAULT_CHUNK_ROWS == 128
+
+
+def test_every_cv_flag_is_derived_from_the_request_type() -> None:
+    # `--folds`, `--group` and `--no-refit` were declared by hand beside the derived flags;
+    # now each comes from its SearchRequest field, its help from the field's description.
+    import msgspec
+
+    from aner_coord.computations.search.request import SearchRequest
+
+    flags = {s: a for a in options_of("cv") for s in a.option_strings}
+    for field in msgspec.structs.fields(SearchRequest):
+        if field.name in ("grid", "chunk"):  # no grid for one candidate; --chunk: execution's
+            continue
+        flag = ("--no-" if field.default is True else "--") + field.name.replace("_", "-")
+        assert flag in flags, flag
+    assert rendered(flags["--folds"]).endswith("1 uses train's own validation split (default 5)")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
-"""Admission of Dense requests (SPEC sections 3 and 9): every limit and every bad field is
-refused before anything starts, with a message that names the argument as the caller spells
-it. Pure: nothing is created or run."""
+"""Admission of Dense requests (docs/contracts.md, sections 3 and 9): every limit and every
+bad field is refused before anything starts, with a message that names the argument as the
+caller spells it. Pure: nothing is created or run."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def request(**fields: Any) -> JobRequest:
         ),
         ({"batch": 2_000_000}, AdmissionError, "--batch is 2,000,000; the limit is 1,000,000"),
         ({"epochs": 0}, RequestError, "--epochs must be positive"),
-        ({"epochs": 10_001}, AdmissionError, "--epochs is 10001; the limit is 10000"),
+        ({"epochs": 10_001}, AdmissionError, "--epochs is 10,001; the limit is 10,000"),
         ({"optimizer": "rmsprop"}, RequestError, "--optimizer must be adam or sgd"),
         (
             {"precision": "float16"},

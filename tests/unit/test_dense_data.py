@@ -1,7 +1,7 @@
 """Data sources of aner-dense/v1: CSV and NPZ parsing and errors, digits, the teacher set.
 
-The teacher reference below is written from SPEC section 9 alone, with words taken straight
-from ``numpy.random.Philox``; it shares no code with ``aner_worker``.
+The teacher reference below is written from docs/contracts.md, section 9 alone, with words
+taken straight from ``numpy.random.Philox``; it shares no code with ``aner_worker``.
 """
 
 from __future__ import annotations

@@ -91,3 +91,11 @@ def test_a_float32_experiment_over_several_chunks_is_refused_before_it_runs(
     )
     path.write_text(DENSE.format(precision=precision) + same)
     assert [c.chunk for c in load_experiment(str(path)).cases] == [32, 32]
+
+
+def test_a_case_whose_cluster_path_holds_a_nul_is_refused(tmp_path: Path) -> None:
+    # It was an "internal error": os.lstat raised ValueError (issue 25, item 13).
+    path = write(tmp_path, "", case("c").replace("workers = 1", 'cluster = "a\\u0000b"'))
+    with pytest.raises(RequestError) as caught:
+        load_experiment(path)
+    assert str(caught.value).endswith(r"a\0b: the path holds a NUL character, which no path can")

@@ -1,4 +1,4 @@
-"""The fixture kernel against an independent numpy reading of SPEC section 2.
+"""The fixture kernel against an independent numpy reading of docs/contracts.md, section 2.
 
 The reference below is written from the SPEC text alone, with words taken straight from
 ``numpy.random.Philox``; it shares no code with the kernel or with ``aner_worker.oracle``.
@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from aner_worker.kernels.fixture import FIXTURE_ID, FixtureStats, _feature, fixture_pass, warm_up
+from aner_worker.kernels.fixture import FixtureStats, _feature, fixture_pass, warm_up
+from aner_worker.kernels.identities import FIXTURE_ID
 from aner_worker.kernels.philox import RANGE_LIMIT
 
 U64 = 2**64

@@ -21,7 +21,7 @@ from aner_worker.inventory import LOCAL_WORKER_LIMIT, Inventory, collect, format
 V1_UNLIMITED = "9223372036854771712"
 GIB = 2**30
 
-# Every key SPEC section 4 asks for, by the name to_dict() gives it.
+# Every key docs/contracts.md, section 4 asks for, by the name to_dict() gives it.
 SPEC_KEYS = {
     "logical_cpus",
     "physical_cores",

@@ -1,5 +1,5 @@
-"""The job files (SPEC section 7) as msgspec Structs, against checked-in samples of each
-schema: `status.json` of schema 1 and 2, `result.json` of both computations and
+"""The job files (docs/contracts.md, section 7) as msgspec Structs, against checked-in
+samples of each schema: `status.json` of schema 1 and 2, `result.json` of both computations and
 `run-manifest.json` keep reading as the code evolves."""
 
 from __future__ import annotations

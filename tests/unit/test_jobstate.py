@@ -62,6 +62,7 @@ class Recorded:
 
     def __init__(self, run: Run) -> None:
         self.run = run
+        self.durable_chunks = run.durable_chunks
         self.accepted: list[tuple[int, Any]] = []
         self.commits = 0
 
@@ -749,7 +750,8 @@ class Fixture:
 
 
 def reference_theta(steps: int) -> tuple[float, ...]:
-    """The update of SPEC section 2 written out: chunk-order sums, divided by all rows."""
+    """The update of docs/contracts.md, section 2 written out: chunk-order sums, divided by
+    all rows."""
     theta = (0.0,) * N_PARAMS
     for _ in range(steps):
         grads = [fake_grad(s, theta) for s in (0, 2, 4)]
@@ -1010,7 +1012,7 @@ def test_two_runs_of_one_request_share_no_state() -> None:
     assert results == [5, 5]
 
 
-# -- retries: a lost worker survived (SPEC section 11) -------------------------------------
+# -- retries: a lost worker survived (docs/contracts.md, section 11) ----------------------
 
 
 def test_a_lost_worker_is_survived_with_retries_and_its_chunks_recomputed() -> None:

@@ -231,3 +231,32 @@ def test_the_checker_sees_every_form_of_import() -> None:
     assert roots(found) == {"os", "aner_coord", "aner_worker", "protocol"}
     assert "protocol.framing" in found  # a relative import, resolved
     assert "aner_coord.jobdir.status" in found  # an import inside a function counts too
+
+
+def test_the_coordinator_builds_no_backend_of_its_own() -> None:
+    # Backends are chosen by name (`aner_coord.job.backend.BACKENDS`), as kernels,
+    # computations and transports are: the coordinator imports neither implementation.
+    from aner_coord.job.backend import BACKENDS
+
+    imported = imported_modules(ROOT / "aner_coord" / "job" / "coordinator.py")
+    assert not imported & {"aner_coord.job.threads", "aner_coord.job.processes"}
+    assert list(BACKENDS) == ["threads", "processes"]
+
+
+def test_every_command_starts_its_job_one_way() -> None:
+    # `aner_coord.cli.jobs.start` alone detaches (`submit`) or runs in the foreground, so
+    # --background, resume, sd_notify and the plan's notes behave alike for every command.
+    callers = set()
+    for path in sources("aner_coord"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for call in ast.walk(node):
+                name = (
+                    call.func.id
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                    else ""
+                )
+                if name in ("submit", "run_foreground"):
+                    callers.add(f"{path.relative_to(ROOT)}:{node.name}")
+    assert callers == {"aner_coord/cli/jobs.py:start"}

@@ -1,4 +1,4 @@
-"""The pure parts of model search (SPEC section 12) against the independent reference
+"""The pure parts of model search (docs/contracts.md, section 12) against the independent reference
 tests/search_reference.py, written from the SPEC alone: the pool, stratified and grouped
 folds, section 9's split as folds, candidates, aggregation, selection and refit epochs; and
 the dispatch order. The product computes with aner's numba Philox streams and numpy, the

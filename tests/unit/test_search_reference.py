@@ -1,4 +1,4 @@
-"""Self-checks of the oracle tests/search_reference.py (SPEC sections 1, 9, 12), on
+"""Self-checks of the oracle tests/search_reference.py (docs/contracts.md, sections 1, 9, 12), on
 properties and hand-worked examples: the independent reference that the product's section 12
 code (`aner_coord.computations.search`) is tested against must itself be right. Written with
 the reference, from the SPEC alone; it imports nothing of the product."""
@@ -69,7 +69,7 @@ def test_counter_b_minus_1_starts_at_block_b(seed, stream, b):
 
 
 def test_monte_carlo_reference_value_seed_42():
-    # SPEC 1: seed 42, 10,000,000 samples give 7,856,672 hits.
+    # docs/contracts.md, section 1: seed 42, 10,000,000 samples give 7,856,672 hits.
     samples = 10_000_000
     hits = 0
     chunk = 1_000_000

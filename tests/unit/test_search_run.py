@@ -28,7 +28,7 @@ from aner_worker.kernels.dense.data import TeacherDataset
 from aner_worker.kernels.dense.network import unflatten
 from aner_worker.kernels.dense.streams import role_codes
 from aner_worker.kernels.search.kernel import SearchKernel
-from aner_worker.kernels.search.params import REFIT, SearchParams, SearchStats
+from aner_worker.kernels.search.params import REFIT, CandidateOptions, SearchParams, SearchStats
 
 ROWS, FEATURES, CLASSES, SEED = 600, 6, 3, 4
 KERNEL = SearchKernel()
@@ -40,7 +40,7 @@ TEACHER = TeacherDataset(ROWS, FEATURES, CLASSES, SEED)
 def params(codes: np.ndarray, fits: list[tuple[int, int]], **kwargs: Any) -> SearchParams:
     return SearchParams(
         TEACHER.identity, (ROWS, FEATURES, CLASSES), SEED, codes.tobytes(),
-        [dict(OPTIONS, **kwargs)], fits, 3,
+        [msgspec.convert(dict(OPTIONS, **kwargs), CandidateOptions)], fits, 3,
     )  # fmt: skip
 
 
@@ -244,3 +244,15 @@ def test_admission_counts_every_fit_and_the_refit() -> None:
     assert admitted.items == 7 and admitted.passes == 1
     assert admitted.describe["fits"] == 6 and admitted.describe["candidates"] == 2
     assert admitted.describe["rows_per_fold"] == prepare(REQUEST).folds.rows
+
+
+def test_a_candidate_travels_as_a_typed_struct_of_the_training_options() -> None:
+    # Typed on the wire (issue 26, item 6): every option of a training but its seed, no more.
+    import dataclasses
+
+    from aner_worker.kernels.dense.training import TrainingOptions
+
+    fields = [f.name for f in dataclasses.fields(TrainingOptions) if f.name != "seed"]
+    assert list(CandidateOptions.__struct_fields__) == fields
+    sent = msgspec.msgpack.encode(msgspec.convert(dict(OPTIONS), CandidateOptions))
+    assert msgspec.msgpack.decode(sent, type=CandidateOptions).hidden == (8,)

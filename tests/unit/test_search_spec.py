@@ -75,7 +75,7 @@ def test_a_bad_top_level_key_is_named(tmp_path: Path, change: str, expected: str
         ("lr = []", "grid.lr must be a non-empty list of values, got []"),
         ("lr = 0.1", "grid.lr must be a non-empty list of values, got 0.1"),
         ('lr = [0.1, "fast"]', "grid.lr[1]: expected `float`, got `str`, got 'fast'"),
-        ("lr = [0.1, -1.0]", "grid.lr[1] must be a positive finite number, got -1.0"),
+        ("lr = [0.1, -1.0]", "grid.lr[1] must be positive, got -1.0"),
         ("hidden = [[8], [0]]", "grid.hidden[1] must be positive, got 0"),
         ("hidden = [[8], [5000]]", "grid.hidden[1] has a layer of 5,000 units; the limit is 4,096"),
         ("seed = [1, 2]", "the grid cannot vary 'seed': it varies hidden, lr, batch, epochs,"),

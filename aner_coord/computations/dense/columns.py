@@ -16,13 +16,12 @@ import weakref
 import numpy as np
 
 from aner_worker.kernels.dense.data import (
-    MAX_FILE_BYTES,
     ArrayDataset,
     DataError,
     Dataset,
     parse_csv,
 )
-from aner_worker.npzfile import UnsafeFile, read_user_file
+from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, read_user_file
 
 # Each data set read here keeps its columns' texts for as long as it lives.
 _texts: weakref.WeakKeyDictionary[Dataset, dict[str, list[str]]] = weakref.WeakKeyDictionary()

@@ -5,7 +5,6 @@ registry names, admission (the data loaded once, every limit) and the start of a
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any, ClassVar
@@ -17,15 +16,21 @@ import numpy.typing as npt
 from aner_coord.computations.base import Admitted
 from aner_coord.computations.dense import arrays, splits, suspect
 from aner_coord.computations.dense.columns import load_csv_columns
-from aner_coord.computations.dense.request import PRECISIONS, DenseRequest
-from aner_coord.computations.dense.run import MODEL_ID, DenseRun, feature_names
+from aner_coord.computations.dense.options import (
+    CHECKS,
+    MAX_BATCH,
+    MAX_LAYER,
+    MAX_PARAMS,
+    check_option,
+)
+from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
+from aner_coord.computations.dense.run import DenseRun, feature_names
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
-from aner_coord.limits import check_int, check_positive, check_seed
+from aner_coord.limits import check_seed
 from aner_worker.files import FileRefused, stat_regular
 from aner_worker.kernels.dense.data import (
     MAX_DATA_BYTES,
-    MAX_FILE_BYTES,
     ArrayDataset,
     DataError,
     Dataset,
@@ -34,22 +39,10 @@ from aner_worker.kernels.dense.data import (
 )
 from aner_worker.kernels.dense.kernel import DenseKernel
 from aner_worker.kernels.dense.network import parameter_count
+from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 from aner_worker.kernels.dense.plan import layer_sizes, steps_per_epoch
+from aner_worker.npzfile import MAX_FILE_BYTES
 
-# Rows a task unless the execution says otherwise; the parameters depend on it (the order
-# of the gradient sums), never on the workers. Two chunks for a default batch of 256: two
-# workers each compute half of every step. Measured (bench/dense_workers.py): a chunk costs
-# the job about 0.3 ms of coordination besides its kernel time, so 64 rows (four chunks)
-# made one worker about 40% slower than 256 and two workers no faster than 128.
-DEFAULT_CHUNK_ROWS = 128
-
-# Admission limits (docs/contracts.md, section 3 asks for limits with clear errors).
-MAX_TEACHER_ROWS = 200_000_000
-MAX_LAYER = 4096  # features, hidden units or classes
-MAX_HIDDEN_LAYERS = 16
-MAX_PARAMS = 4_000_000  # 32 MB of binary64 per pass's frozen parameters
-MAX_BATCH = 1_000_000
-MAX_EPOCHS = 10_000
 # Under groups or a split of your own a role's row positions travel with each of its passes
 # (8 bytes a row, beside up to 32 MB of parameters in one frame): 16 MiB of them at most.
 MAX_CARRIED_ROWS = 1 << 21
@@ -61,24 +54,29 @@ Floats = npt.NDArray[np.float64]
 _loaded: dict[tuple[Any, ...], Dataset] = {}
 
 
+def check_data_file(path: str) -> os.stat_result:
+    """The `fstat` of the user's data file `path`, a regular file within MAX_FILE_BYTES
+    (a FIFO or a device is refused, not trusted); RequestError naming `{data}`."""
+    try:
+        info = stat_regular(path)
+    except FileRefused as exc:
+        raise RequestError(f"{{data}}: cannot read {path}: it is {exc}", "data") from None
+    except OSError as exc:
+        raise RequestError(f"{{data}}: cannot read {path}: {exc.strerror or exc}", "data") from None
+    if info.st_size > MAX_FILE_BYTES:
+        raise AdmissionError(
+            f"{path} has {info.st_size:,} bytes; the limit is {MAX_FILE_BYTES:,}: "
+            "train on a smaller file ({data})",
+            "data",
+        )
+    return info
+
+
 def _file_key(request: DenseRequest) -> tuple[Any, ...]:
     assert request.data is not None
     if request.data == "digits":
         return ("digits", request.label)
-    try:
-        info = stat_regular(request.data)  # a FIFO or a device is refused, not trusted
-    except FileRefused as exc:
-        raise RequestError(f"{{data}}: cannot read {request.data}: it is {exc}", "data") from None
-    except OSError as exc:
-        raise RequestError(
-            f"{{data}}: cannot read {request.data}: {exc.strerror or exc}", "data"
-        ) from None
-    if info.st_size > MAX_FILE_BYTES:
-        raise AdmissionError(
-            f"{request.data} has {info.st_size:,} bytes; the limit is {MAX_FILE_BYTES:,}: "
-            "train on a smaller file ({data})",
-            "data",
-        )
+    info = check_data_file(request.data)
     named = tuple(sorted(_columns(request).items()))
     where = os.path.abspath(request.data)
     return ("file", where, request.label, info.st_mtime_ns, info.st_size, named)
@@ -106,11 +104,6 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
         _columns(request)  # a column named for data that has none is refused
         if request.teacher is not None:
             rows, features, classes = request.teacher
-            if rows > MAX_TEACHER_ROWS:
-                raise AdmissionError(
-                    f"{{teacher}} asks for {rows:,} rows; the limit is {MAX_TEACHER_ROWS:,}",
-                    "teacher",
-                )
             return TeacherDataset(rows, features, classes, request.seed)
         if arrays.is_array_data(request.data):
             assert request.data is not None
@@ -133,40 +126,17 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
         raise RequestError(str(exc)) from None
 
 
-def check_hidden(hidden: object) -> tuple[int, ...]:
-    """Hidden layer sizes within the limits (a search's grid values are checked alike)."""
-    if not isinstance(hidden, tuple | list):
-        raise RequestError(f"{{hidden}} must be a list of layer sizes, got {hidden!r}", "hidden")
-    if len(hidden) > MAX_HIDDEN_LAYERS:
-        raise AdmissionError(
-            f"{{hidden}} has {len(hidden)} layers; the limit is {MAX_HIDDEN_LAYERS}", "hidden"
-        )
-    sizes = tuple(check_positive("hidden", h) for h in hidden)
-    if any(h > MAX_LAYER for h in sizes):
-        raise AdmissionError(
-            f"{{hidden}} has a layer of {max(sizes):,} units; the limit is {MAX_LAYER:,}", "hidden"
-        )
-    return sizes
-
-
-def _check_lr(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"{{lr}} must be a finite number, got {value!r}", "lr")
-    if value <= 0:
-        raise RequestError(f"{{lr}} must be positive, got {value}", "lr")
-    return float(value)
-
-
-def _check_moments(request: DenseRequest, dataset: Dataset, train: Any) -> None:
-    """Refuse features whose normalisation would overflow or underflow (`suspect`), naming
-    the column."""
+def check_moments(dataset: Dataset, rows: Any, where: str) -> None:
+    """Refuse features whose normalisation over `rows` would overflow (`suspect`), naming the
+    column: a training's rows, or a search's pool (a fit normalises over a subset of it,
+    whose deviations are smaller)."""
     if not isinstance(dataset, ArrayDataset):
         return  # a teacher set's features lie in [-1, 1)
     names = feature_names(dataset) or [f"x{j}" for j in range(dataset.n_features)]
-    problem = suspect.overflowing_feature(dataset.x, train, names)
-    problem = problem or suspect.underflowing_feature(dataset.x, train, names)
+    problem = suspect.overflowing_feature(dataset.x, rows, names)
+    problem = problem or suspect.underflowing_feature(dataset.x, rows, names)
     if problem is not None:
-        raise RequestError(f"{{data}} {request.data}: {problem}", "data")
+        raise RequestError(f"{{data}} {where}: {problem}", "data")
 
 
 _kernels_loaded = False
@@ -185,58 +155,47 @@ def _load_kernels(kernel: DenseKernel) -> float:
     return time.perf_counter() - began
 
 
-def _check_options(
-    request: DenseRequest,
-) -> tuple[int, tuple[int, ...], int, int, float, float | None]:
-    """The options that need no data: seed, hidden, batch, epochs, lr, target accuracy."""
-    seed = check_seed(request.seed)
+def _check_options(request: DenseRequest) -> dict[str, Any]:
+    """The options that need no data, each through its one check (`options.check_option`)."""
+    check_seed(request.seed)
     if (request.data is None) == (request.teacher is None):
         raise RequestError(
             "give either {data} FILE or {teacher} ROWS,FEATURES,CLASSES (exactly one)",
             "data",
             "teacher",
         )
-    hidden = check_hidden(request.hidden)
-    batch = check_positive("batch", request.batch)
-    if batch > MAX_BATCH:
-        raise AdmissionError(f"{{batch}} is {batch:,}; the limit is {MAX_BATCH:,}", "batch")
-    epochs = check_positive("epochs", request.epochs)
-    if epochs > MAX_EPOCHS:
-        raise AdmissionError(f"{{epochs}} is {epochs}; the limit is {MAX_EPOCHS}", "epochs")
-    check_positive("patience", request.patience)
-    _check_precision(request.precision)
-    if request.optimizer not in ("adam", "sgd"):
-        raise RequestError(
-            f"{{optimizer}} must be adam or sgd, got {request.optimizer!r}", "optimizer"
-        )
-    lr = _check_lr(request.lr)
-    target = request.target_accuracy
-    if target is not None and (
-        isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 1
-    ):
-        raise RequestError(
-            f"{{target_accuracy}} must be in (0, 1], got {target!r}", "target_accuracy"
-        )
-    if request.teacher is not None:
-        if len(request.teacher) != 3:
-            raise RequestError("{teacher} must be ROWS,FEATURES,CLASSES", "teacher")
-        for value in request.teacher:
-            check_int("teacher", value)
-    return seed, hidden, batch, epochs, lr, target
+    return {
+        name: check_option(name, getattr(request, name))
+        for name in CHECKS
+        if hasattr(request, name) and getattr(request, name) is not None
+    }
 
 
-def _check_size(request: DenseRequest, dataset: Dataset) -> None:
+def check_dataset(dataset: Dataset, where: str | None) -> None:
+    """The data's size within the limits: its bytes in memory, its features and classes."""
     if isinstance(dataset, ArrayDataset):
         in_memory = dataset.n_rows * dataset.n_features * 8
         if in_memory > MAX_DATA_BYTES:
             raise AdmissionError(
-                f"{request.data}: {dataset.n_rows:,} x {dataset.n_features:,} features "
+                f"{where}: {dataset.n_rows:,} x {dataset.n_features:,} features "
                 f"take {in_memory:,} bytes; the limit is {MAX_DATA_BYTES:,} ({{data}})",
                 "data",
             )
     for what, size in (("features", dataset.n_features), ("classes", dataset.n_classes)):
         if size > MAX_LAYER:
             raise AdmissionError(f"the data has {size:,} {what}; the limit is {MAX_LAYER:,}")
+
+
+def check_parameters(sizes: list[int], where: str = "{hidden}") -> int:
+    """The parameter count of layer `sizes`, within MAX_PARAMS (`where` names the layers)."""
+    n_params = parameter_count(sizes)
+    if n_params > MAX_PARAMS:
+        raise AdmissionError(
+            f"{where}: layer sizes {sizes} make {n_params:,} parameters; the limit is "
+            f"{MAX_PARAMS:,}: use smaller layers",
+            "hidden",
+        )
+    return n_params
 
 
 def _source(request: DenseRequest, dataset: Dataset) -> dict[str, Any]:
@@ -248,13 +207,6 @@ def _source(request: DenseRequest, dataset: Dataset) -> dict[str, Any]:
     return {"file": os.path.basename(request.data or ""), "label": request.label}
 
 
-def _check_precision(value: object) -> None:
-    if value not in PRECISIONS:
-        raise RequestError(
-            f"{{precision}} must be {' or '.join(PRECISIONS)}, got {value!r}", "precision"
-        )
-
-
 class Dense:
     kind: ClassVar[str] = "dense"
     unit: ClassVar[str] = "rows"
@@ -264,20 +216,15 @@ class Dense:
     default_chunk: ClassVar[int] = DEFAULT_CHUNK_ROWS
 
     def admit(self, request: DenseRequest) -> Admitted:
-        seed, hidden, batch, epochs, lr, target = _check_options(request)
+        options = _check_options(request)
+        seed = request.seed
         load_s = _load_kernels(self.kernel)
         dataset = load_dataset(request)
-        _check_size(request, dataset)
-        sizes = layer_sizes(dataset.n_features, hidden, dataset.n_classes)
-        n_params = parameter_count(sizes)
-        if n_params > MAX_PARAMS:
-            raise AdmissionError(
-                f"layer sizes {sizes} make {n_params:,} parameters; the limit is "
-                f"{MAX_PARAMS:,}: use smaller {{hidden}} layers",
-                "hidden",
-            )
+        check_dataset(dataset, request.data)
+        sizes = layer_sizes(dataset.n_features, options["hidden"], dataset.n_classes)
+        n_params = check_parameters(sizes)
         rule, roles = splits.roles_for(request, dataset)
-        _check_moments(request, dataset, roles.train)
+        check_moments(dataset, roles.train, str(request.data))
         counts = roles.counts()
         if (rule.groups is not None or rule.given is not None) and max(
             counts.values()
@@ -289,6 +236,7 @@ class Dense:
                 "split_column",
             )
         n_train = counts["train"]
+        batch, epochs = options["batch"], options["epochs"]
         steps = steps_per_epoch(n_train, batch)
         return Admitted(
             items=min(batch, n_train),
@@ -311,9 +259,9 @@ class Dense:
                 "steps_per_epoch": steps,
                 "optimizer": request.optimizer,
                 "precision": request.precision,
-                "lr": lr,
+                "lr": options["lr"],
                 "patience": request.patience,
-                "target_accuracy": target,
+                "target_accuracy": options.get("target_accuracy"),
                 **rule.describe(),
                 "roles": roles.counts(),
                 "roles_sha256": roles.sha256,

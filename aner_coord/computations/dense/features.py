@@ -24,11 +24,10 @@ import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
 from aner_worker.kernels.dense.values import NotExact, as_float64
-from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
+from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, npz_arrays, read_user_file
 
 Floats = npt.NDArray[np.float64]
 
-MAX_FILE_BYTES = 2 << 30  # as for training data
 MAX_VALUES = (4 << 30) // 8  # feature values as binary64 in memory, as for training data
 
 

@@ -29,11 +29,13 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.arrays import rows_for
+from aner_coord.computations.dense.options import MAX_HIDDEN_LAYERS, MAX_LAYER, MAX_PARAMS
+from aner_coord.computations.dense.request import MODEL_ID
 from aner_coord.computations.dense.suspect import MIN_STD
+from aner_worker.kernels.base import PRECISIONS
 from aner_worker.kernels.dense.labels import Classes
 from aner_worker.kernels.dense.network import (
     DEFAULT_PRECISION,
-    PRECISIONS,
     layer_shapes,
     predict,
     predict_proba,
@@ -43,11 +45,8 @@ from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
 
 Floats = npt.NDArray[np.float64]
 
-MODEL_SCHEMA = "aner-dense/v1"
-# Bounds of a model that training could have made (computation.py's admission limits).
-MAX_LAYER = 4096
-MAX_LAYERS = 18  # input, 16 hidden layers, output
-MAX_PARAMS = 4_000_000
+# Bounds of a model that training could have made (the admission limits of `options`).
+MAX_LAYERS = MAX_HIDDEN_LAYERS + 2  # input, hidden layers, output
 MAX_MODEL_BYTES = 256 << 20  # the parameters, classes and meta of the largest such model
 
 
@@ -127,7 +126,7 @@ def encode_model(model: DenseModel, meta: dict[str, Any]) -> bytes:
     arrays["std"] = model.normalisation.std
     arrays["classes"] = model.classes
     full_meta = {
-        "schema": MODEL_SCHEMA,
+        "schema": MODEL_ID,
         "layer_sizes": list(model.sizes),
         "precision": model.precision,
         "features_named": model.named,
@@ -202,9 +201,9 @@ def _meta(contents: dict[str, npt.NDArray[Any]], where: str) -> dict[str, Any]:
         raise ModelFileError(f"{where}: meta is not JSON ({str(exc)[:80]})") from None
     if not isinstance(meta, dict):
         raise ModelFileError(f"{where}: meta must be a JSON object, got {type(meta).__name__}")
-    if meta.get("schema") != MODEL_SCHEMA:
+    if meta.get("schema") != MODEL_ID:
         shown = str(meta.get("schema"))[:40]
-        raise ModelFileError(f"{where}: schema {shown!r}, expected {MODEL_SCHEMA}")
+        raise ModelFileError(f"{where}: schema {shown!r}, expected {MODEL_ID}")
     return meta
 
 

@@ -10,9 +10,11 @@ from typing import Annotated
 from msgspec import Meta
 
 from aner_coord.requests import ComputationRequest
+from aner_worker.kernels.base import PRECISIONS
+from aner_worker.kernels.dense.params import OPTIMIZERS
 
-# `aner_worker.kernels.dense.network.PRECISIONS`, not imported: a request type loads no numpy.
-PRECISIONS = ("float64", "float32")
+# The identity of what a Dense job computes: the manifest's, the result's and model.npz's.
+MODEL_ID = "aner-dense/v1"
 
 
 class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
@@ -68,9 +70,9 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
     hidden: Annotated[tuple[int, ...], Meta(description="hidden layer sizes")] = (64, 64)
     batch: Annotated[int, Meta(description="rows of a global batch (one optimizer step)")] = 256
     epochs: Annotated[int, Meta(description="at most this many epochs")] = 100
-    optimizer: Annotated[
-        str, Meta(description="the optimizer", extra={"choices": ("adam", "sgd")})
-    ] = "adam"
+    optimizer: Annotated[str, Meta(description="the optimizer", extra={"choices": OPTIMIZERS})] = (
+        "adam"
+    )
     lr: Annotated[float, Meta(description="learning rate")] = 1e-3
     patience: Annotated[
         int, Meta(description="stop after this many epochs without a lower validation loss")

@@ -15,14 +15,14 @@ Worker processes receive file data once per job (`staging`); local threads share
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
 from aner_coord.computations.dense import checkpoint, splits, suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
-from aner_coord.computations.dense.request import DenseRequest
+from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
 from aner_coord.computations.dense.result import DenseResult, EpochRecord
 from aner_coord.jobdir.status import JobState, TrainingPosition
 from aner_worker.blocks import split
@@ -40,9 +40,6 @@ from aner_worker.kernels.dense.training import (
     TrainingPass,
     TrainingRows,
 )
-
-MODEL_ID = "aner-dense/v1"
-
 
 # Audits across platforms (docs/contracts.md, section 9 lets plans on two platforms differ by
 # rounding): each statistic within this fraction of its largest magnitude, by the chunks'
@@ -78,7 +75,7 @@ def _relative(u: np.ndarray[Any, Any], v: np.ndarray[Any, Any]) -> float:
 def feature_names(dataset: Dataset) -> tuple[str, ...] | None:
     """The names `predict` maps columns by: a CSV's header (label left out), x0, x1, ...
     for data without names; None for a header that repeats a name (columns by position)."""
-    names = getattr(dataset, "feature_names", None)
+    names = dataset.feature_names
     if names is None:
         return tuple(f"x{j}" for j in range(dataset.n_features))
     return tuple(names) if len(set(names)) == len(names) == dataset.n_features else None
@@ -94,7 +91,7 @@ class DenseRun:
     # Gradient sums are as large as the model: a ledger of every chunk would dwarf it (24 MB
     # for a digits job). Only committed passes are recorded; what a resumed job keeps is its
     # last checkpoint (`Checkpoints`: the state after a committed pass), never a chunk.
-    durable_chunks = False
+    durable_chunks: ClassVar[bool] = False
 
     def __init__(self, request: DenseRequest, chunk: int, dataset: Dataset) -> None:
         self._request = request

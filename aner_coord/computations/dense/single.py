@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from aner_coord.computations.dense.computation import DEFAULT_CHUNK_ROWS
 from aner_coord.computations.dense.model import DenseModel
+from aner_worker.kernels.base import Precision
 from aner_worker.kernels.dense.data import Dataset
 from aner_worker.kernels.dense.fit import fit_whole
-from aner_worker.kernels.dense.network import Precision, check_precision, flatten
+from aner_worker.kernels.dense.network import check_precision, flatten
 from aner_worker.kernels.dense.optimizers import OptimizerName
-from aner_worker.kernels.dense.params import EVALUATE, MOMENTS
+from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS, EVALUATE, MOMENTS
 from aner_worker.kernels.dense.plan import Normalisation, assign_roles, bounds, combine_moments
 from aner_worker.kernels.dense.rows import chunk_statistics
 from aner_worker.kernels.dense.training import (

@@ -15,10 +15,16 @@ import os
 from typing import Any, ClassVar
 
 import msgspec
+import numpy as np
 
 from aner_coord.computations.base import Admitted
 from aner_coord.computations.dense import splits
-from aner_coord.computations.dense.computation import MAX_LAYER, MAX_PARAMS
+from aner_coord.computations.dense.computation import (
+    check_dataset,
+    check_moments,
+    check_parameters,
+)
+from aner_coord.computations.dense.options import check_option
 from aner_coord.computations.search import data as search_data
 from aner_coord.computations.search import grid as grids
 from aner_coord.computations.search.folds import FoldError, assign
@@ -30,16 +36,13 @@ from aner_coord.computations.search.plan import (
     plain,
 )
 from aner_coord.computations.search.request import GRID_KEYS, MAX_FOLDS, SearchRequest
-from aner_coord.computations.search.run import SearchRun
+from aner_coord.computations.search.run import MODEL_ID, SearchRun
 from aner_coord.computations.search.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_int, check_seed
-from aner_worker.kernels.dense.network import parameter_count
 from aner_worker.kernels.dense.plan import layer_sizes
 from aner_worker.kernels.search.kernel import SearchKernel
-
-MODEL_ID = "aner-search/v1"
-
+from aner_worker.kernels.search.params import TEST_FOLD
 
 _prepared: dict[bytes, Prepared] = {}
 
@@ -50,7 +53,7 @@ def _key(request: SearchRequest) -> bytes:
         try:
             info = os.stat(request.data)
             stamp = (info.st_mtime_ns, info.st_size)
-        except OSError:
+        except (OSError, ValueError):  # admission says what is wrong with the path
             stamp = None
     return msgspec.json.encode([request, stamp])
 
@@ -75,7 +78,6 @@ def _prepare(request: SearchRequest) -> Prepared:
             "data",
             "teacher",
         )
-    teacher = grids.check_teacher(request.teacher) if request.teacher is not None else None
     k = check_int("folds", request.folds)
     if not 1 <= k <= MAX_FOLDS:
         raise RequestError(
@@ -83,10 +85,12 @@ def _prepare(request: SearchRequest) -> Prepared:
             "folds",
         )
     fixed = {
-        name: grids.check_option(name, getattr(request, name))
+        name: check_option(name, getattr(request, name))
         for name in TRAINING_FIELDS
         if hasattr(request, name)
     }
+    teacher = None if request.teacher is None else check_option("teacher", request.teacher)
+    check_option("data", request.data)
     grid = grids.check_grid(request.grid)
     n_candidates = grids.count(grid)
     n_fits = n_candidates * (k if k >= 2 else 1)
@@ -101,39 +105,27 @@ def _prepare(request: SearchRequest) -> Prepared:
         request.data, request.label, teacher, request.group, seed, request.split_column
     )
     dataset = rows.dataset
-    for what, size in (("features", dataset.n_features), ("classes", dataset.n_classes)):
-        if size > MAX_LAYER:
-            raise AdmissionError(f"the data has {size:,} {what}; the limit is {MAX_LAYER:,}")
+    check_dataset(dataset, request.data)
     rule, roles = splits.roles_for(request, dataset, validation_used=k == 1)
     try:
         folds = assign(seed, rows.labels, k, roles.codes, rule.groups)
     except FoldError as exc:
         raise RequestError(str(exc), "folds", "group") from None
+    check_moments(dataset, np.flatnonzero(folds.codes != TEST_FOLD), str(request.data))
     candidates = grids.candidates(grid)
     options = [{**fixed, **values} for values in candidates]
     sizes = [layer_sizes(dataset.n_features, o["hidden"], dataset.n_classes) for o in options]
-    _check_parameters(grid, sizes, candidates)
-    counts = [parameter_count(s) for s in sizes]
+    counts = [check_parameters(s, _layers_named(grid, candidates[c])) for c, s in enumerate(sizes)]
     fits = fits_in_order(folds, [o["epochs"] for o in options], counts)
     options = [{name: plain(value) for name, value in o.items()} for o in options]
     return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits, rule)
 
 
-def _check_parameters(
-    grid: dict[str, list[Any]], sizes: list[list[int]], candidates: list[dict[str, Any]]
-) -> None:
-    for c, layer in enumerate(sizes):
-        n = parameter_count(layer)
-        if n <= MAX_PARAMS:
-            continue
-        where = "{hidden}"
-        if "hidden" in grid:
-            where = f"grid.hidden[{grid['hidden'].index(candidates[c]['hidden'])}]"
-        raise AdmissionError(
-            f"{where}: layer sizes {layer} make {n:,} parameters; the limit is "
-            f"{MAX_PARAMS:,}: use smaller layers",
-            "hidden",
-        )
+def _layers_named(grid: dict[str, list[Any]], candidate: dict[str, Any]) -> str:
+    """How an error names a candidate's layers: the grid value it took, or the option."""
+    if "hidden" in grid:
+        return f"grid.hidden[{grid['hidden'].index(candidate['hidden'])}]"
+    return "{hidden}"
 
 
 class Search:

@@ -19,12 +19,9 @@ import numpy.typing as npt
 
 from aner_coord.computations.dense import arrays, splits
 from aner_coord.computations.dense.columns import load_csv_columns
+from aner_coord.computations.dense.computation import check_data_file
 from aner_coord.errors import AdmissionError, RequestError
-from aner_worker.files import FileRefused, stat_regular
 from aner_worker.kernels.dense.data import (
-    MAX_DATA_BYTES,
-    MAX_FILE_BYTES,
-    ArrayDataset,
     DataError,
     Dataset,
     TeacherDataset,
@@ -66,7 +63,7 @@ def load(
             return SearchData(held, held.y)
         _check_file(data)
         array = load_csv_columns(data, label, named)[0] if named else open_dataset(data, label)
-        _check_array(array, data)
+        _check_rows(array.n_rows, "data")  # its size: check_dataset, as train's
         return SearchData(array, array.y)
     except DataError as exc:
         raise RequestError(f"{{data}}: {exc}", "data") from None
@@ -90,26 +87,5 @@ def _check_rows(rows: int, field: str) -> None:
 
 
 def _check_file(path: str) -> None:
-    if path == "digits":
-        return
-    try:
-        size = stat_regular(path).st_size  # a FIFO or a device is refused, not trusted
-    except FileRefused as exc:
-        raise RequestError(f"{{data}}: cannot read {path}: it is {exc}", "data") from None
-    except OSError as exc:
-        raise RequestError(f"{{data}}: cannot read {path}: {exc.strerror or exc}", "data") from None
-    if size > MAX_FILE_BYTES:
-        raise AdmissionError(
-            f"{path} has {size:,} bytes; the limit is {MAX_FILE_BYTES:,} ({{data}})", "data"
-        )
-
-
-def _check_array(array: ArrayDataset, path: str) -> None:
-    _check_rows(array.n_rows, "data")
-    in_memory = array.n_rows * array.n_features * 8
-    if in_memory > MAX_DATA_BYTES:
-        raise AdmissionError(
-            f"{path}: {array.n_rows:,} x {array.n_features:,} features take {in_memory:,} "
-            f"bytes; the limit is {MAX_DATA_BYTES:,} ({{data}})",
-            "data",
-        )
+    if path != "digits":
+        check_data_file(path)

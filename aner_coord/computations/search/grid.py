@@ -7,9 +7,10 @@ order of the search file or of the `grid` mapping), the last key varying fastest
 top level (one place for each option), and no list may be empty. An empty grid is one
 candidate: the top-level options (`aner parallel cv`).
 
-Every option, fixed or from the grid, is checked as `train` checks it, with the same limits;
-an error names the option as its caller wrote it: `{lr}` at the top level (rendered `lr=`,
-`--lr` or `lr` by whoever reports it), `grid.lr[1]` for the second value of the grid's list.
+Every option, fixed or from the grid, is checked as `train` checks it, by the same
+validator (`dense.options.check_option`); an error names the option as its caller wrote it:
+`{lr}` at the top level (rendered `lr=`, `--lr` or `lr` by whoever reports it),
+`grid.lr[1]` for the second value of the grid's list.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from typing import Any
 
 import msgspec
 
-from aner_coord.computations.dense.computation import MAX_BATCH, MAX_EPOCHS, check_hidden
+from aner_coord.computations.dense.options import check_option
 from aner_coord.computations.search.request import GRID_KEYS, SearchRequest
-from aner_coord.errors import AdmissionError, RequestError
-from aner_coord.limits import check_int, check_positive
+from aner_coord.errors import RequestError
 
 
 def candidates(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -90,43 +90,3 @@ def _hints() -> dict[str, Any]:
 
 def _lower(text: str) -> str:
     return text[:1].lower() + text[1:]
-
-
-def check_option(name: str, value: Any) -> Any:
-    """One option's value as `train` admits it (RequestError naming `{name}`)."""
-    match name:
-        case "hidden":
-            return check_hidden(value)
-        case "batch" | "epochs":
-            limit = MAX_BATCH if name == "batch" else MAX_EPOCHS
-            number = check_positive(name, value)
-            if number > limit:
-                raise AdmissionError(f"{{{name}}} is {number:,}; the limit is {limit:,}", name)
-            return number
-        case "patience" | "chunk":
-            return check_positive(name, value)
-        case "optimizer":
-            if value not in ("adam", "sgd"):
-                raise RequestError(f"{{optimizer}} must be adam or sgd, got {value!r}", name)
-            return value
-        case "lr":
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise RequestError(f"{{lr}} must be a finite number, got {value!r}", name)
-            if not math.isfinite(value) or value <= 0:
-                raise RequestError(f"{{lr}} must be a positive finite number, got {value}", name)
-            return float(value)
-        case "target_accuracy":
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1
-            ):
-                raise RequestError(f"{{target_accuracy}} must be in (0, 1], got {value!r}", name)
-            return value
-        case _:
-            return value
-
-
-def check_teacher(value: Any) -> tuple[int, int, int]:
-    if len(value) != 3:
-        raise RequestError("{teacher} must be ROWS,FEATURES,CLASSES", "teacher")
-    rows, features, classes = (check_int("teacher", v) for v in value)
-    return rows, features, classes

@@ -17,12 +17,10 @@ from typing import Annotated, Any
 from msgspec import Meta
 
 from aner_coord.computations.dense.request import DenseRequest
+from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
 
 # The options a grid may vary (docs/contracts.md, section 12), in the order the help lists them.
 GRID_KEYS = ("hidden", "lr", "batch", "epochs", "optimizer", "patience", "chunk")
-# Rows of a chunk within a fit unless the request says otherwise: Dense's own default, so
-# that a one-candidate search of a `train` configuration computes its very numbers.
-DEFAULT_CHUNK_ROWS = 256
 MAX_FOLDS = 255  # a fold is one byte per row, and 255 marks a test row
 
 
@@ -40,8 +38,15 @@ class SearchRequest(DenseRequest, frozen=True, tag="search"):
     ] = 5
     refit: Annotated[
         bool,
-        Meta(description="train the selected candidate on the whole pool and test it once"),
+        Meta(
+            description="train the selected candidate on the whole pool and test it once",
+            extra={
+                "off": "no refit of the configuration on the whole pool (no test metrics, no model)"
+            },
+        ),
     ] = True
+    # Dense's own default, so that a one-candidate search of a `train` configuration
+    # computes its very numbers.
     chunk: Annotated[
         int, Meta(description="rows of a chunk within each fit; the parameters depend on it")
     ] = DEFAULT_CHUNK_ROWS

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import numpy as np
@@ -45,14 +45,21 @@ from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, TeacherDataset
 from aner_worker.kernels.dense.network import parameter_count, unflatten
 from aner_worker.kernels.dense.plan import Normalisation
-from aner_worker.kernels.search import store
-from aner_worker.kernels.search.params import REFIT, FitResult, SearchParams, SearchStats
+from aner_worker.kernels.search.params import (
+    REFIT,
+    CandidateOptions,
+    FitResult,
+    SearchParams,
+    SearchStats,
+)
 
 MODEL_ID = "aner-search/v1"
 FOLDS, REFITTING, DONE = "folds", "refit", "done"
 
 
 class SearchRun:
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, prepared: Prepared, chunk: int) -> None:
         self.prepared = prepared
         self._chunk = chunk  # fits a task
@@ -66,6 +73,8 @@ class SearchRun:
         self.selected: int | None = None
         self.refit_epochs = 0
         self.refit: FitResult | None = None
+        # Typed on the wire: each candidate's options, converted (and checked) once.
+        self._candidates = [msgspec.convert(o, CandidateOptions) for o in prepared.options]
         self._stage_plan: StagePlan | None = None
         self._dataset = dataset
         if isinstance(dataset, TeacherDataset):
@@ -75,7 +84,7 @@ class SearchRun:
             assert isinstance(dataset, ArrayDataset)
             self._data_name = dense_rows.blob_digest(dataset.x, dataset.y)
             self._teacher = ()
-            store.share(self._data_name, dataset)  # local threads read it in place
+            dense_rows.share(self._data_name, dataset)  # local threads read it in place
 
     # -- passes ------------------------------------------------------------------------------
     def _params(self, fits: list[tuple[int, int]], refit_epochs: int = 0) -> SearchParams:
@@ -85,7 +94,7 @@ class SearchRun:
             self._teacher,
             p.request.seed,
             p.folds.codes.tobytes(),
-            p.options,
+            self._candidates,
             fits,
             refit_epochs,
         )

@@ -10,6 +10,7 @@ admission (the data, the folds, a limit), so that nothing starts on a bad file.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,8 @@ def load_search_file(path: str | Path) -> SearchRequest:
         raise RequestError(f"{where}: {exc}") from None
     data_path = raw.get("data")
     if isinstance(data_path, str) and data_path != "digits":
-        raw["data"] = str((Path(path).absolute().parent / data_path).resolve())
+        # Absolute, not resolved: a link loop or a NUL is admission's to name, not a crash.
+        raw["data"] = os.path.normpath(Path(path).absolute().parent / data_path)
     try:
         return msgspec.convert(raw, type=SearchRequest)
     except msgspec.ValidationError as exc:

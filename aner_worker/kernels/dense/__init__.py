@@ -12,7 +12,9 @@ the numerics both halves share.
   and missing labels refused); `streams`: the Philox streams of roles, epochs and initial
   weights;
 - `plan`: roles, normalisation, initial weights, epoch order, batches, the chunk reduction
-  and early stopping; `optimizers`: Adam and SGD in binary64.
+  and early stopping; `optimizers`: Adam and SGD in binary64;
+- `training`: one training as a pure state machine; `fit`: a whole training driven in one
+  process (a search's fit, the reference).
 
 The coordinator's half is `aner_coord.computations.dense`.
 """

@@ -37,12 +37,13 @@ from aner_worker.kernels.dense.labels import (
 )
 from aner_worker.kernels.dense.streams import signed, words
 from aner_worker.kernels.dense.values import NotExact, as_float64
+from aner_worker.kernels.identities import SEED_LIMIT
 from aner_worker.kernels.philox import philox_block
-from aner_worker.npzfile import UnsafeFile, npz_arrays, read_user_file
+from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, npz_arrays, read_user_file
 
-# Limits of a data file: its bytes before parsing, and its features in memory as binary64
-# (an NPZ member's declared shape is checked against the second before it is decompressed).
-MAX_FILE_BYTES = 2 << 30
+# Limits of a data file: its bytes before parsing (`npzfile.MAX_FILE_BYTES`), and its
+# features in memory as binary64 (an NPZ member's declared shape is checked against the
+# second before it is decompressed).
 MAX_DATA_BYTES = 4 << 30
 
 TEACHER_ID = "aner-dataset/teacher/v1"
@@ -75,6 +76,8 @@ class Dataset(ABC):
     n_rows: int
     n_features: int
     classes: Classes
+    # The features' names, in column order, where the data has them (a CSV's header).
+    feature_names: tuple[str, ...] | None = None
 
     @property
     def n_classes(self) -> int:
@@ -486,7 +489,7 @@ class TeacherDataset(Dataset):
             )
         if n_classes < 2:
             raise DataError(f"teacher classes must be at least 2, got {n_classes}")
-        if not 0 <= seed < 2**64:
+        if not 0 <= seed < SEED_LIMIT:
             raise DataError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
         self.n_rows, self.n_features, self.seed = n_rows, n_features, seed
         self.classes = np.arange(n_classes, dtype=np.int64)

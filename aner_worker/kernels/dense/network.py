@@ -48,18 +48,17 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
+from aner_worker.kernels.base import PRECISIONS, Precision
+
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 Compute = npt.NDArray[np.floating]  # float64 or float32, the model's precision
 
-Precision = Literal["float64", "float32"]
-PRECISIONS: tuple[Precision, ...] = ("float64", "float32")
 DEFAULT_PRECISION: Precision = "float64"
 
 # Rows per forward block of `predict` / `predict_proba`, so a large file needs bounded memory.

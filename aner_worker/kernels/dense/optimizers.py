@@ -21,6 +21,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from aner_worker.kernels.dense.params import OPTIMIZERS
+
 Floats = npt.NDArray[np.float64]
 OptimizerName = Literal["adam", "sgd"]
 
@@ -53,7 +55,7 @@ class OptimizerState:
     @classmethod
     def from_arrays(cls, arrays: dict[str, npt.NDArray[np.generic]]) -> OptimizerState:
         name = str(arrays["optimizer"])
-        if name not in ("adam", "sgd"):
+        if name not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {name!r} in checkpoint")
         m = np.asarray(arrays["m"], dtype=np.float64)
         v = np.asarray(arrays["v"], dtype=np.float64)

@@ -3,10 +3,10 @@ functions.
 
 Everything here is a function of ``(seed, data)`` and the request alone: which rows are
 train, validation and test; the normalisation fitted on training rows; the initial weights;
-each epoch's order, its global batches and each batch's chunks; how a step's chunk results
-are reduced; and when early stopping ends the run. No I/O, no clocks, no workers: the
-coordinator and the single-process loop (``dense_single``) share these so that every plan
-agrees bitwise for the same chunk size.
+each epoch's order, its global batches and each batch's chunks; how a step's chunk results are
+reduced; and when early stopping ends the run. No I/O, no clocks, no workers: the coordinator
+and the single-process loop (``aner_coord.computations.dense.single``) share these so that every
+plan agrees bitwise for the same chunk size.
 """
 
 from __future__ import annotations

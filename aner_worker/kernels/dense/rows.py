@@ -1,11 +1,12 @@
-"""Rows and statistics of the "dense" kernel (`dense_task`): where rows come from, and one
+"""Rows and statistics of the "dense" kernel (`kernel`): where rows come from, and one
 chunk's computation.
 
 Where rows come from, by the data set's name in the parameters:
 - a teacher set (`aner-dataset/teacher/v1`) is generated here, row by row;
 - file data is a staged blob (`encode_blob`: a small header, X as binary64, y as int64,
   little-endian) named by its SHA256. Local threads share the coordinator's in-memory copy
-  (`share`); a worker process assembles it from its block cache (`stage`).
+  (`share`); a worker process assembles it from its block cache (`stage`). The one store of
+  a process's data sets, for the Dense kernel and the search kernel's fits alike.
 
 One chunk is one call of `chunk_stats` on one thread with BLAS held to one thread, so its bits
 do not depend on who computed it. The frozen parameters of a pass are decoded (and, in
@@ -140,14 +141,16 @@ def _teacher(rows: int, features: int, classes: int, seed: int) -> TeacherDatase
     return TeacherDataset(rows, features, classes, seed)
 
 
-def dataset_for(params: DenseParams) -> Dataset:
-    if params.data.startswith(TEACHER_ID):
-        rows, features, classes = params.teacher
-        return _teacher(rows, features, classes, params.seed)
+def dataset_named(name: str, teacher: Sequence[int], seed: int) -> Dataset:
+    """The data set a task's parameters name (a Dense chunk's and a search fit's alike): the
+    teacher set of shape `teacher`, or a shared or staged data set."""
+    if name.startswith(TEACHER_ID):
+        rows, features, classes = teacher
+        return _teacher(rows, features, classes, seed)
     with _lock:
-        found = _kept.get(params.data) or _shared.get(params.data)
+        found = _kept.get(name) or _shared.get(name)
     if found is None:
-        raise LookupError(f"data set {params.data} was never staged on this worker")
+        raise LookupError(f"data set {name} was never staged on this worker")
     return found
 
 
@@ -175,7 +178,7 @@ def _positions(params: DenseParams, dataset: Dataset, start: int, count: int) ->
 
 def compute(params: DenseParams, start: int, count: int) -> DenseStats:
     """The statistics of items [start, start + count) of a pass: one chunk, one thread."""
-    dataset = dataset_for(params)
+    dataset = dataset_named(params.data, params.teacher, params.seed)
     positions = _positions(params, dataset, start, count)
     return statistics(params.step, dataset, positions, frozen(params))
 

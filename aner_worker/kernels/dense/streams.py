@@ -19,12 +19,12 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from aner_worker.kernels.identities import SEED_LIMIT
 from aner_worker.kernels.philox import philox_block
 
 ROLE_STREAM = 8
 TRAIN, VALIDATION, TEST = 0, 1, 2
 
-_SEED_LIMIT = 2**64
 _SHIFT = np.uint64(11)
 _TWO_M52 = 2.0**-52
 _TWO_M53 = 2.0**-53
@@ -86,9 +86,9 @@ def _role_codes(seed, stream, test_fraction, test_plus_validation, out):  # type
 
 
 def _check_seed(seed: int, stream: int) -> None:
-    if not 0 <= seed < _SEED_LIMIT:
+    if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"seed must satisfy 0 <= seed < 2**64, got {seed}")
-    if not 0 <= stream < _SEED_LIMIT:
+    if not 0 <= stream < SEED_LIMIT:
         raise ValueError(f"stream must satisfy 0 <= stream < 2**64, got {stream}")
 
 

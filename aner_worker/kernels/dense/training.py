@@ -42,20 +42,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from aner_worker.kernels.base import Precision
 from aner_worker.kernels.dense.loops import accumulate, all_finite
-from aner_worker.kernels.dense.network import (
-    DEFAULT_PRECISION,
-    Precision,
-    flatten,
-    unflatten,
-)
+from aner_worker.kernels.dense.network import DEFAULT_PRECISION, flatten, unflatten
 from aner_worker.kernels.dense.optimizers import (
     OptimizerName,
     OptimizerState,
     initial_state,
     step,
 )
-from aner_worker.kernels.dense.params import EVALUATE, MOMENTS, TRAIN, DenseStats
+from aner_worker.kernels.dense.params import (
+    DEFAULT_CHUNK_ROWS,
+    EVALUATE,
+    MOMENTS,
+    TRAIN,
+    DenseStats,
+)
 from aner_worker.kernels.dense.plan import (
     EarlyStopping,
     Normalisation,
@@ -90,7 +92,7 @@ class TrainingOptions:
     lr: float = 1e-3
     patience: int | None = 5  # None: no early stopping (a refit)
     target_accuracy: float | None = None
-    chunk: int = 256
+    chunk: int = DEFAULT_CHUNK_ROWS
     # The precision the chunks are computed in (`network.PRECISIONS`); the reduction, the
     # optimizer and the parameters kept here are binary64 whatever it is.
     precision: Precision = DEFAULT_PRECISION

@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -30,6 +29,7 @@ import numpy.typing as npt
 from aner_worker.kernels.base import StopCheck, Stopped
 from aner_worker.kernels.dense.data import Dataset
 from aner_worker.kernels.dense.fit import fit_whole
+from aner_worker.kernels.dense.rows import dataset_named
 from aner_worker.kernels.dense.training import (
     Divergence,
     Training,
@@ -39,11 +39,11 @@ from aner_worker.kernels.dense.training import (
 from aner_worker.kernels.search.params import (
     REFIT,
     TEST_FOLD,
+    CandidateOptions,
     FitResult,
     SearchParams,
     SearchStats,
 )
-from aner_worker.kernels.search.store import dataset_named
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -87,12 +87,9 @@ def run_fits(
     return SearchStats(out)
 
 
-def options_of(candidate: dict[str, Any], seed: int) -> TrainingOptions:
-    """A candidate's training options as its parameters carry them (lists for tuples)."""
-    values: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in candidate.items()
-    }
-    return TrainingOptions(seed=seed, **values)
+def options_of(candidate: CandidateOptions, seed: int) -> TrainingOptions:
+    """A candidate's training options as its parameters carry them."""
+    return TrainingOptions(seed=seed, **msgspec.structs.asdict(candidate))
 
 
 def fit_rows(codes: npt.NDArray[np.uint8], fold: int) -> TrainingRows:

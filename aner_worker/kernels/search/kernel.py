@@ -24,12 +24,12 @@ class SearchKernel:
         warm_data()
 
     def has_staged(self, dataset: str) -> bool:
-        from aner_worker.kernels.search.store import has
+        from aner_worker.kernels.dense.rows import has
 
         return has(dataset)
 
     def stage(self, dataset: str, blob: bytes) -> None:
-        from aner_worker.kernels.search.store import stage
+        from aner_worker.kernels.dense.rows import stage
 
         stage(dataset, blob)
 

@@ -15,12 +15,25 @@ with the identity it received the result from (a worker leaves it empty).
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 REFIT = -1  # the fold of a refit: the whole pool trains, the test rows test
 TEST_FOLD = 255  # the fold byte of a test row
+
+
+class CandidateOptions(msgspec.Struct, frozen=True):
+    """A candidate's options of `dense.training.TrainingOptions`, all but the seed. A map on
+    the wire, as the plain dicts that travelled before it were."""
+
+    hidden: tuple[int, ...]
+    batch: int
+    epochs: int
+    optimizer: str
+    lr: float
+    patience: int | None
+    target_accuracy: float | None
+    chunk: int
+    precision: str = "float64"
 
 
 class SearchParams(msgspec.Struct, frozen=True, array_like=True):
@@ -28,8 +41,7 @@ class SearchParams(msgspec.Struct, frozen=True, array_like=True):
     teacher: tuple[int, ...]  # (rows, features, classes) of a teacher set, else ()
     seed: int
     folds: bytes  # one byte per row in file order: its fold, TEST_FOLD for a test row
-    # Each candidate's options of `training.TrainingOptions` (all but the seed).
-    candidates: list[dict[str, Any]]
+    candidates: list[CandidateOptions]
     fits: list[tuple[int, int]]  # (candidate, fold) of each item of the pass
     refit_epochs: int = 0  # epochs of a REFIT fit
 
