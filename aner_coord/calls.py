@@ -31,7 +31,11 @@ import msgspec
 
 from aner_coord.admission import Job, admit
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
+from aner_coord.computations.montecarlo import (
+    MonteCarloReplicatesResult,
+    MonteCarloRequest,
+    MonteCarloResult,
+)
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import JobCancelled, JobFailed, RequestError
@@ -159,11 +163,14 @@ class Calls:
         return Call(self.job(computation, placement), self.finish)
 
     def _monte_carlo(
-        self, /, *, samples: int, seed: int, **placement: Unpack[Placement]
-    ) -> Call[MonteCarloResult]:
+        self, /, *, samples: int, seed: int, replicates: int = 1, **placement: Unpack[Placement]
+    ) -> Call[MonteCarloResult | MonteCarloReplicatesResult]:
         """Estimate pi from `samples` Philox samples of `seed` (docs/contracts.md, section 1); the
-        hits depend on nothing else."""
-        request = request_of(MonteCarloRequest, {"samples": samples, "seed": seed}, "monte_carlo")
+        hits depend on nothing else. `replicates` > 1 runs that many independent estimates
+        with seeds derived from `seed` and returns their aggregate (docs/contracts.md,
+        "Replicates")."""
+        options = {"samples": samples, "seed": seed, "replicates": replicates}
+        request = request_of(MonteCarloRequest, options, "monte_carlo")
         return self._run(request, **placement)
 
     def _regression(

@@ -28,7 +28,7 @@ def _version(package: str) -> str:
 
 
 def _editable() -> str:
-    """"true" when an editable install (PEP 660's direct_url.json) points at the source tree
+    """ "true" when an editable install (PEP 660's direct_url.json) points at the source tree
     these packages were loaded from, "false" when they were loaded from site-packages,
     "unknown" otherwise (a source tree on PYTHONPATH, say)."""
     for dist in distributions(name="aner"):
@@ -51,9 +51,9 @@ def blas_identity() -> dict[str, str]:
 
     for library in threadpool_info():
         if library.get("user_api") == "blas":
+            name = f"{library.get('internal_api', UNKNOWN)} {library.get('version') or ''}"
             return {
-                "blas": f"{library.get('internal_api', UNKNOWN)} {library.get('version', '')}"
-                .strip(),
+                "blas": name.strip(),
                 "blas_core": str(library.get("architecture") or UNKNOWN),
                 "blas_threading": str(library.get("threading_layer") or UNKNOWN),
             }

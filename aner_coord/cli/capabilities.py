@@ -12,9 +12,7 @@ from aner_coord.errors import EXIT_FAILED, EXIT_OK
 
 def add_capabilities_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument(
-        "--cluster", metavar="FILE", help="also greet each worker of this cluster file"
-    )
+    p.add_argument("--cluster", metavar="FILE", help="also greet each worker of this cluster file")
 
 
 def capabilities_command(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ __all__ = [
     "computation_for",
     "contract_of",
     "declare",
+    "declare_result",
     "progress_lines",
     "register",
     "request_type_of",
@@ -86,6 +87,12 @@ def declare(
     if progress is not None:
         _PROGRESS[kind] = progress
     request_types.cache_clear()
+
+
+def declare_result(tag: str, summary: str) -> None:
+    """A result tagged `tag` that is not its computation's kind (a computation's replicates)
+    is shown by `summary` (`module:function`)."""
+    _SUMMARIES[tag] = summary
 
 
 def computation_for(request: ComputationRequest) -> Computation:
@@ -155,6 +162,7 @@ declare(
     "aner_coord.computations.montecarlo:MonteCarlo",
     contract=STREAM_ID,
 )
+declare_result("monte-carlo-replicates", "aner_coord.computations.montecarlo:summarize_replicates")
 declare(
     "regression",
     RegressionRequest,

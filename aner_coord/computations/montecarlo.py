@@ -9,7 +9,6 @@ from typing import Annotated, Any, ClassVar
 from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
-from aner_coord.jobdir.results import ResultBase
 from aner_coord.computations.replicates import (
     FieldSummary,
     aggregate,
@@ -18,6 +17,7 @@ from aner_coord.computations.replicates import (
     replicates_csv,
     replicates_png,
 )
+from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import JobState
 from aner_coord.limits import DEFAULT_CHUNK, check_items, check_seed
 from aner_coord.requests import ComputationRequest
@@ -95,6 +95,18 @@ class MonteCarloReplicatesResult(ResultBase, frozen=True, tag="monte-carlo-repli
         )
 
 
+def summarize_replicates(result: dict[str, Any]) -> list[str]:
+    """The lines `status` shows of a completed replicates job (its result's tag is its own)."""
+    pooled = result["pooled"]
+    mean = result["aggregate"]["estimate"]
+    return [
+        f"estimate  pi ~ {mean['mean']:.10f} +- {mean['standard_error'] or 0:.2e} "
+        f"(mean of {result['replicates']} replicates +- standard error)",
+        f"pooled    pi ~ {pooled['estimate']:.10f} +- {pooled['standard_error']:.2e} "
+        f"({int(pooled['hits']):,} hits of {int(pooled['samples']):,} samples)",
+    ]
+
+
 def _plausible(hits: int, count: int) -> str | None:
     if not 0 <= hits <= count:
         return f"{hits} hits is impossible for {count} samples"
@@ -141,15 +153,6 @@ class MonteCarlo:
         return _Run(request)
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
-        if "replicates" in result:
-            pooled = result["pooled"]
-            mean = result["aggregate"]["estimate"]
-            return [
-                f"estimate  pi ~ {mean['mean']:.10f} +- {mean['standard_error'] or 0:.2e} "
-                f"(mean of {result['replicates']} replicates +- standard error)",
-                f"pooled    pi ~ {pooled['estimate']:.10f} +- {pooled['standard_error']:.2e} "
-                f"({int(pooled['hits']):,} hits of {int(pooled['samples']):,} samples)",
-            ]
         return [
             f"estimate  pi ~ {float(result['estimate']):.10f}",
             f"hits      {int(result['hits']):,} of {int(result['samples']):,} samples",

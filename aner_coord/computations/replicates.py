@@ -87,7 +87,9 @@ def summarize_field(values: Sequence[float]) -> FieldSummary:
     return FieldSummary(n, mean, std, std / math.sqrt(n))
 
 
-def aggregate(rows: Sequence[Mapping[str, Any]], skip: Sequence[str] = ()) -> dict[str, FieldSummary]:
+def aggregate(
+    rows: Sequence[Mapping[str, Any]], skip: Sequence[str] = ()
+) -> dict[str, FieldSummary]:
     """Each numeric field of `rows` (bools and `skip` excluded) over the replicates."""
     names = [
         name
