@@ -36,7 +36,11 @@ from aner_coord.computations.montecarlo import (
     MonteCarloRequest,
     MonteCarloResult,
 )
-from aner_coord.computations.regression import RegressionRequest, RegressionResult
+from aner_coord.computations.regression import (
+    RegressionReplicatesResult,
+    RegressionRequest,
+    RegressionResult,
+)
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import JobCancelled, JobFailed, RequestError
 from aner_coord.job.coordinator import JobReport
@@ -174,11 +178,21 @@ class Calls:
         return self._run(request, **placement)
 
     def _regression(
-        self, /, *, samples: int, steps: int, rate: float, seed: int, **placement: Unpack[Placement]
-    ) -> Call[RegressionResult]:
+        self,
+        /,
+        *,
+        samples: int,
+        steps: int,
+        rate: float,
+        seed: int,
+        replicates: int = 1,
+        **placement: Unpack[Placement],
+    ) -> Call[RegressionResult | RegressionReplicatesResult]:
         """Fit the logistic-regression fixture of docs/contracts.md, section 2 with full-batch
-        steps."""
+        steps; `replicates` > 1 fits that many, with seeds derived from `seed`, each whole on
+        one slot, and returns their aggregate (docs/contracts.md, "Replicates")."""
         options = {"samples": samples, "steps": steps, "rate": rate, "seed": seed}
+        options["replicates"] = replicates
         return self._run(request_of(RegressionRequest, options, "regression"), **placement)
 
     def _dense_fit(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[DenseFit]:

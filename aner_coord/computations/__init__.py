@@ -169,6 +169,7 @@ declare(
     "aner_coord.computations.regression:Regression",
     contract=FIXTURE_ID,
 )
+declare_result("regression-replicates", "aner_coord.computations.regression:summarize_replicates")
 declare(
     "dense",
     DenseRequest,

@@ -1,14 +1,17 @@
-"""Monte Carlo replicates end to end (docs/contracts.md, "Replicates"): the aggregate is
-bitwise the same on one and two local workers and on a group of pipe workers, each replicate
-is exactly a plain run of its derived seed, and a coordinator killed with SIGKILL mid-way
-resumes to the same result, recomputing only the replicates its ledger lacks."""
+"""Monte Carlo and regression replicates end to end (docs/contracts.md, "Replicates"): the
+aggregate is bitwise the same on one and two local workers and on a group of pipe workers,
+each replicate is a plain run of its derived seed, and a coordinator killed with SIGKILL
+mid-way resumes to the same result, recomputing only the replicates its ledger lacks."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
+import statistics
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from support import (
@@ -24,6 +27,7 @@ from support import (
 )
 
 from aner_coord import parallel
+from aner_coord.computations.replicates import replicate_seeds
 from aner_coord.jobdir.ledger import LEDGER, Accepted, scan
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.montecarlo import McStats
@@ -132,3 +136,40 @@ def test_a_killed_coordinator_resumes_recomputing_only_the_missing_replicates(
     assert [r["hits"] for r in result["per_replicate"]] == [
         ledger_hits[k] for k in range(replicates)
     ]
+
+
+def _regression(job: Path, *placement: str) -> dict[str, Any]:
+    done = run_aner(
+        "parallel", "regression", "--samples", "30000", "--steps", "4", "--rate", "0.5",
+        "--seed", "3", "--replicates", "5", "--output", str(job), "--quiet", *placement,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return result_of(job)
+
+
+def test_regression_replicates_are_bitwise_the_same_on_any_plan_and_each_a_plain_fit(
+    tmp_path: Path,
+) -> None:
+    keys = ("fixture", "seed", "samples", "steps", "rate", "replicates", "per_replicate",
+            "aggregate")  # fmt: skip
+    one = _regression(tmp_path / "one", "--workers", "1")
+    two = _regression(tmp_path / "two", "--workers", "2")
+    pipes = _regression(tmp_path / "pipes", "--cluster", str(write_pipe_pair(tmp_path / "c")))
+    science = [json.dumps({k: r[k] for k in keys}) for r in (one, two, pipes)]
+    assert science[0] == science[1] == science[2]
+    csv = (tmp_path / "one" / "replicates.csv").read_text().splitlines()
+    assert csv[0].startswith("replicate,seed,initial_loss,initial_accuracy,final_loss,")
+    assert len(csv) == 6
+    rows = one["per_replicate"]
+    assert [r["seed"] for r in rows] == list(replicate_seeds(3, 5))
+    # A replicate, run whole on one slot, is the plain distributed fit of its seed (section
+    # 2's tolerance across plans).
+    plain = parallel.regression(samples=30000, steps=4, rate=0.5, seed=rows[1]["seed"])
+    assert abs(plain.final_loss - rows[1]["final_loss"]) <= 1e-10
+    assert abs(plain.fit_accuracy - rows[1]["fit_accuracy"]) <= 1e-12
+    assert all(abs(plain.theta[j] - rows[1][f"theta_{j}"]) <= 1e-10 for j in range(9))
+    final = one["aggregate"]["final_loss"]
+    values = [r["final_loss"] for r in rows]
+    assert final["n"] == 5 and final["mean"] == math.fsum(values) / 5
+    assert abs(final["std"] - statistics.stdev(values)) <= 1e-15
