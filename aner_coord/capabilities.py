@@ -36,11 +36,22 @@ FLAGS: dict[str, tuple[bool, str]] = {
 }
 
 
+# The numeric stack of a build, as the machine identity names it (`aner_worker.machine`):
+# `blas` is the library, version, kernel set (its core type) and threading layer.
+NUMERIC_FIELDS = ("numpy", "numba", "blas", "blas_threads")
+
+
+def build_of(build: dict[str, str], machine: dict[str, str]) -> dict[str, str]:
+    """A build as the report shows it: its own fields and its machine's numeric stack."""
+    return {**build, **{k: machine.get(k, "unknown") for k in NUMERIC_FIELDS}}
+
+
 def provenance() -> dict[str, Any]:
     """Version, protocol, source fingerprint and build of this installation."""
     from aner_coord import __version__
     from aner_worker.build import build_identity
     from aner_worker.contract import source_fingerprint
+    from aner_worker.machine import machine_identity
     from protocol import PROTOCOL_VERSION
 
     return {
@@ -48,7 +59,7 @@ def provenance() -> dict[str, Any]:
         "aner": __version__,
         "protocol": PROTOCOL_VERSION,
         "fingerprint": source_fingerprint(),
-        "build": build_identity(),
+        "build": build_of(build_identity(), machine_identity()),
     }
 
 
@@ -135,7 +146,7 @@ async def _worker(record: Any) -> dict[str, Any]:
         entry.update(
             fingerprint=source_fingerprint(),
             machine=dict(link.machine),
-            build=dict(link.build),
+            build=build_of(dict(link.build), link.machine),
             kernels=list(link.kernels),
             precisions=list(link.precisions),
             error=None,

@@ -2,10 +2,8 @@
 `aner parallel capabilities` shows it (docs/contracts.md, "Capabilities and provenance").
 
 Public facts only, all strings: a hash of where the packages are installed (the path itself is
-private), whether the install is editable, the numpy and numba versions, and the BLAS that
-numpy loaded (threadpoolctl's identity: implementation and version, the core type it chose,
-its threading layer). Two builds whose BLAS identities differ may round differently, which is
-what a reader of a bitwise comparison needs to know; the library's file path is never reported.
+private) and whether the install is editable. The numeric stack (numpy, numba, the BLAS and
+its kernel set) is the machine identity's (`aner_worker.machine`), which the report reuses.
 """
 
 from __future__ import annotations
@@ -13,18 +11,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from importlib.metadata import PackageNotFoundError, distributions, version
+from importlib.metadata import distributions
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
 UNKNOWN = "unknown"
-
-
-def _version(package: str) -> str:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return UNKNOWN
 
 
 def _editable() -> str:
@@ -43,30 +34,10 @@ def _editable() -> str:
     return UNKNOWN
 
 
-def blas_identity() -> dict[str, str]:
-    """The BLAS numpy uses: `blas` (implementation and version), `blas_core` (the core type
-    it dispatches for, where it says), `blas_threading`, or `unknown` for each."""
-    import numpy  # noqa: F401  (threadpoolctl sees only libraries already loaded)
-    from threadpoolctl import threadpool_info
-
-    for library in threadpool_info():
-        if library.get("user_api") == "blas":
-            name = f"{library.get('internal_api', UNKNOWN)} {library.get('version') or ''}"
-            return {
-                "blas": name.strip(),
-                "blas_core": str(library.get("architecture") or UNKNOWN),
-                "blas_threading": str(library.get("threading_layer") or UNKNOWN),
-            }
-    return {"blas": UNKNOWN, "blas_core": UNKNOWN, "blas_threading": UNKNOWN}
-
-
 @functools.cache
 def build_identity() -> dict[str, str]:
     """This installation's build, computed once per process."""
     return {
         "install_hash": "sha256:" + hashlib.sha256(str(_ROOT).encode()).hexdigest()[:16],
         "editable": _editable(),
-        "numpy": _version("numpy"),
-        "numba": _version("numba"),
-        **blas_identity(),
     }

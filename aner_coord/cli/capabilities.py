@@ -31,7 +31,7 @@ def _lines(report: dict[str, Any]) -> list[str]:
         f"fingerprint  {report['fingerprint']}",
         f"build        install {build['install_hash']}, editable {build['editable']}",
         f"numeric      numpy {build['numpy']}, numba {build['numba']}, BLAS {build['blas']} "
-        f"(core {build['blas_core']}, threading {build['blas_threading']})",
+        f"({build['blas_threads']} threads)",
         f"precisions   {', '.join(report['precisions'])}",
     ]
     for entry in report["computations"]:
@@ -49,7 +49,7 @@ def _lines(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"worker       {worker['identity']} ({worker['transport']}, {worker['slots']} "
             f"slots): {m.get('cpu_model', '?')}, numpy {b.get('numpy', '?')}, BLAS "
-            f"{b.get('blas', '?')} (core {b.get('blas_core', '?')}), kernels "
+            f"{b.get('blas', '?')}, kernels "
             f"{', '.join(worker['kernels'])}, precisions {', '.join(worker['precisions'])}"
         )
     return lines

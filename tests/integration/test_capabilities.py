@@ -20,7 +20,7 @@ from aner_worker.contract import fingerprint_of, source_fingerprint
 from aner_worker.kernels import KERNELS
 from protocol import PROTOCOL_VERSION
 
-BUILD = {"install_hash", "editable", "numpy", "numba", "blas", "blas_core", "blas_threading"}
+BUILD = {"install_hash", "editable", "numpy", "numba", "blas", "blas_threads"}
 TOP = {
     "schema", "aner", "protocol", "fingerprint", "build", "computations", "precisions",
     "transports", "analytic_training", "distributed_neural_training", "gpu", "reasons",
