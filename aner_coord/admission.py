@@ -91,7 +91,7 @@ def admit(request: JobRequest) -> Job:
         raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
     chunk = request.execution.chunk
     if chunk is None:
-        chunk = computation.default_chunk
+        chunk = admitted.chunk or computation.default_chunk
     notes = _check_plan(admitted, chunk, workers, computation.unit)
     output = None
     if request.output is not None:

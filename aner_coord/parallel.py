@@ -88,6 +88,7 @@ __all__ = [
     "SearchResult",
     "Session",
     "WorkerAccount",
+    "capabilities",
     "cluster",
     "cross_validate",
     "cross_validate_async",
@@ -114,6 +115,16 @@ def inventory() -> dict[str, Any]:
     from aner_worker.inventory import current
 
     return current().to_dict()
+
+
+@checked
+def capabilities(cluster: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """What this build can do and where it came from (JSON-ready; docs/contracts.md,
+    "Capabilities and provenance"); with `cluster`, each worker's own report from its
+    handshake."""
+    from aner_coord.capabilities import capabilities as report
+
+    return report(None if cluster is None else os.fspath(cluster))
 
 
 @checked

@@ -364,6 +364,7 @@ class _Serving:
 
 def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     """Run the worker loop until EOF or Shutdown; return the process exit status."""
+    from aner_worker.build import build_identity
     from aner_worker.contract import source_fingerprint
     from aner_worker.inventory import current
     from aner_worker.machine import machine_identity
@@ -375,6 +376,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
         KERNELS,
         machine=machine_identity(),
         precisions=PRECISIONS,
+        build=build_identity(),
     )
     out = _Output(stdout_fd, connection)
     serving = _Serving(connection, out)

@@ -98,9 +98,12 @@ def run_argv(
     chunk: int | None = None,
     workers: int | None = None,
     cluster: Path | None = None,
+    replicates: int | None = None,
 ) -> list[str]:
     """`aner parallel run` in the foreground, quiet, on local threads (or a cluster file)."""
     argv = [ANER, "parallel", "run", "--samples", str(samples), "--seed", str(seed)]
+    if replicates is not None:
+        argv += ["--replicates", str(replicates)]
     if chunk is not None:
         argv += ["--chunk", str(chunk)]
     if workers is not None:

@@ -20,4 +20,5 @@ BENCHMARKS: tuple[str, ...] = (
     "search",
     "dense_workers",
     "checkpoints",
+    "replicates",
 )

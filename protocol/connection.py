@@ -110,15 +110,20 @@ def bounded_machine(machine: Mapping[str, str]) -> dict[str, str]:
 
 
 def _machine_problem(welcome: Welcome) -> str | None:
-    machine = welcome.machine
-    if len(machine) > MAX_MACHINE_FIELDS:
-        return f"machine description of {len(machine)} fields (at most {MAX_MACHINE_FIELDS})"
-    for key, value in machine.items():
-        if len(key) > MAX_MACHINE_KEY_CHARS or len(value) > MAX_MACHINE_VALUE_CHARS:
-            return (
-                f"machine description field {key[:MAX_MACHINE_KEY_CHARS]!r} longer than "
-                f"{MAX_MACHINE_KEY_CHARS} characters (key) or {MAX_MACHINE_VALUE_CHARS} (value)"
-            )
+    for what, machine in (("machine", welcome.machine), ("build", welcome.build)):
+        if len(machine) > MAX_MACHINE_FIELDS:
+            return f"{what} description of {len(machine)} fields (at most {MAX_MACHINE_FIELDS})"
+        for key, value in machine.items():
+            if len(key) > MAX_MACHINE_KEY_CHARS or len(value) > MAX_MACHINE_VALUE_CHARS:
+                return (
+                    f"{what} description field {key[:MAX_MACHINE_KEY_CHARS]!r} longer than "
+                    f"{MAX_MACHINE_KEY_CHARS} characters (key) or {MAX_MACHINE_VALUE_CHARS} "
+                    "(value)"
+                )
+    if len(welcome.kernels) > MAX_MACHINE_FIELDS or any(
+        len(name) > MAX_MACHINE_KEY_CHARS for name in welcome.kernels
+    ):
+        return f"more than {MAX_MACHINE_FIELDS} kernels, or a kernel name too long"
     if len(welcome.platform) > MAX_PLATFORM_CHARS:
         return f"platform identity longer than {MAX_PLATFORM_CHARS} characters"
     return None
@@ -412,9 +417,11 @@ class WorkerConnection(_Side):
         max_frame: int = MAX_FRAME_BYTES,
         machine: dict[str, str] | None = None,
         precisions: Collection[str] = ("float64",),
+        build: dict[str, str] | None = None,
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
         self.machine = bounded_machine(machine or {})
+        self.build = bounded_machine(build or {})
         self.precisions = tuple(precisions)
         self.fingerprint = fingerprint
         self.effective_cpus = effective_cpus
@@ -465,6 +472,8 @@ class WorkerConnection(_Side):
                 hello.slots,
                 self.machine,
                 self.precisions,
+                self.build,
+                tuple(sorted(self.kernels))[:MAX_MACHINE_FIELDS],
             )
         )
 

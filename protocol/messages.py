@@ -57,6 +57,11 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     # The compute precisions its kernels offer (docs/contracts.md, section 9). A worker that does
     # not say (one older than the choice) computes in float64 only.
     precisions: tuple[str, ...] = ("float64",)
+    # Its build provenance (install path hash, editable or not: `aner_worker.build`; its
+    # numeric stack is in `machine`) and the kernels it offers, for `aner parallel
+    # capabilities`. An older worker says neither.
+    build: dict[str, str] = {}
+    kernels: tuple[str, ...] = ()
 
 
 class Refused(_Wire, frozen=True, tag="refused"):

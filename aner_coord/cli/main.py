@@ -51,6 +51,10 @@ _TAKE_SIGINT = {"run", "regression", "train", "search", "cv", "resume", "scaling
 # command: (help, the module that holds add_<command>_arguments and <command>_command)
 COMMANDS: dict[str, tuple[str, str]] = {
     "inventory": ("the CPUs this process may really use", "aner_coord.cli.inventory"),
+    "capabilities": (
+        "what this build can do and where it came from",
+        "aner_coord.cli.capabilities",
+    ),
     "run": ("Monte Carlo estimate of pi", "aner_coord.cli.jobs"),
     "regression": ("the logistic-regression training fixture", "aner_coord.cli.jobs"),
     "train": ("train a Dense classifier (docs/contracts.md)", "aner_coord.cli.dense"),
@@ -76,16 +80,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INVALID, f"aner: error: {message} (see `{self.prog} --help`)\n")
 
 
-class _Version(argparse.Action):
-    """`--version`, reading the package metadata only when asked (it costs ~20 ms)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        from aner_coord import __version__
-
-        print(f"aner {__version__}")
-        parser.exit()
-
-
 def _part(command: str, kind: str) -> Callable[..., object]:
     module = importlib.import_module(COMMANDS[command][1])
     name = f"add_{command}_arguments" if kind == "add" else f"{command}_command"
@@ -97,7 +91,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; the flags of `command` alone (the one being run) are added, so that only
     its module is imported. Every command is listed in the help whatever."""
     parser = _Parser(prog="aner", description="Native parallel scientific computing.")
-    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--json",
+        dest="version_json",
+        action="store_true",
+        help="with --version: the version, source fingerprint and build, as JSON",
+    )
     top = parser.add_subparsers(dest="group", metavar="parallel", parser_class=_Parser)
     group = top.add_parser("parallel", help="reproducible parallel computations")
     sub = group.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -212,6 +212,8 @@ def _main(args_list: list[str]) -> int:
         named = args_list[1] if args_list[:1] == ["parallel"] and len(args_list) > 1 else None
         parser = build_parser(named if named in COMMANDS else None)
         args = parser.parse_args(args_list)
+        if args.version or args.version_json:
+            return _version(parser, args.version, args.version_json)
         if args.group is None or args.command is None:
             parser.parse_args([*args_list, "--help"])  # prints the help and exits 0
         if args.command not in _TAKE_SIGINT or getattr(args, "background", False):
@@ -239,6 +241,24 @@ def _main(args_list: list[str]) -> int:
             "traceback, and please report it"
         )
         return EXIT_INTERNAL
+
+
+def _version(parser: argparse.ArgumentParser, version: bool, as_json: bool) -> int:
+    """`--version`, reading the package metadata only when asked (it costs ~20 ms); with
+    `--json`, the provenance report (`aner_coord.capabilities`)."""
+    if not version:
+        parser.error("--json before the command goes with --version")
+    if as_json:
+        import json
+
+        from aner_coord.capabilities import provenance
+
+        print(json.dumps(provenance(), indent=2))
+    else:
+        from aner_coord import __version__
+
+        print(f"aner {__version__}")
+    return 0
 
 
 def _first_line(exc: BaseException) -> str:

@@ -29,8 +29,8 @@ from aner_coord.computations.base import (
     Run,
 )
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.montecarlo import MonteCarloRequest
-from aner_coord.computations.regression import RegressionRequest
+from aner_coord.computations.montecarlo import STREAM_ID, MonteCarloRequest
+from aner_coord.computations.regression import FIXTURE_ID, RegressionRequest
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import RequestError
 from aner_coord.requests import ComputationRequest
@@ -45,9 +45,12 @@ __all__ = [
     "PassSpec",
     "Run",
     "computation_for",
+    "contract_of",
     "declare",
+    "declare_result",
     "progress_lines",
     "register",
+    "request_type_of",
     "request_types",
     "summarize",
 ]
@@ -58,6 +61,8 @@ COMPUTATIONS: LazyRegistry[Computation] = LazyRegistry("computation")
 _KINDS: dict[type[ComputationRequest], str] = {}
 _SUMMARIES: dict[str, str] = {}
 _PROGRESS: dict[str, str] = {}
+# The contract identity of each declared kind (docs/contracts.md), for the capability report.
+_CONTRACTS: dict[str, str] = {}
 
 
 def register(computation: Computation) -> Computation:
@@ -72,17 +77,27 @@ def declare(
     path: str,
     summary: str | None = None,
     progress: str | None = None,
+    contract: str | None = None,
 ) -> None:
     """`kind` is computed by `path` (`module:Class`), imported when a job first needs it;
-    `summary` (`module:function`) renders its results without importing it, and `progress`
-    (`module:function`) the detail of its running jobs' status."""
+    `summary` (`module:function`) renders its results without importing it, `progress`
+    (`module:function`) the detail of its running jobs' status, and `contract` is the
+    identity of what it computes (docs/contracts.md)."""
     COMPUTATIONS.declare(kind, path)
     _KINDS[request_type] = kind
+    if contract is not None:
+        _CONTRACTS[kind] = contract
     if summary is not None:
         _SUMMARIES[kind] = summary
     if progress is not None:
         _PROGRESS[kind] = progress
     request_types.cache_clear()
+
+
+def declare_result(tag: str, summary: str) -> None:
+    """A result tagged `tag` that is not its computation's kind (a computation's replicates)
+    is shown by `summary` (`module:function`)."""
+    _SUMMARIES[tag] = summary
 
 
 def computation_for(request: ComputationRequest) -> Computation:
@@ -93,6 +108,18 @@ def computation_for(request: ComputationRequest) -> Computation:
         if COMPUTATIONS.loaded(name) and type(request) is COMPUTATIONS[name].request_type:
             return COMPUTATIONS[name]
     raise RequestError(f"no computation is registered for {type(request).__name__}")
+
+
+def contract_of(kind: str) -> str | None:
+    """The contract identity `kind` was declared with (None for one registered without)."""
+    return _CONTRACTS.get(kind)
+
+
+def request_type_of(kind: str) -> type[ComputationRequest]:
+    """The request type of `kind`, without importing its computation."""
+    if COMPUTATIONS.loaded(kind):
+        return COMPUTATIONS[kind].request_type
+    return next(t for t, k in _KINDS.items() if k == kind)
 
 
 @functools.cache
@@ -134,13 +161,26 @@ def progress_lines(kind: str, detail: dict[str, Any] | None, slots: dict[str, in
     return lines
 
 
-declare("monte-carlo", MonteCarloRequest, "aner_coord.computations.montecarlo:MonteCarlo")
-declare("regression", RegressionRequest, "aner_coord.computations.regression:Regression")
+declare(
+    "monte-carlo",
+    MonteCarloRequest,
+    "aner_coord.computations.montecarlo:MonteCarlo",
+    contract=STREAM_ID,
+)
+declare_result("monte-carlo-replicates", "aner_coord.computations.montecarlo:summarize_replicates")
+declare(
+    "regression",
+    RegressionRequest,
+    "aner_coord.computations.regression:Regression",
+    contract=FIXTURE_ID,
+)
+declare_result("regression-replicates", "aner_coord.computations.regression:summarize_replicates")
 declare(
     "dense",
     DenseRequest,
     "aner_coord.computations.dense.computation:Dense",
     summary="aner_coord.computations.dense.summary:summarize",
+    contract="aner-dense/v1",
 )
 declare(
     "search",
@@ -148,4 +188,5 @@ declare(
     "aner_coord.computations.search.computation:Search",
     summary="aner_coord.computations.search.summary:summarize",
     progress="aner_coord.computations.search.summary:progress",
+    contract="aner-search/v1",
 )

@@ -74,6 +74,9 @@ class Admitted:
     upper_bound: bool = False  # `work` is at most what runs: the job may end sooner
     steps: bool = False  # the `items` passes are steps: each should keep every slot busy
     load_s: float = 0.0  # seconds admission spent loading the kernels (a process's first job)
+    # Items a task when the execution names none, where the request decides it (replicates
+    # run whole on a slot); None: the computation's `default_chunk`.
+    chunk: int | None = None
 
     @property
     def planned_work(self) -> int:

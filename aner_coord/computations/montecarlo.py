@@ -9,16 +9,32 @@ from typing import Annotated, Any, ClassVar
 from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
+from aner_coord.computations.replicates import (
+    FieldSummary,
+    aggregate,
+    check_replicates,
+    replicate_seeds,
+    replicates_csv,
+    replicates_png,
+)
 from aner_coord.jobdir.results import ResultBase
+from aner_coord.jobdir.status import JobState
 from aner_coord.limits import DEFAULT_CHUNK, check_items, check_seed
 from aner_coord.requests import ComputationRequest
 from aner_worker.kernels.identities import STREAM_ID
-from aner_worker.kernels.montecarlo import McParams, McStats, MonteCarloKernel
+from aner_worker.kernels.montecarlo import (
+    McParams,
+    McStats,
+    MonteCarloKernel,
+    replicate_segments,
+)
 
 _P = math.pi / 4
 # A chunk's hits lie this many standard deviations from pi/4 of its samples only for a
 # worker that does not compute the stream: no honest chunk of the stream comes near it.
 _SIGMAS = 12
+# A replicate of at most this many samples is one task when the execution names no chunk.
+WHOLE_REPLICATE = 1 << 26
 
 
 class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
@@ -26,6 +42,13 @@ class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
     1)."""
 
     samples: Annotated[int, Meta(description="number of samples (1e9, 1,000,000...)")]
+    replicates: Annotated[
+        int,
+        Meta(
+            description="independent replicates of --samples samples each, with seeds derived "
+            "from --seed (docs/contracts.md, Replicates)"
+        ),
+    ] = 1
 
 
 class MonteCarloResult(ResultBase, frozen=True, tag="monte-carlo"):
@@ -49,6 +72,53 @@ class MonteCarloResult(ResultBase, frozen=True, tag="monte-carlo"):
         )
 
 
+class MonteCarloReplicatesResult(ResultBase, frozen=True, tag="monte-carlo-replicates"):
+    """Replicates of the estimate: each replicate's seed and result, each numeric field's
+    aggregate (docs/contracts.md, "Replicates"), and the pooled estimate over all samples with
+    its binomial standard error."""
+
+    stream: str
+    seed: int
+    samples: int  # per replicate
+    replicates: int
+    per_replicate: list[dict[str, Any]]  # replicate, seed, hits, estimate
+    aggregate: dict[str, FieldSummary]
+    pooled: dict[str, float]  # samples, hits, estimate, standard_error
+
+    def summary(self) -> str:
+        mean = self.aggregate["estimate"]
+        return (
+            f"{self.replicates} replicates of {self.samples:,} samples, seed {self.seed}: "
+            f"pi ~ {mean.mean:.10f} +- {mean.standard_error or 0:.2e} (standard error); "
+            f"pooled {self.pooled['estimate']:.10f} +- {self.pooled['standard_error']:.2e} | "
+            f"{len(self.workers)} worker(s), {self.seconds:.3f} s"
+        )
+
+
+def summarize_replicates(result: dict[str, Any]) -> list[str]:
+    """The lines `status` shows of a completed replicates job (its result's tag is its own)."""
+    pooled = result["pooled"]
+    mean = result["aggregate"]["estimate"]
+    return [
+        f"estimate  pi ~ {mean['mean']:.10f} +- {mean['standard_error'] or 0:.2e} "
+        f"(mean of {result['replicates']} replicates +- standard error)",
+        f"pooled    pi ~ {pooled['estimate']:.10f} +- {pooled['standard_error']:.2e} "
+        f"({int(pooled['hits']):,} hits of {int(pooled['samples']):,} samples)",
+    ]
+
+
+def _plausible(hits: int, count: int) -> str | None:
+    if not 0 <= hits <= count:
+        return f"{hits} hits is impossible for {count} samples"
+    spread = _SIGMAS * math.sqrt(count * _P * (1 - _P)) + _SIGMAS
+    if abs(hits - count * _P) > spread:
+        return (
+            f"{hits:,} hits in {count:,} samples is more than {_SIGMAS} standard "
+            "deviations from pi/4: not the stream's samples"
+        )
+    return None
+
+
 class MonteCarlo:
     kind: ClassVar[str] = "monte-carlo"
     unit: ClassVar[str] = "samples"
@@ -60,14 +130,26 @@ class MonteCarlo:
     def admit(self, request: MonteCarloRequest) -> Admitted:
         check_seed(request.seed)
         samples = check_items("samples", request.samples, self.unit)
+        replicates = check_replicates(request.replicates)
+        if replicates == 1:
+            return Admitted(
+                items=samples,
+                passes=1,
+                identity=STREAM_ID,
+                describe={"samples": samples, "seed": request.seed},
+            )
+        check_items("samples", samples * replicates, f"{self.unit} in all replicates")
         return Admitted(
-            items=samples,
+            items=samples * replicates,
             passes=1,
             identity=STREAM_ID,
-            describe={"samples": samples, "seed": request.seed},
+            describe={"samples": samples, "seed": request.seed, "replicates": replicates},
+            chunk=samples if samples <= WHOLE_REPLICATE else None,
         )
 
-    def start(self, request: MonteCarloRequest, chunk: int) -> _Run:
+    def start(self, request: MonteCarloRequest, chunk: int) -> _Run | ReplicatesRun:
+        if request.replicates > 1:
+            return ReplicatesRun(request, chunk)
         return _Run(request)
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
@@ -94,15 +176,9 @@ class _Run:
     def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
         if not isinstance(stats, McStats):
             return f"expected Monte Carlo statistics, got {type(stats).__name__}"
-        if not 0 <= stats.hits <= count:
-            return f"{stats.hits} hits is impossible for {count} samples"
-        spread = _SIGMAS * math.sqrt(count * _P * (1 - _P)) + _SIGMAS
-        if abs(stats.hits - count * _P) > spread:
-            return (
-                f"{stats.hits:,} hits in {count:,} samples is more than {_SIGMAS} standard "
-                "deviations from pi/4: not the stream's samples"
-            )
-        return None
+        if stats.split:
+            return "replicate hits from a job without replicates"
+        return _plausible(stats.hits, count)
 
     def accept(self, chunk: int, stats: McStats) -> None:
         self._hits += stats.hits
@@ -130,3 +206,105 @@ class _Run:
             workers=list(accounting.workers),
             losses=list(accounting.losses),
         )
+
+
+class ReplicatesRun:
+    """One pass over `replicates * samples` items: item `i` is sample `i % samples` of
+    replicate `i // samples`, whose seed is `replicate_seed(seed, i // samples)`. A task
+    returns the hits of each replicate its range meets, so tasks and ledger records hold
+    whole replicates when the chunk is `samples` (the default up to WHOLE_REPLICATE)."""
+
+    def __init__(self, request: MonteCarloRequest, chunk: int) -> None:
+        self._request = request
+        self._chunk = chunk
+        self._seeds = replicate_seeds(request.seed, request.replicates)
+        self._hits = [0] * request.replicates
+        self._passes_begun = 0
+
+    def next_pass(self) -> PassSpec | None:
+        if self._passes_begun:
+            return None
+        self._passes_begun = 1
+        request = self._request
+        params = McParams(request.seed, self._seeds, request.samples)
+        return PassSpec(request.samples * request.replicates, params, "replicates")
+
+    def _segments(self, start: int, count: int) -> list[tuple[int, int, int]]:
+        return replicate_segments(self._request.samples, start, count)
+
+    def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
+        if not isinstance(stats, McStats):
+            return f"expected Monte Carlo statistics, got {type(stats).__name__}"
+        segments = self._segments(start, count)
+        if len(stats.split) != len(segments) or sum(stats.split) != stats.hits:
+            return (
+                f"{len(stats.split)} replicate counts summing to {sum(stats.split):,} for a "
+                f"range over {len(segments)} replicates with {stats.hits:,} hits"
+            )
+        for (replicate, _, n), hits in zip(segments, stats.split, strict=True):
+            problem = _plausible(hits, n)
+            if problem is not None:
+                return f"replicate {replicate}: {problem}"
+        return None
+
+    def accept(self, chunk: int, stats: McStats) -> None:
+        # Chunks are `self._chunk` items from the pass's start (the last keeps the remainder).
+        total = self._request.samples * self._request.replicates
+        start = chunk * self._chunk
+        segments = self._segments(start, min(self._chunk, total - start))
+        for (replicate, _, _), hits in zip(segments, stats.split, strict=True):
+            self._hits[replicate] += hits
+
+    def commit(self) -> None:
+        return None
+
+    def same(self, a: McStats, b: McStats) -> bool:
+        return bool(a.hits == b.hits and a.split == b.split)
+
+    @property
+    def committed_steps(self) -> int | None:
+        return None
+
+    def rows(self) -> list[dict[str, Any]]:
+        samples = self._request.samples
+        return [
+            {"replicate": k, "seed": seed, "hits": hits, "estimate": 4 * hits / samples}
+            for k, (seed, hits) in enumerate(zip(self._seeds, self._hits, strict=True))
+        ]
+
+    def result(self, accounting: Accounting) -> MonteCarloReplicatesResult:
+        request = self._request
+        rows = self.rows()
+        total = request.samples * request.replicates
+        hits = sum(self._hits)
+        p = hits / total
+        return MonteCarloReplicatesResult(
+            stream=STREAM_ID,
+            seed=request.seed,
+            samples=request.samples,
+            replicates=request.replicates,
+            per_replicate=rows,
+            aggregate=aggregate(rows, skip=("replicate", "seed")),
+            pooled={
+                "samples": total,
+                "hits": hits,
+                "estimate": 4 * p,
+                "standard_error": 4 * math.sqrt(p * (1 - p) / total),
+            },
+            seconds=accounting.seconds,
+            execution=accounting.execution,
+            workers=list(accounting.workers),
+            losses=list(accounting.losses),
+        )
+
+    def files(self, state: JobState) -> dict[str, bytes]:
+        """`replicates.csv` and `replicates.png` of a completed job."""
+        if state is not JobState.COMPLETED:
+            return {}
+        rows = self.rows()
+        out = {"replicates.csv": replicates_csv(rows)}
+        title = f"{len(rows)} replicates of {self._request.samples:,} samples"
+        png = replicates_png(rows, ("estimate",), title)
+        if png is not None:
+            out["replicates.png"] = png
+        return out

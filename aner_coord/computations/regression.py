@@ -11,8 +11,17 @@ from typing import Annotated, Any, ClassVar
 from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec, readable
+from aner_coord.computations.replicates import (
+    FieldSummary,
+    aggregate,
+    check_replicates,
+    replicate_seeds,
+    replicates_csv,
+    replicates_png,
+)
 from aner_coord.errors import RequestError
 from aner_coord.jobdir.results import ResultBase
+from aner_coord.jobdir.status import JobState
 from aner_coord.limits import (
     DEFAULT_CHUNK,
     MAX_STEPS,
@@ -36,6 +45,13 @@ class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
     samples: Annotated[int, Meta(description="number of rows (1e6, 1,000,000...)")]
     steps: Annotated[int, Meta(description="full-batch gradient steps")]
     rate: Annotated[float, Meta(description="learning rate")]
+    replicates: Annotated[
+        int,
+        Meta(
+            description="independent fits, each with a seed derived from --seed and run whole "
+            "on one worker slot (docs/contracts.md, Replicates)"
+        ),
+    ] = 1
 
 
 class RegressionResult(ResultBase, frozen=True, tag="regression"):
@@ -63,6 +79,50 @@ class RegressionResult(ResultBase, frozen=True, tag="regression"):
         )
 
 
+class RegressionReplicatesResult(ResultBase, frozen=True, tag="regression-replicates"):
+    """Replicates of the fit: each replicate's seed and metrics, and each numeric field's
+    aggregate (docs/contracts.md, "Replicates")."""
+
+    fixture: str
+    seed: int
+    samples: int
+    steps: int
+    rate: float
+    replicates: int
+    per_replicate: list[dict[str, Any]]  # replicate, seed, the metrics, theta_0 .. theta_8
+    aggregate: dict[str, FieldSummary]
+
+    def summary(self) -> str:
+        loss, accuracy = self.aggregate["final_loss"], self.aggregate["fit_accuracy"]
+        return (
+            f"{self.replicates} replicates of {self.samples:,} rows x {self.steps} steps at "
+            f"rate {self.rate}: final loss {readable(loss.mean)} +- "
+            f"{readable(loss.standard_error or 0.0)}, fit accuracy {accuracy.mean:.6f} +- "
+            f"{accuracy.standard_error or 0.0:.2e} (standard error) | "
+            f"{len(self.workers)} worker(s), {self.seconds:.3f} s"
+        )
+
+
+def summarize_replicates(result: dict[str, Any]) -> list[str]:
+    """The lines `status` shows of a completed replicates job (its result's tag is its own)."""
+    loss, accuracy = result["aggregate"]["final_loss"], result["aggregate"]["fit_accuracy"]
+    n = result["replicates"]
+    return [
+        f"loss      final_loss {readable(loss['mean'])} +- "
+        f"{readable(loss['standard_error'] or 0.0)} (mean of {n} replicates +- standard error)",
+        f"accuracy  fit_accuracy {accuracy['mean']:.6f} +- {accuracy['standard_error'] or 0:.2e}",
+    ]
+
+
+_FIT_FIELDS = (
+    "initial_loss",
+    "initial_accuracy",
+    "final_loss",
+    "fit_accuracy",
+    *(f"theta_{j}" for j in range(N_PARAMS)),
+)
+
+
 class Regression:
     kind: ClassVar[str] = "regression"
     unit: ClassVar[str] = "rows"
@@ -78,14 +138,22 @@ class Regression:
         if not 0 <= steps <= MAX_STEPS:
             raise RequestError(f"{{steps}} must be in [0, {MAX_STEPS}], got {steps}", "steps")
         rate = check_rate(request.rate)
+        describe = {"samples": rows, "steps": steps, "rate": rate, "seed": request.seed}
+        replicates = check_replicates(request.replicates)
+        if replicates == 1:
+            return Admitted(items=rows, passes=steps + 2, identity=FIXTURE_ID, describe=describe)
+        # A replicate is one item: a whole fit, run on one slot.
         return Admitted(
-            items=rows,
-            passes=steps + 2,
+            items=replicates,
+            passes=1,
             identity=FIXTURE_ID,
-            describe={"samples": rows, "steps": steps, "rate": rate, "seed": request.seed},
+            describe={**describe, "replicates": replicates},
+            chunk=1,
         )
 
-    def start(self, request: RegressionRequest, chunk: int) -> _Run:
+    def start(self, request: RegressionRequest, chunk: int) -> _Run | ReplicatesRun:
+        if request.replicates > 1:
+            return ReplicatesRun(request, chunk)
         return _Run(request, chunk)
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
@@ -217,3 +285,87 @@ class _Run:
             workers=list(accounting.workers),
             losses=list(accounting.losses),
         )
+
+
+class ReplicatesRun:
+    """One pass over the replicates: item `k` is the whole fit of replicate `k`, with the
+    seed `replicate_seed(seed, k)`, computed on one slot (`whole_fit`), so its numbers are
+    bitwise the same whichever worker, task or resume computed it."""
+
+    def __init__(self, request: RegressionRequest, chunk: int) -> None:
+        self._request = request
+        self._chunk = chunk
+        self._seeds = replicate_seeds(request.seed, request.replicates)
+        self._fits: list[tuple[float, ...] | None] = [None] * request.replicates
+        self._passes_begun = 0
+
+    def next_pass(self) -> PassSpec | None:
+        if self._passes_begun:
+            return None
+        self._passes_begun = 1
+        r = self._request
+        params = RegressionParams(r.seed, (), self._seeds, r.samples, r.steps, float(r.rate))
+        return PassSpec(r.replicates, params, "replicates")
+
+    def check(self, chunk: int, start: int, count: int, stats: Any) -> str | None:
+        if not isinstance(stats, RegressionStats):
+            return f"expected fixture statistics, got {type(stats).__name__}"
+        if len(stats.fits) != count or any(len(f) != len(_FIT_FIELDS) for f in stats.fits):
+            return f"{len(stats.fits)} fits of the wrong shape for {count} replicates"
+        for k, fit in enumerate(stats.fits, start):
+            if not all(math.isfinite(x) for x in fit):
+                raise Diverged(f"replicate {k} diverged (non-finite numbers); lower --rate")
+            if not (0 <= fit[1] <= 1 and 0 <= fit[3] <= 1 and fit[0] >= 0 and fit[2] >= 0):
+                return f"replicate {k}: impossible loss or accuracy {fit[:4]}"
+        return None
+
+    def accept(self, chunk: int, stats: RegressionStats) -> None:
+        for k, fit in enumerate(stats.fits, chunk * self._chunk):
+            self._fits[k] = fit
+
+    def commit(self) -> None:
+        return None
+
+    def same(self, a: RegressionStats, b: RegressionStats) -> bool:
+        return bool(a.fits == b.fits)
+
+    @property
+    def committed_steps(self) -> int | None:
+        return None
+
+    def rows(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for k, (seed, fit) in enumerate(zip(self._seeds, self._fits, strict=True)):
+            assert fit is not None
+            out.append({"replicate": k, "seed": seed, **dict(zip(_FIT_FIELDS, fit, strict=True))})
+        return out
+
+    def result(self, accounting: Accounting) -> RegressionReplicatesResult:
+        r = self._request
+        rows = self.rows()
+        return RegressionReplicatesResult(
+            fixture=FIXTURE_ID,
+            seed=r.seed,
+            samples=r.samples,
+            steps=r.steps,
+            rate=float(r.rate),
+            replicates=r.replicates,
+            per_replicate=rows,
+            aggregate=aggregate(rows, skip=("replicate", "seed")),
+            seconds=accounting.seconds,
+            execution=accounting.execution,
+            workers=list(accounting.workers),
+            losses=list(accounting.losses),
+        )
+
+    def files(self, state: JobState) -> dict[str, bytes]:
+        """`replicates.csv` and `replicates.png` of a completed job."""
+        if state is not JobState.COMPLETED:
+            return {}
+        rows = self.rows()
+        out = {"replicates.csv": replicates_csv(rows)}
+        title = f"{len(rows)} replicates of {self._request.samples:,} rows"
+        png = replicates_png(rows, ("final_loss", "fit_accuracy"), title)
+        if png is not None:
+            out["replicates.png"] = png
+        return out

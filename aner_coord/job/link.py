@@ -65,6 +65,9 @@ class WorkerLink:
     pending: list[CoordinatorEvent] = field(default_factory=list)
     # The compute precisions its Welcome offered (float64 only for a worker that did not say).
     precisions: tuple[str, ...] = ("float64",)
+    # Its build provenance and the kernels it offers (empty from a worker that did not say).
+    build: dict[str, str] = field(default_factory=dict)
+    kernels: tuple[str, ...] = ()
 
     @property
     def identity(self) -> str:
@@ -148,6 +151,8 @@ async def handshake(
         case Accepted(welcome=welcome):
             link.machine = dict(welcome.machine)
             link.precisions = tuple(welcome.precisions)
+            link.build = dict(welcome.build)
+            link.kernels = tuple(welcome.kernels)
             return link
         case Rejected(reason=reason):
             raise WorkerRefused(record.identity, reason)

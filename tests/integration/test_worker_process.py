@@ -14,6 +14,7 @@ import msgspec
 import pytest
 from support import HANG_S, reap
 
+from aner_worker.build import build_identity
 from aner_worker.contract import source_fingerprint
 from aner_worker.inventory import current
 from aner_worker.kernels.base import decode, encode
@@ -163,6 +164,8 @@ def test_hello_gets_welcome(worker: Worker) -> None:
         slots=1,
         machine=machine_identity(),  # what configuration revisions are made of
         precisions=("float64", "float32"),  # what a Dense job may declare
+        build=build_identity(),  # what `aner parallel capabilities --cluster` shows
+        kernels=("dense", "monte-carlo", "regression", "search"),
     )
 
 

@@ -435,6 +435,31 @@ def test_a_worker_bounds_its_own_machine_description() -> None:
     assert all(len(v) == MAX_MACHINE_VALUE_CHARS for v in accepted.welcome.machine.values())
 
 
+def test_a_welcome_carries_the_build_and_kernels_and_an_older_one_decodes_without() -> None:
+    coordinator = CoordinatorConnection("w1", 2, FP, ())
+    worker = WorkerConnection(FP, 2, "p", {"mc", "dense"}, build={"blas": "openblas 0.3"})
+    worker.receive(coordinator.hello())
+    [accepted] = coordinator.receive(worker.reply())
+    assert isinstance(accepted, Accepted)
+    assert accepted.welcome.build == {"blas": "openblas 0.3"}
+    assert accepted.welcome.kernels == ("dense", "mc")
+    # A worker older than the report sends the first seven fields only.
+    older = msgspec.msgpack.encode(["welcome", PROTOCOL_VERSION, FP, "p", 2, 2, {}, ["float64"]])
+    decoded = msgspec.msgpack.decode(older, type=Welcome)
+    assert (decoded.build, decoded.kernels) == ({}, ())
+
+
+def test_an_oversized_build_description_is_a_protocol_error() -> None:
+    coordinator, _ = pair()
+    coordinator.hello()
+    build = {"blas": "x" * (MAX_MACHINE_VALUE_CHARS + 1)}
+    welcome = Welcome(PROTOCOL_VERSION, FP, "p", 2, 2, {}, ("float64",), build)
+    with pytest.raises(RemoteProtocolError) as error:
+        coordinator.receive(frame(welcome))
+    assert error.value.detail.startswith("build description field 'blas' longer than")
+    assert coordinator.phase is Phase.CLOSED
+
+
 def test_long_reasons_are_cut_to_a_line_a_person_can_read() -> None:
     coordinator, worker = pair()
     handshake(coordinator, worker)

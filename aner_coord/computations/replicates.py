@@ -1,0 +1,141 @@
+"""Replicates: independent repetitions of one computation, and their aggregation rule
+(docs/contracts.md, "Replicates").
+
+Replicate `k` (0-based) of a request with seed `s` computes with the seed `replicate_seed(s, k)`:
+word 0 of block `k` of the Philox4x64-10 stream keyed `(s, REPLICATE_STREAM)` (section 1's
+generator). Never `s + k`: a user who runs seeds 1, 2, 3 by hand and replicates of seed 1 gets
+streams that do not overlap by accident. The seeds are a function of `(s, k)` alone, so a
+replicate's result never depends on which worker, task or resume computed it.
+
+The aggregate over replicates is computed here, once for every computation: for each numeric
+field, `n`, the mean, the sample standard deviation (`n - 1`; null for one replicate) and the
+standard error `std / sqrt(n)`, summed with `math.fsum` in replicate order, so the same
+replicate values always give the same bits. `replicates.csv` has one row per replicate, and
+`replicates.png` (with the `charts` extra) shows each field's replicates around their mean.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from aner_coord.errors import RequestError
+
+# The Philox stream of replicate seeds: far from every stream a computation reads (0 to 9,
+# 16 + layer, 2**32 + epoch).
+REPLICATE_STREAM = 2**40
+MAX_REPLICATES = 10_000
+
+_MASK = 2**64 - 1
+_M0, _M1 = 0xD2E7470EE14C6C93, 0xCA5A826395121157
+_W0, _W1 = 0x9E3779B97F4A7C15, 0xBB67AE8584CAA73B
+
+
+def check_replicates(value: object) -> int:
+    """`replicates` is an integer in [1, MAX_REPLICATES] (one validator for every path)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"{{replicates}} must be an integer, got {value!r}", "replicates")
+    if not 1 <= value <= MAX_REPLICATES:
+        raise RequestError(
+            f"{{replicates}} must be between 1 and {MAX_REPLICATES:,}, got {value:,}",
+            "replicates",
+        )
+    return value
+
+
+def _block(b: int, k0: int, k1: int) -> tuple[int, int, int, int]:
+    """Philox4x64-10 of counter (b, 0, 0, 0) under key (k0, k1), in Python integers (the
+    coordinator derives a few seeds and need not load numba for it)."""
+    c0, c1, c2, c3 = b, 0, 0, 0
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
+        p0, p1 = _M0 * c0, _M1 * c2
+        c0, c1, c2, c3 = (p1 >> 64) ^ c1 ^ k0, p1 & _MASK, (p0 >> 64) ^ c3 ^ k1, p0 & _MASK
+    return c0, c1, c2, c3
+
+
+def replicate_seed(seed: int, index: int) -> int:
+    """The seed of replicate `index` of `seed` (see the module docstring)."""
+    return _block(index, seed, REPLICATE_STREAM)[0]
+
+
+def replicate_seeds(seed: int, n: int) -> tuple[int, ...]:
+    return tuple(replicate_seed(seed, k) for k in range(n))
+
+
+class FieldSummary(msgspec.Struct, frozen=True):
+    """One numeric field over the replicates."""
+
+    n: int
+    mean: float
+    std: float | None  # sample standard deviation (n - 1); None for one replicate
+    standard_error: float | None
+
+
+def summarize_field(values: Sequence[float]) -> FieldSummary:
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return FieldSummary(n, mean, None, None)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return FieldSummary(n, mean, std, std / math.sqrt(n))
+
+
+def aggregate(
+    rows: Sequence[Mapping[str, Any]], skip: Sequence[str] = ()
+) -> dict[str, FieldSummary]:
+    """Each numeric field of `rows` (bools and `skip` excluded) over the replicates."""
+    names = [
+        name
+        for name, value in rows[0].items()
+        if name not in skip and isinstance(value, int | float) and not isinstance(value, bool)
+    ]
+    return {name: summarize_field([float(row[name]) for row in rows]) for name in names}
+
+
+def replicates_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    """One row per replicate, the columns of the first."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+    return out.getvalue().encode()
+
+
+def replicates_png(
+    rows: Sequence[Mapping[str, Any]], fields: Sequence[str], title: str
+) -> bytes | None:
+    """Each of `fields` per replicate, with its mean and a band of one standard error; None
+    without matplotlib (the `charts` extra), whose absence costs only the picture."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+    except ImportError:
+        return None
+    figure, axes = plt.subplots(len(fields), 1, figsize=(7, 2.4 * len(fields)), squeeze=False)
+    for ax, name in zip(axes[:, 0], fields, strict=True):
+        values = [float(row[name]) for row in rows]
+        summary = summarize_field(values)
+        ax.plot(range(len(values)), values, "o", markersize=3, label=name)
+        ax.axhline(summary.mean, color="black", linewidth=1, label="mean")
+        if summary.standard_error is not None:
+            low, high = summary.mean - summary.standard_error, summary.mean + summary.standard_error
+            ax.axhspan(low, high, color="grey", alpha=0.3, label="± standard error")
+        ax.set_ylabel(name)
+        ax.legend(loc="best", fontsize="small")
+    axes[-1, 0].set_xlabel("replicate")
+    axes[0, 0].set_title(title)
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=100, metadata={"Software": None})
+    plt.close(figure)
+    return out.getvalue()

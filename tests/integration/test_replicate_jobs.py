@@ -1,0 +1,175 @@
+"""Monte Carlo and regression replicates end to end (docs/contracts.md, "Replicates"): the
+aggregate is bitwise the same on one and two local workers and on a group of pipe workers,
+each replicate is a plain run of its derived seed, and a coordinator killed with SIGKILL
+mid-way resumes to the same result, recomputing only the replicates its ledger lacks."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from support import (
+    Coordinators,
+    advance_until,
+    process_gone,
+    result_of,
+    run_aner,
+    status_of,
+    status_where,
+    wait_for,
+    write_pipe_pair,
+)
+
+from aner_coord import parallel
+from aner_coord.computations.replicates import replicate_seeds
+from aner_coord.jobdir.ledger import LEDGER, Accepted, scan
+from aner_coord.jobdir.status import JobState
+from aner_worker.kernels.montecarlo import McStats
+
+SAMPLES, REPLICATES = 200_000, 6
+
+
+def _run(job: Path, *placement: str) -> dict[str, object]:
+    done = run_aner(
+        "parallel", "run", "--samples", str(SAMPLES), "--seed", "42",
+        "--replicates", str(REPLICATES), "--output", str(job), "--quiet", *placement,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return result_of(job)
+
+
+def _science(result: dict[str, object]) -> bytes:
+    keys = ("stream", "seed", "samples", "replicates", "per_replicate", "aggregate", "pooled")
+    return json.dumps({k: result[k] for k in keys}).encode()
+
+
+def test_the_aggregate_is_bitwise_the_same_on_one_two_and_pipe_workers(tmp_path: Path) -> None:
+    one = _run(tmp_path / "one", "--workers", "1")
+    two = _run(tmp_path / "two", "--workers", "2", "--chunk", "70000")  # tasks straddle
+    pipes = _run(tmp_path / "pipes", "--cluster", str(write_pipe_pair(tmp_path / "c")))
+    assert _science(one) == _science(two) == _science(pipes)
+    csv = (tmp_path / "one" / "replicates.csv").read_bytes()
+    assert csv == (tmp_path / "two" / "replicates.csv").read_bytes()
+    assert csv == (tmp_path / "pipes" / "replicates.csv").read_bytes()
+    assert csv.count(b"\n") == REPLICATES + 1
+    rows = one["per_replicate"]
+    assert isinstance(rows, list) and [r["replicate"] for r in rows] == list(range(REPLICATES))
+    # A replicate is exactly a plain run of its seed.
+    plain = parallel.monte_carlo(samples=SAMPLES, seed=rows[2]["seed"])
+    assert plain.hits == rows[2]["hits"]
+    pooled = one["pooled"]
+    assert isinstance(pooled, dict)
+    assert pooled["hits"] == sum(r["hits"] for r in rows)
+    assert pooled["samples"] == SAMPLES * REPLICATES
+    assert pooled["estimate"] == 4 * pooled["hits"] / (SAMPLES * REPLICATES)
+    shown = run_aner("parallel", "status", "--job", str(tmp_path / "one")).stdout
+    assert f"(mean of {REPLICATES} replicates +- standard error)" in shown
+
+
+def test_the_api_returns_the_same_aggregate_and_per_replicate_results(tmp_path: Path) -> None:
+    result = parallel.monte_carlo(samples=SAMPLES, seed=42, replicates=REPLICATES)
+    assert result.replicates == REPLICATES
+    cli = _run(tmp_path / "cli", "--workers", "2")
+    assert _science(msgspec.to_builtins(result)) == _science(cli)
+
+
+def test_replicates_zero_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    done = run_aner(
+        "parallel", "run", "--samples", "1000", "--seed", "1", "--replicates", "0",
+        "--output", str(job),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "aner: --replicates must be between 1 and 10,000, got 0"
+    ]
+    assert not job.exists()
+
+
+def _accepted(job: Path) -> list[Accepted]:
+    records, _ = scan((job / LEDGER).read_bytes())
+    return [e.record for e in records if isinstance(e.record, Accepted)]
+
+
+def test_a_killed_coordinator_resumes_recomputing_only_the_missing_replicates(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    samples, replicates = 5_000_000, 40
+    job = tmp_path / "job"
+    done = run_aner(
+        "parallel", "run", "--samples", str(samples), "--seed", "7",
+        "--replicates", str(replicates), "--workers", "1", "--output", str(job),
+        "--background",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pid = coordinators.add(status_of(job).pid)
+    os.kill(pid, signal.SIGSTOP)
+    advance_until(
+        pid,
+        status_where(job, lambda s: s.state is JobState.RUNNING and s.accepted >= 3 * samples),
+        "three replicates accepted",
+    )
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    before = _accepted(job)
+    assert 3 <= len(before) < replicates  # whole replicates: one task each
+    resumed = run_aner("parallel", "resume", "--job", str(job), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    final = status_of(job)
+    assert final.state is JobState.COMPLETED
+    assert final.recovered == len(before) * samples
+    after = _accepted(job)
+    # Each replicate accepted exactly once, the recovered ones never again.
+    assert sorted(a.chunk for a in after) == list(range(replicates))
+    assert after[: len(before)] == before
+    result = result_of(job)
+    undisturbed = parallel.monte_carlo(samples=samples, seed=7, replicates=replicates)
+    assert _science(result) == _science(msgspec.to_builtins(undisturbed))
+    ledger_hits = {a.chunk: msgspec.msgpack.decode(a.stats, type=McStats).hits for a in after}
+    assert [r["hits"] for r in result["per_replicate"]] == [
+        ledger_hits[k] for k in range(replicates)
+    ]
+
+
+def _regression(job: Path, *placement: str) -> dict[str, Any]:
+    done = run_aner(
+        "parallel", "regression", "--samples", "30000", "--steps", "4", "--rate", "0.5",
+        "--seed", "3", "--replicates", "5", "--output", str(job), "--quiet", *placement,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return result_of(job)
+
+
+def test_regression_replicates_are_bitwise_the_same_on_any_plan_and_each_a_plain_fit(
+    tmp_path: Path,
+) -> None:
+    keys = ("fixture", "seed", "samples", "steps", "rate", "replicates", "per_replicate",
+            "aggregate")  # fmt: skip
+    one = _regression(tmp_path / "one", "--workers", "1")
+    two = _regression(tmp_path / "two", "--workers", "2")
+    pipes = _regression(tmp_path / "pipes", "--cluster", str(write_pipe_pair(tmp_path / "c")))
+    science = [json.dumps({k: r[k] for k in keys}) for r in (one, two, pipes)]
+    assert science[0] == science[1] == science[2]
+    csv = (tmp_path / "one" / "replicates.csv").read_text().splitlines()
+    assert csv[0].startswith("replicate,seed,initial_loss,initial_accuracy,final_loss,")
+    assert len(csv) == 6
+    rows = one["per_replicate"]
+    assert [r["seed"] for r in rows] == list(replicate_seeds(3, 5))
+    # A replicate, run whole on one slot, is the plain distributed fit of its seed (section
+    # 2's tolerance across plans).
+    plain = parallel.regression(samples=30000, steps=4, rate=0.5, seed=rows[1]["seed"])
+    assert abs(plain.final_loss - rows[1]["final_loss"]) <= 1e-10
+    assert abs(plain.fit_accuracy - rows[1]["fit_accuracy"]) <= 1e-12
+    assert all(abs(plain.theta[j] - rows[1][f"theta_{j}"]) <= 1e-10 for j in range(9))
+    final = one["aggregate"]["final_loss"]
+    values = [r["final_loss"] for r in rows]
+    assert final["n"] == 5 and final["mean"] == math.fsum(values) / 5
+    assert abs(final["std"] - statistics.stdev(values)) <= 1e-15

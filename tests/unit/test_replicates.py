@@ -1,0 +1,89 @@
+"""Replicates (aner_coord.computations.replicates): the seed rule of docs/contracts.md against
+an independent implementation (numpy's Philox), the aggregation rule against the statistics
+module, and the one validator of `replicates`."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from aner_coord.computations.replicates import (
+    MAX_REPLICATES,
+    REPLICATE_STREAM,
+    aggregate,
+    check_replicates,
+    replicate_seeds,
+    replicates_csv,
+)
+from aner_coord.errors import RequestError
+from aner_worker.kernels.montecarlo import McParams, MonteCarloKernel, replicate_segments
+from aner_worker.kernels.philox import count_hits
+
+
+def numpy_replicate_seed(seed: int, k: int) -> int:
+    """Word 0 of block k of the stream keyed (seed, 2**40): numpy increments its counter
+    before a block, so counter k - 1 starts at block k (docs/contracts.md, section 1)."""
+    generator = np.random.Philox(key=seed + (2**40 << 64), counter=(k - 1) % 2**256)
+    return int(generator.random_raw(4)[0])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 42, 2**63 + 12345, 2**64 - 1])
+def test_replicate_seeds_follow_the_contract_rule(seed: int) -> None:
+    assert REPLICATE_STREAM == 2**40
+    seeds = replicate_seeds(seed, 50)
+    assert list(seeds) == [numpy_replicate_seed(seed, k) for k in range(50)]
+    assert len(set(seeds)) == 50
+    assert all(0 <= s < 2**64 for s in seeds)
+    assert not {seed + k for k in range(50)} & set(seeds)  # never seed + k
+
+
+def test_seed_42_gives_the_documented_first_replicate_seeds() -> None:
+    # The values docs/contracts.md quotes.
+    assert replicate_seeds(42, 3) == (
+        12592837064490476508,
+        4241535741120090130,
+        6911127069311292716,
+    )
+
+
+def test_the_aggregate_is_mean_sample_std_and_standard_error() -> None:
+    rows = [{"replicate": k, "seed": 7, "hits": h, "estimate": 4 * h / 10} for k, h in
+            enumerate([7, 8, 8, 6, 9])]  # fmt: skip
+    summary = aggregate(rows, skip=("replicate", "seed"))
+    assert set(summary) == {"hits", "estimate"}
+    hits = summary["hits"]
+    assert hits.n == 5
+    assert hits.mean == statistics.fmean([7, 8, 8, 6, 9])
+    assert hits.std == pytest.approx(statistics.stdev([7, 8, 8, 6, 9]), rel=1e-15)
+    assert hits.standard_error == pytest.approx(hits.std / 5**0.5, rel=1e-15)
+    one = aggregate(rows[:1], skip=("replicate", "seed"))["hits"]
+    assert (one.n, one.mean, one.std, one.standard_error) == (1, 7.0, None, None)
+
+
+def test_replicates_csv_has_a_row_per_replicate_with_exact_floats() -> None:
+    rows = [{"replicate": 0, "seed": 2**64 - 1, "estimate": 0.1 + 0.2}]
+    assert (
+        replicates_csv(rows)
+        == b"replicate,seed,estimate\n0,18446744073709551615,0.30000000000000004\n"
+    )
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_REPLICATES + 1, True, 2.0, "3"])
+def test_replicates_out_of_range_is_one_error_naming_the_argument(bad: object) -> None:
+    with pytest.raises(RequestError) as caught:
+        check_replicates(bad)
+    assert caught.value.render(lambda name: f"--{name}").startswith("--replicates must be")
+
+
+def test_a_task_straddling_replicates_counts_each_with_its_own_seed() -> None:
+    seeds = replicate_seeds(5, 3)
+    assert replicate_segments(1000, 900, 1200) == [(0, 900, 100), (1, 0, 1000), (2, 0, 100)]
+    stats = MonteCarloKernel().run(McParams(5, seeds, 1000), 900, 1200, None)
+    assert stats.split == (
+        count_hits(seeds[0], 900, 100),
+        count_hits(seeds[1], 0, 1000),
+        count_hits(seeds[2], 0, 100),
+    )
+    assert stats.hits == sum(stats.split)
