@@ -219,8 +219,9 @@ class Calls:
         self, /, **arguments: Any
     ) -> Call[RegressionResult | RegressionReplicatesResult]:
         """Fit the logistic-regression fixture of docs/contracts.md, section 2 with full-batch
-        steps of `rate`: `samples` rows, `steps` steps, the rows of `seed`; `replicates` > 1 fits that many, with seeds derived from `seed`,
-        each whole on one slot, and returns their aggregate."""
+        steps of `rate`: `samples` rows, `steps` steps, the rows of `seed`; `replicates` > 1
+        fits that many, with seeds derived from `seed`, each whole on one slot, and returns
+        their aggregate."""
         placement, options = split_placement(arguments)
         request = request_of(RegressionRequest, options)
         return Call(self._job(request, placement), self._finish)

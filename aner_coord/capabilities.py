@@ -103,7 +103,7 @@ def computations() -> list[dict[str, Any]]:
 
 def capabilities(cluster: str | None = None) -> dict[str, Any]:
     """The whole report; with `cluster` (a cluster file) each worker's handshake report."""
-    from aner_coord.computations.dense.request import PRECISIONS
+    from aner_worker.kernels.base import PRECISIONS
 
     report = provenance()
     report.update(

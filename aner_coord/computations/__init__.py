@@ -29,11 +29,12 @@ from aner_coord.computations.base import (
     Run,
 )
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.montecarlo import STREAM_ID, MonteCarloRequest
-from aner_coord.computations.regression import FIXTURE_ID, RegressionRequest
+from aner_coord.computations.montecarlo import MonteCarloRequest
+from aner_coord.computations.regression import RegressionRequest
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import RequestError
 from aner_coord.requests import ComputationRequest
+from aner_worker.kernels.identities import FIXTURE_ID, STREAM_ID
 from aner_worker.registry import LazyRegistry
 
 __all__ = [

@@ -66,7 +66,8 @@ def whole_fit(
     """One whole fit of the fixture in this process, as docs/contracts.md, section 2 defines
     it: `(initial_loss, initial_accuracy, final_loss, fit_accuracy, *theta)`. The first
     step's gradient is the initial metrics pass's (both use the zero parameters)."""
-    from aner_worker.kernels.fixture import N_PARAMS, fixture_pass
+    from aner_worker.kernels.fixture import fixture_pass
+    from aner_worker.kernels.identities import N_PARAMS
 
     theta: tuple[float, ...] = (0.0,) * N_PARAMS
     stats = fixture_pass(seed, 0, rows, theta, should_stop)
