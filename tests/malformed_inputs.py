@@ -39,7 +39,7 @@ from support import HANG_S
 
 SEED = 20261204
 GiB = 1 << 30
-CASE_TIMEOUT_S = HANG_S  # a hang's bound: each case ends in well under a second idle
+CASE_TIMEOUT_S = int(HANG_S)  # a hang's bound: each case ends in well under a second idle
 MEM_CAP = 4 * GiB
 
 Maker = Callable[[Path], Path]  # makes the input at the given path, returns what to name

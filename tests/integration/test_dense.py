@@ -608,6 +608,7 @@ def test_a_constant_feature_too_large_to_square_fails_in_one_line_without_a_raw_
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.splitlines() == [
-        f"aner: job failed (job directory {out}): numerical divergence: the normalisation of "
-        "feature 'b' is not finite: rescale it"
+        f"aner: job failed (job directory {out}): numerical divergence: the moments of "
+        "feature 2 of 2 are not finite in the normalisation pass: rescale it (in the result of "
+        'worker "local-1" for task 1)'
     ], proc.stderr

@@ -270,8 +270,13 @@ class Training:
             width = 8 * self.sizes[0]
             if len(stats.sums) != width or len(stats.m2) != width:
                 return "moment sums of the wrong length"
-            if not (all_finite(_floats(stats.sums)) and all_finite(_floats(stats.m2))):
-                raise Divergence("non-finite feature moments in the normalisation pass")
+            sums, m2 = _floats(stats.sums), _floats(stats.m2)
+            if not (all_finite(sums) and all_finite(m2)):
+                j = int(np.argmax(~(np.isfinite(sums) & np.isfinite(m2))))
+                raise Divergence(
+                    f"the moments of feature {j + 1} of {self.sizes[0]} are not finite in the "
+                    "normalisation pass: rescale it"
+                )
             return None
         if not math.isfinite(stats.loss_sum):
             where = self.where() if phase is _Phase.TRAIN else f"the {phase.value} pass"
