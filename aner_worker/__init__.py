@@ -10,7 +10,8 @@ fingerprint that both sides compare at the handshake.
   fingerprint;
 - `inventory`: what this process may use (affinity, cgroup quotas, memory), with `cgroups`
   reading the quota and memory limit of its cgroup hierarchy; `machine`: the hardware and
-  software identity reported at the handshake;
+  software identity reported at the handshake; `build`: where this installation came
+  from (the provenance it reports too);
 - `blocks`: the staging block cache; `files`: bounded reads and the one atomic writer;
   `npzfile`: the files a user names (data, a model), read without trusting them;
 - `registry`: the lazy registry behind kernels and computations; `startup`: what an aner

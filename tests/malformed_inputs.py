@@ -28,14 +28,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from predict_inputs import f8, npy, patch_zip, zip_bytes
-from support import HANG_S
+from support import HANG_S, unix_socket
 
 SEED = 20261204
 GiB = 1 << 30
@@ -60,15 +59,6 @@ def content(data: bytes | str) -> Maker:
 
 def fifo(path: Path) -> Path:
     os.mkfifo(path, 0o600)
-    return path
-
-
-def unix_socket(path: Path) -> Path:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.bind(str(path))
-    finally:
-        s.close()
     return path
 
 

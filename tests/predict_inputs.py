@@ -21,7 +21,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support import ANER, HANG_S
+from support import ANER, HANG_S, unix_socket
 
 SEED = 20261203
 KiB, GiB = 1 << 10, 1 << 30
@@ -159,15 +158,6 @@ def fifo(path: Path) -> Path:
 def sparse(path: Path) -> Path:
     with open(path, "wb") as f:
         f.truncate(SPARSE)
-    return path
-
-
-def unix_socket(path: Path) -> Path:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.bind(str(path))
-    finally:
-        s.close()
     return path
 
 

@@ -13,8 +13,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -338,3 +340,18 @@ def installed_copy(tmp_path: Path, changed: str) -> Path:
     )
     launcher.chmod(0o755)
     return launcher
+
+
+def unix_socket(path: Path) -> Path:
+    """A unix socket file at `path`, whatever its length: bound in a short temporary
+    directory (an AF_UNIX address holds 108 bytes, and pytest-xdist's temporary paths are
+    long), then renamed into place."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:
+        address = os.path.join(short, "s")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(address)
+        finally:
+            s.close()
+        os.rename(address, path)
+    return path

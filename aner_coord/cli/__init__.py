@@ -2,7 +2,8 @@
 
 - `main`: the parser, the exit codes, `main()` (the console script);
 - `arguments`: how numbers and the shared execution flags are read;
-- `jobs`: `inventory`, `run`, `regression`, `resume`; `dense`: `train`, `predict`;
+- `jobs`: `inventory`, `run`, `regression`, `resume`; `capabilities`: what this build (and
+  each worker of a cluster) can do; `dense`: `train`, `predict`;
   `search`: `cv`, `search`;
 - `monitor`: `status`, `cancel`; `background`: `--background` and the detached coordinator;
 - `progress`: the live progress line; `sdnotify`: telling systemd how a job does.

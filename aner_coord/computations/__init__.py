@@ -4,6 +4,7 @@
 
 - `base`: what a computation is (`Computation`, `Admitted`, the pass and accounting types);
 - `montecarlo`, `regression`: the two built-in computations of one module each;
+  `replicates`: the seeds of replicates and the aggregation rule over them;
 - `dense/`: Dense classifier training; `search/`: model search and cross-validation;
 - `display`: how a fitted result shows itself in a notebook (a short repr, an HTML table).
 

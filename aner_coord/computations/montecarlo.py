@@ -214,6 +214,8 @@ class ReplicatesRun:
     returns the hits of each replicate its range meets, so tasks and ledger records hold
     whole replicates when the chunk is `samples` (the default up to WHOLE_REPLICATE)."""
 
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, request: MonteCarloRequest, chunk: int) -> None:
         self._request = request
         self._chunk = chunk

@@ -292,6 +292,8 @@ class ReplicatesRun:
     seed `replicate_seed(seed, k)`, computed on one slot (`whole_fit`), so its numbers are
     bitwise the same whichever worker, task or resume computed it."""
 
+    durable_chunks: ClassVar[bool] = True
+
     def __init__(self, request: RegressionRequest, chunk: int) -> None:
         self._request = request
         self._chunk = chunk

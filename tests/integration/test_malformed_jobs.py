@@ -30,7 +30,6 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support import ANER, HANG_S
+from support import ANER, HANG_S, unix_socket
 
 from aner_coord.jobdir.ledger import Accepted, Committed, frame
 from aner_worker.kernels.base import encode
@@ -74,15 +73,6 @@ def fifo(path: Path) -> Path:
 def sparse(path: Path) -> Path:
     with open(path, "wb") as f:
         f.truncate(3 * GiB)
-    return path
-
-
-def unix_socket(path: Path) -> Path:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.bind(str(path))
-    finally:
-        s.close()
     return path
 
 

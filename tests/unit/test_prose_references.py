@@ -197,6 +197,8 @@ def last_names() -> dict[str, list[str]]:
 
 def broken(token: str) -> bool:
     token = token.rstrip(".,:;)")
+    if token.endswith(".py") and token.removesuffix(".py") in TOP:
+        return False  # `protocol.py`: a user's file that shadows our package, not a module
     if DOTTED.fullmatch(token):
         return not resolves(token)
     if PATH.fullmatch(token) and "NAME" not in token and "*" not in token:
