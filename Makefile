@@ -31,11 +31,11 @@ lint: $(VENV)/.test
 typecheck: $(VENV)/.test
 	$(VENV)/bin/mypy protocol aner_coord aner_worker
 
-# Two test processes (pytest-xdist): most tests wait on worker processes, signals and files
-# rather than compute, so two processes use a 2-core machine better than one; every test
+# Four test processes (pytest-xdist): most tests wait on worker processes, signals and files
+# rather than compute, so four processes use a 2-core machine better than one or two; every test
 # that needs the real Slurm runs in one of them (tests/conftest.py). PYTEST_WORKERS=0 runs
 # the suite in this process alone.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 4
 PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
 pytest: $(VENV)/.test

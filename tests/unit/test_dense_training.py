@@ -149,7 +149,7 @@ def test_digits_reaches_095_with_defaults() -> None:
 # A regression check on these two fixed problems, far inside the contract's bound (which
 # test_dense_float32_bound derives from Adam's step and checks on random problems and the
 # README's example): |difference| <= 1e-3 * lr * steps for every parameter. Each step's
-# mean gradient carries binary32 rounding (~1e-7 relative, see test_dense_kernel's
+# mean gradient carries binary32 rounding (~1e-7 relative, see test_dense_network's
 # F32_CHUNK); Adam turns it into an update error of about lr times that relative error for
 # an element whose gradient stands above its rounding noise, but an element whose gradient
 # is at that noise may step the other way, up to ~lr per step. Measured on these problems:
