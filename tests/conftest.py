@@ -57,7 +57,7 @@ def coordinators() -> Iterator[Coordinators]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test` runs `-n 4 --dist loadgroup`), every test that uses
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that uses
     the real Slurm runs in one xdist worker: one single-node cluster per run, as without
     xdist, and its tests see only their own job steps.  Each xdist worker starts its own
     sshd (a cheap session fixture on a free port)."""

@@ -25,8 +25,10 @@ KERNELS: LazyRegistry[Kernel] = LazyRegistry("kernel")
 
 
 def register(kernel: Kernel) -> Kernel:
-    """Register a kernel object under its name (a test's or a plug-in's)."""
-    if KERNELS.loaded(kernel.name) and type(KERNELS[kernel.name]) is not type(kernel):
+    """Register a kernel object under its name (a test's or a plug-in's). A name taken by
+    another kernel, loaded or only declared, is refused: whether a built-in had been
+    imported yet must not decide whether it can be replaced."""
+    if kernel.name in KERNELS and type(KERNELS[kernel.name]) is not type(kernel):
         raise ValueError(f"a different kernel named {kernel.name!r} is already registered")
     KERNELS[kernel.name] = kernel
     return kernel
