@@ -248,7 +248,7 @@ def test_every_contracts_section_named_anywhere_exists() -> None:
 
 def test_the_tests_readme_maps_every_test_file_and_names_only_files_that_exist() -> None:
     text = (ROOT / "tests" / "README.md").read_text()
-    named = set(re.findall(r"`((?:unit|protocol|contract|integration)/test_\w+\.py)`", text))
+    named = set(re.findall(r"`tests/((?:unit|protocol|contract|integration)/test_\w+\.py)`", text))
     present = {p.relative_to(ROOT / "tests").as_posix() for p in ROOT.glob("tests/*/test_*.py")}
     assert sorted(present - named) == [], "test files tests/README.md does not map"
     assert sorted(named - present) == [], "tests/README.md names test files that do not exist"
