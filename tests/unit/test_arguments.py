@@ -75,7 +75,9 @@ def _required(call: Callable[..., Any]) -> list[str]:
 
 # Session fixtures of this test process (an sshd, a Slurm's daemons under pytest-xdist)
 # are its children too: only a child none of them could be counts.
-_FIXTURE_DAEMONS = frozenset({"sshd", "munged", "slurmctld", "slurmscriptd", "slurmd", "slurmstepd"})
+_FIXTURE_DAEMONS = frozenset(
+    {"sshd", "munged", "slurmctld", "slurmscriptd", "slurmd", "slurmstepd"}
+)
 
 
 def _nothing_started(output: Path) -> None:
