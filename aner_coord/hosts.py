@@ -32,10 +32,12 @@ def hosts_text(
     """`3 records on 1 host`; `3 records on 2 hosts: p1 + p2 share one`. With `here` (the
     identity of the host that speaks) its group is named: `2 records on 1 host, this one`,
     `3 records on 2 hosts: p1 + p2 share this one`. Workers of an unknown host are counted
-    apart: `3 records: 2 on 1 known host, 1 on a host not reported`."""
+    apart: `3 records: 2 on 1 known host, 1 on a host not reported: p1 + p2 share one`."""
     groups = host_groups(hosts)
     known = sum(len(g) for g in groups)
     unknown = len(hosts) - known
+    if not groups:
+        return f"{_count(len(hosts), noun)} on hosts not reported"
     if unknown:
         text = (
             f"{_count(len(hosts), noun)}: {known} on {_count(len(groups), 'known host')}, "

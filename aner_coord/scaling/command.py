@@ -288,7 +288,7 @@ def hosts_summary(probe: Probe) -> dict[str, Any]:
 
 
 def rate_text(rate: float, unit: str) -> str:
-    """`590.0k rows/s`, `245M samples/s`, `0.35 rows/s`: a unit that fits the rate (never
+    """`590.0k rows/s`, `245.4M samples/s`, `0.35 rows/s`: a unit that fits the rate (never
     "0.0 M"), N/A where none was measured."""
     if not (math.isfinite(rate) and rate > 0):
         return "N/A"
