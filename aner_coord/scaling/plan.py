@@ -62,7 +62,7 @@ class Candidate:
     startup_s: float  # what the plan pays before computing (command and workers)
     compute_s: float  # the passes
     in_flight: dict[str, int]  # tasks per worker to keep in flight
-    on_this_host: bool = False  # a group whose every record runs on this host
+    on_this_host: bool = False  # a cluster plan whose every record runs on this host
 
     @property
     def local(self) -> bool:

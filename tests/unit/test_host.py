@@ -119,3 +119,17 @@ def test_this_host_has_an_identity_where_the_system_files_exist() -> None:
     assert identity.value is not None and identity.notes == ()
     raw = [MACHINE_ID.read_text().strip(), BOOT_ID.read_text().strip()]
     assert [piece for piece in raw_pieces(*raw) if piece in identity.value] == []
+
+
+def test_the_inventory_shows_the_identity_or_says_why_it_has_none(tmp_path: Path) -> None:
+    from aner_worker.inventory import collect, format_table
+
+    known = collect(machine_id=tmp_path / "absent", boot_id=files(tmp_path)[1])
+    assert known.host is not None and known.to_dict()["host"] == known.host
+    assert [n for n in known.notes if n.startswith("host: ")] == [
+        f"host: no machine-id ({tmp_path / 'absent'}: No such file or directory)"
+    ]
+    unknown = collect(machine_id=tmp_path / "absent", boot_id=tmp_path / "absent")
+    assert unknown.host is None and unknown.to_dict()["host"] is None
+    assert "host: host identity unknown" in unknown.notes
+    assert "host identity        unknown (see notes)" in format_table(unknown)
