@@ -100,6 +100,12 @@ def add_execution_arguments(
         help="lost workers to survive: their chunks go to the others (default 0)",
     )
     p.add_argument("--background", action="store_true", help="detach; watch with `status`")
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="refuse at once (exit 2, naming their holders) if this host's CPU slots are "
+        "taken, instead of queueing",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
 
 

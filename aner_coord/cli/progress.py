@@ -82,7 +82,24 @@ def position_text(snapshot: StatusSnapshot, *, short: bool = False) -> str | Non
     return text
 
 
+def queue_text(snapshot: StatusSnapshot) -> str | None:
+    """`behind job 3f2a9c41d07e (monte-carlo, pid 4242, 2 slots)` for a QUEUED job: the jobs
+    holding the CPU slots it waits for (docs/contracts.md, section 13); None otherwise."""
+    if snapshot.state is not JobState.QUEUED:
+        return None
+    names = [
+        f"job {h.job} ({h.kind}, pid {h.pid}, {h.slots} slot(s))"
+        if h.job
+        else f"a {h.kind or 'process'} (pid {h.pid}, {h.slots} slot(s))"
+        for h in snapshot.queued_behind
+    ]
+    return "waiting for CPU slots held by " + ("; ".join(names) or "another process")
+
+
 def _where(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
+    queued = queue_text(snapshot)
+    if queued is not None:
+        return queued
     position = position_text(snapshot, short=short)
     if position is not None:
         return position
