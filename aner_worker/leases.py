@@ -7,11 +7,11 @@ writes who it is into the file it locked (a small JSON object: job id, kind, pid
 directory) so that a job that must wait can name the jobs in its way; a reader never trusts
 those bytes (bounded, decoded into a typed record, an unreadable one is "unknown").
 
-Where the table lives, first that applies:
+The table is `slots/` in aner's runtime directory (`runtime_dir()`), the first that applies:
 
-- `$ANER_LEASE_DIR` (tests point it at a directory of their own);
-- `$XDG_RUNTIME_DIR/aner/slots` (per user and per boot: systemd's runtime directory);
-- `/tmp/aner-$UID/slots`, created `0700`.
+- `$ANER_RUNTIME_DIR` (tests point it at a directory of their own);
+- `$XDG_RUNTIME_DIR/aner` (per user and per boot: systemd's runtime directory);
+- `/tmp/aner-$UID`, created `0700`.
 
 Every directory of ours on that path must be a real directory (not a symlink), owned by the
 user, with no group or other permission bits; otherwise the table is refused in one line
@@ -50,11 +50,13 @@ __all__ = [
     "Lease",
     "LeaseError",
     "LeaseTable",
+    "checked_dir",
     "leases_enabled",
-    "table_dir",
+    "private_dir",
+    "runtime_dir",
 ]
 
-DIR_ENV = "ANER_LEASE_DIR"
+DIR_ENV = "ANER_RUNTIME_DIR"
 DISABLE_ENV = "ANER_LEASES"  # "off": no leases, asked for explicitly
 HOLDER_BYTES = 4096  # what a reader reads of a slot file, at most
 _FLOCK_UNSUPPORTED = (errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
@@ -89,9 +91,9 @@ def leases_enabled(environ: Mapping[str, str] | None = None) -> bool:
     return env.get(DISABLE_ENV, "").strip().lower() != "off"
 
 
-def table_dir(environ: Mapping[str, str] | None = None) -> tuple[Path, tuple[Path, ...]]:
-    """The table's directory, and the directories of ours to create and check on the way
-    (the first of them is the one whose parent need not be ours)."""
+def runtime_dir(environ: Mapping[str, str] | None = None) -> tuple[Path, tuple[Path, ...]]:
+    """aner's per-user runtime directory on this host (the lease table's `slots/`, the job
+    index's `jobs/`), and the directories of ours to create and check on the way."""
     env = os.environ if environ is None else environ
     given = env.get(DIR_ENV)
     if given:
@@ -100,12 +102,21 @@ def table_dir(environ: Mapping[str, str] | None = None) -> tuple[Path, tuple[Pat
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         base = Path(runtime) / "aner"
-        return base / "slots", (base, base / "slots")
-    base = Path(f"/tmp/aner-{os.getuid()}")
-    return base / "slots", (base, base / "slots")
+    else:
+        base = Path(f"/tmp/aner-{os.getuid()}")
+    return base, (base,)
 
 
-def _checked_dir(path: Path) -> None:
+def private_dir(name: str, environ: Mapping[str, str] | None = None) -> Path:
+    """`name` in the runtime directory, each directory of ours on the way created `0700`
+    and checked (`LeaseError` naming the one that is not safe to use)."""
+    base, ours = runtime_dir(environ)
+    for directory in (*ours, base / name):
+        checked_dir(directory)
+    return base / name
+
+
+def checked_dir(path: Path) -> None:
     """Create `path` owner-only if it is missing; refuse it unless it is a real directory
     of ours that nobody else may write."""
     try:
@@ -163,14 +174,12 @@ class LeaseTable:
 
     def __init__(self, size: int, path: Path | None = None, *, first: int = 0) -> None:
         if path is None:
-            path, ours = table_dir()
+            path = private_dir("slots")
         else:
-            ours = (path,)
+            checked_dir(path)
         self.path = path
         self.size = size
         self.first = first  # a granted worker uses slots first .. size - 1 only
-        for directory in ours:
-            _checked_dir(directory)
         import fcntl  # POSIX only; callers check `aner_coord.posix` first
 
         self._fcntl = fcntl

@@ -36,7 +36,7 @@ from aner_coord.job.coordinator import Coordinator, JobReport, Observer
 from aner_coord.job.events import ShellFailed
 from aner_coord.job.pool import WorkerPool
 from aner_coord.job.queue import QueuedPublisher, Slots
-from aner_coord.jobdir import ledger
+from aner_coord.jobdir import index, ledger
 from aner_coord.jobdir.manifest import encode_manifest, manifest_of
 from aner_coord.jobdir.results import encode_result
 from aner_coord.jobdir.status import JobState
@@ -202,13 +202,7 @@ async def execute(
         coordinator.launch()
     try:
         async with job_files(job, resume, writer_failed, policy, key) as files:
-            if files is not None and on_directory is not None:
-                on_directory(files.directory)
-            chain: list[Observer] = [*observers]
-            if on_ready is not None:
-                chain.append(_Once(on_ready))
-            if files is not None:
-                chain.insert(0, files.writer)
+            chain = _observers(files, key, observers, on_ready, on_directory)
             first_seq = resume.last_seq if resume is not None else 0
             if slots is not None and busy is not None:
                 queue = QueuedPublisher(job, chain, first_seq)
@@ -243,6 +237,26 @@ async def execute(
     finally:
         if lease is not None:
             lease.release()
+
+
+def _observers(
+    files: JobFiles | None,
+    key: bytes,
+    observers: Sequence[Observer],
+    on_ready: Callable[[], None] | None,
+    on_directory: Callable[[jobdir.JobDir], None] | None,
+) -> list[Observer]:
+    """The job's observers, its status writer first; a job directory is registered in the
+    job index (`aner parallel jobs`) and handed to `on_directory` first."""
+    chain: list[Observer] = [*observers]
+    if on_ready is not None:
+        chain.append(_Once(on_ready))
+    if files is not None:
+        index.register(files.directory.path, key)
+        if on_directory is not None:
+            on_directory(files.directory)
+        chain.insert(0, files.writer)
+    return chain
 
 
 def _late_coordinator(
