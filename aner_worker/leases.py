@@ -26,7 +26,10 @@ Taking is all or nothing: `LeaseTable.take(n)` locks `n` free slots of the table
 
 This module is shared by coordinators (local threads, local pipe workers) and worker
 processes granted a number of slots (`aner parallel worker --max-slots N`), so it lives on
-the worker's side of the layering rule.
+the worker's side of the layering rule. A granted worker takes one slot of the grant table
+`granted/` (its first N slots) for each task it computes, not of `slots/`: a local pipe
+worker's coordinator has leased that worker's slots in `slots/` already, and the grant is
+its own bound, the host owner's, on what other coordinators may use.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import msgspec
 __all__ = [
     "DIR_ENV",
     "DISABLE_ENV",
+    "GRANTED",
     "Holder",
     "Lease",
     "LeaseError",
@@ -57,6 +61,7 @@ __all__ = [
 ]
 
 DIR_ENV = "ANER_RUNTIME_DIR"
+GRANTED = "granted"  # the grant table of workers started with --max-slots N
 DISABLE_ENV = "ANER_LEASES"  # "off": no leases, asked for explicitly
 HOLDER_BYTES = 4096  # what a reader reads of a slot file, at most
 _FLOCK_UNSUPPORTED = (errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
