@@ -32,9 +32,8 @@ def test_take_is_all_or_nothing_and_names_the_holders(tmp_path: Path) -> None:
     assert busy == [ME]
     second = table(tmp_path).take(1, Holder(2, kind="worker", slots=1))
     assert isinstance(second, Lease) and second.slots == (1,)  # slot 1 was left free
-    assert ME.describe() == "job 0123456789ab (monte-carlo, pid %d, 2 slot(s)) in /x/j1" % (
-        os.getpid()
-    )
+    pid = os.getpid()
+    assert ME.describe() == f"job 0123456789ab (monte-carlo, pid {pid}, 2 slot(s)) in /x/j1"
     first.release()
     second.release()
     assert [holder for _, holder in table(tmp_path).holders()] == [None, None]
