@@ -10,7 +10,9 @@ those bytes (bounded, decoded into a typed record, an unreadable one is "unknown
 The table is `slots/` in aner's runtime directory (`runtime_dir()`), the first that applies:
 
 - `$ANER_RUNTIME_DIR` (tests point it at a directory of their own);
-- `$XDG_RUNTIME_DIR/aner` (per user and per boot: systemd's runtime directory);
+- `$XDG_RUNTIME_DIR/aner` (per user and per boot: systemd's runtime directory), or
+  `/run/user/$UID/aner` where the variable is unset and that directory exists (so that a
+  shell without it meets the user's systemd units);
 - `/tmp/aner-$UID`, created `0700`.
 
 Every directory of ours on that path must be a real directory (not a symlink), owned by the
@@ -105,10 +107,13 @@ def runtime_dir(environ: Mapping[str, str] | None = None) -> tuple[Path, tuple[P
         path = Path(given).absolute()
         return path, (path,)
     runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
-        base = Path(runtime) / "aner"
-    else:
-        base = Path(f"/tmp/aner-{os.getuid()}")
+    if not (runtime and os.path.isabs(runtime)):
+        # A shell without the variable (an SSH session without pam_systemd) still meets
+        # the jobs of the user's systemd units there.
+        runtime = f"/run/user/{os.getuid()}"
+    if os.path.isdir(runtime):
+        return Path(runtime) / "aner", (Path(runtime) / "aner",)
+    base = Path(f"/tmp/aner-{os.getuid()}")
     return base, (base,)
 
 

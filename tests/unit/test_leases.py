@@ -81,7 +81,9 @@ def test_the_runtime_directory_is_chosen_in_order(tmp_path: Path) -> None:
     given = {"ANER_RUNTIME_DIR": str(tmp_path / "rt"), "XDG_RUNTIME_DIR": str(tmp_path)}
     assert leases.runtime_dir(given)[0] == tmp_path / "rt"
     assert leases.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path)})[0] == tmp_path / "aner"
-    assert leases.runtime_dir({})[0] == Path(f"/tmp/aner-{os.getuid()}")
+    run_user = Path(f"/run/user/{os.getuid()}")
+    fallback = run_user / "aner" if run_user.is_dir() else Path(f"/tmp/aner-{os.getuid()}")
+    assert leases.runtime_dir({})[0] == fallback
     made = leases.private_dir("slots", given)
     assert made == tmp_path / "rt" / "slots"
     assert (made.stat().st_mode & 0o777, made.parent.stat().st_mode & 0o777) == (0o700, 0o700)
