@@ -104,6 +104,7 @@ def test_unknown_state_is_refused() -> None:
 
 def test_the_offline_state_is_observed_never_written_and_each_state_has_its_exit_code() -> None:
     assert {s: s.exit_code for s in JobState} == {
+        JobState.QUEUED: EXIT_OK,
         JobState.STARTING: EXIT_OK,
         JobState.RUNNING: EXIT_OK,
         JobState.CANCELLING: EXIT_OK,
