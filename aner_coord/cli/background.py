@@ -115,9 +115,22 @@ def submit(
         where = shlex.quote(str(output))
         started = "resumed" if resume else "started"
         print(f"job {started} in the background: {output} (coordinator pid {pid})")
+        queued = _queued(output)
+        if queued is not None:
+            print(f"  queued: {queued}")
         print(f"  watch:  aner parallel status --job {where} --watch")
         print(f"  cancel: aner parallel cancel --job {where}")
     return EXIT_OK
+
+
+def _queued(output: os.PathLike[str]) -> str | None:
+    """What a job that is QUEUED now waits for (its first status says), else None."""
+    from aner_coord.cli.progress import queue_text
+
+    try:
+        return queue_text(jobdir.read_status(output))
+    except (OSError, AnerError):
+        return None  # it is the coordinator's now: `status` will say
 
 
 def _spawn(how: tuple[str, ...], ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
