@@ -99,6 +99,11 @@ def add_execution_arguments(
         metavar="N",
         help="lost workers to survive: their chunks go to the others (default 0)",
     )
+    p.add_argument(
+        "--after",
+        metavar="DIR",
+        help="start once the job in DIR completes; fail, saying why, if it fails or is cancelled",
+    )
     p.add_argument("--background", action="store_true", help="detach; watch with `status`")
     p.add_argument(
         "--no-wait",

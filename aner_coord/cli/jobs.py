@@ -98,6 +98,7 @@ def job_request(args: argparse.Namespace, computation: ComputationRequest) -> Jo
         output=args.output,
         audit=args.audit,
         retries=args.retries,
+        after=args.after,
     )
 
 

@@ -83,10 +83,19 @@ def position_text(snapshot: StatusSnapshot, *, short: bool = False) -> str | Non
 
 
 def queue_text(snapshot: StatusSnapshot) -> str | None:
-    """`behind job 3f2a9c41d07e (monte-carlo, pid 4242, 2 slots)` for a QUEUED job: the jobs
-    holding the CPU slots it waits for (docs/contracts.md, section 13); None otherwise."""
+    """`waiting for CPU slots held by job 3f2a9c41d07e (monte-carlo, pid 4242, 2 slot(s))`
+    for a QUEUED job: the jobs holding the CPU slots it waits for, or the job it runs after
+    (named with 0 slots), `waiting for job ... to complete` (docs/contracts.md, section 13);
+    None otherwise."""
     if snapshot.state is not JobState.QUEUED:
         return None
+    behind = snapshot.queued_behind
+    if behind and all(h.slots == 0 for h in behind):  # the job it runs after (`--after`)
+        return (
+            "waiting for "
+            + "; ".join(f"job {h.job} ({h.kind}, pid {h.pid})" for h in behind)
+            + " to complete"
+        )
     names = [
         f"job {h.job} ({h.kind}, pid {h.pid}, {h.slots} slot(s))"
         if h.job

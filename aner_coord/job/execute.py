@@ -35,13 +35,12 @@ from aner_coord.job.checkpoints import Checkpointer, Policy, Restored
 from aner_coord.job.coordinator import Coordinator, JobReport, Observer
 from aner_coord.job.events import ShellFailed
 from aner_coord.job.pool import WorkerPool
-from aner_coord.job.queue import QueuedPublisher, Slots
+from aner_coord.job.queue import QueuedPublisher, Ticket, Turn
 from aner_coord.jobdir import index, ledger
 from aner_coord.jobdir.manifest import encode_manifest, manifest_of
 from aner_coord.jobdir.results import encode_result
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import encode_request, with_absolute_paths
-from aner_worker.leases import Lease
 
 # The request as given, kept for `resume`. It names the cluster file's path, which is
 # private: unlike the manifest, status and result, it is not meant to be published.
@@ -179,23 +178,21 @@ async def execute(
     job directory this run holds (a detached coordinator adopts its log through that very
     descriptor, never by path).
 
-    The job's local CPU slots come first (`aner_coord.job.queue`): while another job holds
-    them this one is QUEUED, or, with `wait=False`, refused at once (AdmissionError, exit 2,
-    nothing made); they are held until the run ends."""
+    The job's local CPU slots come first (`aner_coord.job.queue`), and the job it runs after
+    (`--after`) before them: while another job holds them (or has not completed) this one is
+    QUEUED, or, with `wait=False`, refused at once (AdmissionError, exit 2, nothing made);
+    the slots are held until the run ends."""
     cancel = cancel if cancel is not None else asyncio.Event()
     policy = Policy.from_environ()  # a bad setting is refused before anything starts
     coordinator: Coordinator | None = None
     key = resume.job_key if resume is not None else ledger.new_job_key()
-    slots = Slots.for_job(job, ledger.job_id(key))
-    got = slots.take_or_refuse(wait) if slots is not None else None
-    lease = got if isinstance(got, Lease) else None
-    busy = got if isinstance(got, list) else None
+    ticket = Ticket.take(job, ledger.job_id(key), wait)
 
     def writer_failed(error: jobdir.JobDirError) -> None:  # on the writer's thread
         if coordinator is not None:
             coordinator.deliver(ShellFailed("writing the job directory", str(error)))
 
-    if resume is None and busy is None:
+    if resume is None and ticket.waiting is None:
         # A new job's workers start first (threads load the kernel, processes start and shake
         # hands) and the job directory is made meanwhile; what they report waits for startup.
         coordinator = Coordinator(job, cancel=cancel, pool=pool)
@@ -204,12 +201,12 @@ async def execute(
         async with job_files(job, resume, writer_failed, policy, key) as files:
             chain = _observers(files, key, observers, on_ready, on_directory)
             first_seq = resume.last_seq if resume is not None else 0
-            if slots is not None and busy is not None:
+            if ticket.waiting is not None:
                 queue = QueuedPublisher(job, chain, first_seq)
                 async with _cancel_requests(files, cancel):
-                    lease = await slots.wait(busy, cancel, queue)
-                if lease is None:
-                    return _cancelled_while_queued(files, queue)
+                    turn = await ticket.wait(cancel, queue)
+                if turn.cancelled or turn.failure is not None:
+                    return _ended_while_queued(files, queue, turn)
                 first_seq = queue.seq
             if coordinator is None:
                 coordinator = _late_coordinator(
@@ -235,8 +232,7 @@ async def execute(
             await coordinator.shutdown()
         raise
     finally:
-        if lease is not None:
-            lease.release()
+        ticket.release()
 
 
 def _observers(
@@ -298,12 +294,13 @@ def _cancel_requests(
     return jobdir.cancel_requests(files.directory, cancel)
 
 
-def _cancelled_while_queued(files: JobFiles | None, queue: QueuedPublisher) -> JobReport:
-    """A job cancelled before its slots were free: CANCELLED, nothing computed."""
-    snapshot = queue.cancelled()
+def _ended_while_queued(files: JobFiles | None, queue: QueuedPublisher, turn: Turn) -> JobReport:
+    """A job cancelled while queued (CANCELLED), or whose job to run after failed or was
+    cancelled (FAILED, saying so): nothing computed."""
+    snapshot = queue.ended(turn)
     report = JobReport(
-        state=JobState.CANCELLED,
-        error=None,
+        state=snapshot.state,
+        error=snapshot.error,
         snapshot=snapshot,
         seconds=snapshot.elapsed_s,
     )

@@ -22,8 +22,9 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from aner_coord import posix
+from aner_coord import jobdir, posix
 from aner_coord.admission import Job
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, QueuedBehind, StatusSnapshot
@@ -93,26 +94,126 @@ class Slots:
             + ": wait for them, or run without --no-wait to queue"
         )
 
-    async def wait(
-        self,
-        holders: list[Holder],
-        cancel: asyncio.Event,
-        publish: QueuedPublisher,
-    ) -> Lease | None:
-        """Poll until the slots are ours (the lease) or `cancel` is set (None); publish a
-        QUEUED status at the start and whenever the holders change."""
-        publish.queued(holders)
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(cancel.wait(), POLL_S)
-            if cancel.is_set():
-                return None
-            got = self.take_now()
+
+@dataclass(frozen=True)
+class After:
+    """The job this one runs after (`--after DIR`): it starts once that job is COMPLETED,
+    and fails, saying why, once it is FAILED or CANCELLED, or its directory is gone. A job
+    whose coordinator is offline is waited for (it may be resumed)."""
+
+    path: Path
+    job: str  # its id, from its manifest
+
+    @classmethod
+    def for_job(cls, job: Job) -> After | None:
+        if job.request.after is None:
+            return None
+        path = Path(job.request.after).expanduser()
+        try:
+            manifest = jobdir.read_json(path, jobdir.MANIFEST)
+        except OSError:
+            raise RequestError(f"there is no job directory at {path} to run after") from None
+        ident = manifest.get("job") if isinstance(manifest, dict) else None
+        return cls(path, str(ident)[:12] if isinstance(ident, str) else "")
+
+    def look(self) -> bool | str | Holder:
+        """True once it completed; why this job fails once it cannot; else who it waits
+        for."""
+        try:
+            status = jobdir.read_status(self.path)
+        except FileNotFoundError:
+            if not self.path.exists():
+                return f"the job it was to run after, {self.path}, was deleted: it did not start"
+            return Holder(0, self.job, "job", 0)  # not started yet
+        except (OSError, jobdir.JobFileError) as exc:
+            return f"the job it was to run after cannot be read ({exc}): it did not start"
+        if status.state is JobState.COMPLETED:
+            return True
+        if status.terminal:
+            return (
+                f"the job it was to run after, {self.path}, ended {status.state.value}: "
+                "it did not start"
+            )
+        return Holder(status.pid, self.job, status.kind, 0)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """How a queued job's wait ended: its lease (None without leases), or cancelled, or
+    failed with the reason."""
+
+    lease: Lease | None = None
+    cancelled: bool = False
+    failure: str | None = None
+
+
+async def wait_turn(
+    slots: Slots | None,
+    after: After | None,
+    holders: list[Holder],
+    cancel: asyncio.Event,
+    publish: QueuedPublisher,
+) -> Turn:
+    """Wait, QUEUED, for the job to run after (if any) and then for the slots (if any);
+    publish a QUEUED status at the start and whenever who it waits for changes; poll every
+    POLL_S; end at once on `cancel`."""
+    published: list[Holder] | None = None
+    while True:
+        if cancel.is_set():
+            return Turn(cancelled=True)
+        seen = after.look() if after is not None else True
+        if isinstance(seen, str):
+            return Turn(failure=seen)
+        if isinstance(seen, Holder):
+            holders = [seen]
+        elif slots is not None and (published is not None or after is not None):
+            # (a job without `after` comes here because its slots were just found taken)
+            got = slots.take_now()
             if isinstance(got, Lease):
-                return got
-            if got != holders:
-                holders = got
-                publish.queued(holders)
+                return Turn(lease=got)
+            holders = got
+        elif slots is None:
+            return Turn()
+        if holders != published:
+            publish.queued(holders)
+            published = holders
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(cancel.wait(), POLL_S)
+
+
+@dataclass
+class Ticket:
+    """A job's place on this host: its slots and the job it runs after, the lease once it
+    holds one, and whom it must wait for first (None: nobody, it may start now)."""
+
+    slots: Slots | None
+    after: After | None
+    lease: Lease | None
+    waiting: list[Holder] | None
+
+    @classmethod
+    def take(cls, job: Job, job_id: str, wait: bool) -> Ticket:
+        """Try now, before anything is made: the slots if free, else whom to wait for; with
+        `wait` false, busy slots refuse the job (exit 2)."""
+        slots = Slots.for_job(job, job_id)
+        after = After.for_job(job)
+        if after is not None:
+            if not wait:
+                raise RequestError("--after waits for another job: give it without --no-wait")
+            return cls(slots, after, None, [])
+        got = slots.take_or_refuse(wait) if slots is not None else None
+        if isinstance(got, list):
+            return cls(slots, None, None, got)
+        return cls(slots, None, got, None)
+
+    async def wait(self, cancel: asyncio.Event, publish: QueuedPublisher) -> Turn:
+        turn = await wait_turn(self.slots, self.after, self.waiting or [], cancel, publish)
+        self.lease = turn.lease
+        return turn
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
 
 
 class QueuedPublisher:
@@ -135,10 +236,15 @@ class QueuedPublisher:
         behind = [QueuedBehind(h.job, h.kind, h.pid, h.slots) for h in holders]
         return self._publish(JobState.QUEUED, behind)
 
-    def cancelled(self) -> StatusSnapshot:
+    def ended(self, turn: Turn) -> StatusSnapshot:
+        """The last status of a job that never started: CANCELLED, or FAILED saying why."""
+        if turn.failure is not None:
+            return self._publish(JobState.FAILED, [], turn.failure)
         return self._publish(JobState.CANCELLED, [])
 
-    def _publish(self, state: JobState, behind: list[QueuedBehind]) -> StatusSnapshot:
+    def _publish(
+        self, state: JobState, behind: list[QueuedBehind], error: str | None = None
+    ) -> StatusSnapshot:
         self.seq += 1
         admitted = self.job.admitted
         snapshot = StatusSnapshot(
@@ -153,7 +259,7 @@ class QueuedPublisher:
             requested=admitted.items,
             passes=admitted.passes,
             pass_index=0,
-            phase="queued" if state is JobState.QUEUED else "cancelled while queued",
+            phase="queued" if state is JobState.QUEUED else "ended while queued",
             accepted=0,
             accepted_in_pass=0,
             chunks_total=0,
@@ -162,6 +268,7 @@ class QueuedPublisher:
             throughput=None,
             eta_s=None,
             workers=[],
+            error=error,
             unit=self.job.computation.unit,
             work=admitted.planned_work,
             work_upper_bound=admitted.upper_bound,

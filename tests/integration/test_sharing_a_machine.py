@@ -177,3 +177,41 @@ def test_a_worker_granted_one_slot_computes_one_task_at_a_time(
     )  # fmt: skip
     assert refused.returncode == 3
     assert "grant is 1 (--max-slots 1, set on its host)" in refused.stderr
+
+
+def test_after_starts_a_job_when_another_completes_and_fails_it_when_that_one_cannot(
+    tmp_path: Path, env: dict[str, str], coordinators: Coordinators
+) -> None:
+    first, chained = tmp_path / "first", tmp_path / "chained"
+    assert run_job(env, first, 31).returncode == 0
+    done = run_job(env, chained, 32, "--after", str(first))
+    assert done.returncode == 0, done.stderr
+    assert result_of(chained)["hits"] == oracle_hits(32, 0, SAMPLES)
+
+    # The failure path, without computing anything: the job to run after waits for the
+    # slots the test holds, and is cancelled.
+    held = hold_both(env)
+    queued, after = tmp_path / "queued", tmp_path / "after"
+    assert run_job(env, queued, 33, "--background", "--quiet").returncode == 0
+    coordinators.add(status_of(queued).pid)
+    assert (
+        run_job(env, after, 34, "--after", str(queued), "--background", "--quiet").returncode == 0
+    )
+    waiting = status_of(after)
+    coordinators.add(waiting.pid)
+    assert waiting.state is JobState.QUEUED
+    assert [(q.job, q.slots) for q in waiting.queued_behind] == [
+        (json.loads((queued / "run-manifest.json").read_text())["job"][:12], 0)
+    ]
+    assert run_aner("parallel", "cancel", "--job", str(queued), env=env).returncode == 4
+    failed = wait_status(after, lambda s: s.terminal, 60, "ended")
+    assert failed.state is JobState.FAILED
+    assert (
+        failed.error == f"the job it was to run after, {queued}, ended CANCELLED: it did not start"
+    )
+    assert not (after / "result.json").exists()
+    held.release()
+
+    missing = run_job(env, tmp_path / "never", 35, "--after", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2
+    assert "there is no job directory at" in missing.stderr and "(--after)" in missing.stderr
