@@ -19,6 +19,7 @@ from aner_coord.jobdir.results import RESULT_SCHEMA, encode_result
 from aner_coord.jobdir.status import (
     STATUS_SCHEMA,
     JobState,
+    StatusSnapshot,
     TrainingPosition,
     WorkerAccount,
     decode_status,
