@@ -44,6 +44,8 @@ def jobs_command(args: argparse.Namespace) -> int:
         )
         if row["queued_behind"]:
             print(f"{'':<12}  behind job(s) {', '.join(row['queued_behind'])}")
+        if row["note"]:
+            print(f"{'':<12}  {row['note']}")
     return 0
 
 
