@@ -138,19 +138,29 @@ def test_kill_9_of_the_running_coordinator_lets_the_next_start(
     assert run_aner("parallel", "status", "--job", str(first), env=env).returncode == 5
 
 
+@pytest.mark.parametrize("transport", ["local", "ssh"])
 def test_a_worker_granted_one_slot_computes_one_task_at_a_time(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], transport: str, request: pytest.FixtureRequest
 ) -> None:
-    """Two coordinators share one worker host whose owner granted one slot (the wrapper is
-    what an `authorized_keys` forced command would be); the workers' own records show no
-    two tasks computing at once, and a cluster file asking for two slots is refused."""
+    """Two coordinators share one worker host (local pipes, or a loopback SSH host) whose
+    owner granted one slot (the wrapper is what an `authorized_keys` forced command would
+    be; over SSH the session's environment is sshd's, so it names the lease table itself);
+    the workers' own records show no two tasks computing at once, and a cluster file asking
+    for two slots is refused."""
+    endpoint = "-"
+    if transport == "ssh":
+        sshd = request.getfixturevalue("sshd")
+        env = {**sshd.env, **{k: env[k] for k in ("ANER_RUNTIME_DIR", "SLURM_CPUS_PER_TASK")}}
+        env.pop("ANER_LEASES", None)
+        endpoint = sshd.alias
     granted = tmp_path / "granted-aner"
     granted.write_text(
-        f'#!/bin/sh\nexec "{ANER}" "$@" --max-slots 1 2>>"{tmp_path}/worker-$$.log"\n'
+        f'#!/bin/sh\nANER_RUNTIME_DIR="{env["ANER_RUNTIME_DIR"]}" exec "{ANER}" "$@" '
+        f'--max-slots 1 2>>"{tmp_path}/worker-$$.log"\n'
     )
     granted.chmod(0o700)
-    one = write_cluster(tmp_path / "one.cluster", [("g1", "local", "-", str(granted), 1)])
-    two = write_cluster(tmp_path / "two.cluster", [("g2", "local", "-", str(granted), 2)])
+    one = write_cluster(tmp_path / "one.cluster", [("g1", transport, endpoint, str(granted), 1)])
+    two = write_cluster(tmp_path / "two.cluster", [("g2", transport, endpoint, str(granted), 2)])
     argv = [
         ANER, "parallel", "run", "--samples", "2000000", "--seed", "3", "--chunk", "200000",
         "--cluster", str(one), "--quiet", "--output",
