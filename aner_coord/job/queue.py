@@ -12,6 +12,11 @@ one `flock` per slot. A job that must wait publishes a QUEUED status naming the 
 (job id, computation, pid; never a directory) each time they change, and polls every
 `POLL_S`: a holder killed with `kill -9` loses its locks in the kernel at once, so the next
 job starts within one poll. A cancel while queued ends the job CANCELLED, nothing started.
+
+A job given `--after DIR` (`After`) waits, QUEUED, for the job in DIR to complete before
+it looks for its slots, and ends FAILED, saying why, if that job fails, is cancelled or is
+deleted. `Ticket` is one job's place: `Ticket.take` tries at once, `Ticket.wait` waits
+(`wait_turn`), and `QueuedPublisher` writes the statuses of the wait.
 """
 
 from __future__ import annotations
