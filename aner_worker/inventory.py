@@ -7,12 +7,16 @@ gets a note that starts with the field's name (``"physical_cores: ..."``), never
 
 Effective CPUs, the exact rule:
 
-    effective_cpus = max(1, min(len(affinity), floor(cgroup_quota_cpus), logical_cpus))
+    effective_cpus = max(1, min(len(affinity), floor(cgroup_quota_cpus), logical_cpus,
+                                the scheduler's hints))
 
 where each term takes part only when it is known, and the quota term is at least 1 (a quota of
 0.5 CPU still runs one worker, just slowly). A fractional quota rounds down: 1.5 CPUs of
 bandwidth gives 1, because two busy workers would be throttled. With nothing known the result
-is 1, with notes saying why.
+is 1, with notes saying why. The scheduler's hints (`SCHEDULER_HINTS`: Slurm's
+`SLURM_CPUS_PER_TASK` and `SLURM_CPUS_ON_NODE`, PBS's `NCPUS`, LSF's `LSB_DJOB_NUMPROC`,
+OpenMP's `OMP_THREAD_LIMIT`, and `OMP_NUM_THREADS` inside a batch job) bound it too; each
+one applied is named in the rule, and one applied or ignored gets a note naming its source.
 
 The cgroup quota (read by `aner_worker.cgroups`) is the tightest one found walking from the
 process's own cgroup up to the root of the hierarchy, because every ancestor's bandwidth
@@ -33,6 +37,7 @@ import functools
 import math
 import os
 import platform as _platform
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +120,7 @@ def collect(
     cgroups = read_cgroups(Path(cgroup_root), Path(proc_self_cgroup), notes)
 
     effective, derivation = _effective_cpus(logical, affinity, cgroups.quota_cpus, notes)
+    effective, derivation = _apply_hints(effective, derivation, scheduler_hints(os.environ, notes))
     auto = min(effective, LOCAL_WORKER_LIMIT)
     from aner_worker.host import BOOT_ID, MACHINE_ID, host_identity  # loads the wire's rules
 
@@ -224,6 +230,57 @@ def _effective_cpus(
         return 1, "nothing known, assumed 1"
     effective = max(1, min(value for value, _ in terms))
     return effective, "min of " + ", ".join(text for _, text in terms)
+
+
+# The batch schedulers' statements of a job's CPUs, in the order they are looked at. Each is
+# a limit wherever it is set, except OMP_NUM_THREADS, which outside a batch job is a request
+# to OpenMP runtimes (people set it to 1 to stop BLAS oversubscription), not an allocation.
+SCHEDULER_HINTS = (
+    ("SLURM_CPUS_PER_TASK", "Slurm"),
+    ("SLURM_CPUS_ON_NODE", "Slurm"),
+    ("NCPUS", "PBS"),
+    ("LSB_DJOB_NUMPROC", "LSF"),
+    ("OMP_THREAD_LIMIT", "OpenMP"),
+    ("OMP_NUM_THREADS", "OpenMP, inside a batch job"),
+)
+BATCH_JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
+
+
+def scheduler_hints(environ: Mapping[str, str], notes: list[str]) -> list[tuple[int, str]]:
+    """The CPU counts the environment's scheduler states, each with its source; a value
+    that is not a positive integer is noted and ignored (OMP_NUM_THREADS's list form
+    "4,2" counts by its first level)."""
+    hints: list[tuple[int, str]] = []
+    in_batch_job = any(environ.get(name) for name in BATCH_JOB_VARIABLES)
+    for name, source in SCHEDULER_HINTS:
+        raw = environ.get(name)
+        if raw is None or raw.strip() == "":
+            continue
+        if name == "OMP_NUM_THREADS" and not in_batch_job:
+            notes.append(
+                f"effective_cpus: {name}={raw} is a request to OpenMP outside a batch job "
+                "(no SLURM_JOB_ID, PBS_JOBID or LSB_JOBID): not applied"
+            )
+            continue
+        text = raw.split(",")[0].strip() if name == "OMP_NUM_THREADS" else raw.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            notes.append(f"effective_cpus: {name}={raw!r} is not a positive integer: ignored")
+            continue
+        hints.append((value, f"{name}={value} ({source})"))
+        notes.append(f"effective_cpus: bounded by {name}={value}, set by {source}")
+    return hints
+
+
+def _apply_hints(effective: int, derivation: str, hints: list[tuple[int, str]]) -> tuple[int, str]:
+    """The effective count bounded by the scheduler's hints, and the rule that says so."""
+    for value, text in hints:
+        derivation += f", {text}"
+        effective = min(effective, value)
+    return max(1, effective), derivation
 
 
 def _is_noted(inv: Inventory, field: str) -> bool:

@@ -425,8 +425,12 @@ class WorkerConnection(_Side):
         precisions: Collection[str] = ("float64",),
         build: dict[str, str] | None = None,
         host: str | None = None,
+        grant: int | None = None,
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
+        # The slots its host's owner granted (`--max-slots`), if any: a Hello assigning more
+        # is refused, naming the grant.
+        self.grant = grant
         self.machine = bounded_machine(machine or {})
         self.host = host
         self.build = bounded_machine(build or {})
@@ -617,6 +621,12 @@ class WorkerConnection(_Side):
             return (
                 f"assigned {hello.slots} slots but this worker's effective CPU allocation is "
                 f"{self.effective_cpus}: lower its slots in the cluster file"
+            )
+        if self.grant is not None and hello.slots > self.grant:
+            return (
+                f"assigned {hello.slots} slots but this worker's grant is {self.grant} "
+                f"(--max-slots {self.grant}, set on its host): lower its slots in the cluster "
+                f"file to at most {self.grant}"
             )
         unknown = sorted(set(hello.kernels) - self.kernels)
         if unknown:

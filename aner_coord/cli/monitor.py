@@ -44,6 +44,7 @@ from aner_coord.cli.progress import (
     eta_text,
     pacing_text,
     position_text,
+    queue_text,
     rate_text,
     work_text,
 )
@@ -255,6 +256,9 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         if snap.committed_steps is not None:
             lines.append(f"steps     {snap.committed_steps} committed")
     lines.extend(f"plan      {note}" for note in snap.notes)
+    queued = queue_text(snap)
+    if queued is not None:
+        lines.append(f"queued    {queued}")
     for i, worker in enumerate(snap.workers):
         slots = "slot" if worker.slots == 1 else "slots"
         lines.append(
