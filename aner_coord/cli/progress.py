@@ -46,14 +46,12 @@ def rate_text(snapshot: StatusSnapshot) -> str:
 
 
 def percent(snapshot: StatusSnapshot) -> float:
-    """Work done, in percent of the planned work: never above 100, and 100 only for a
-    completed job (rounding never shows an unfinished one as done)."""
-    total = snapshot.total_work
+    """Work done, in percent of the planned work weighted by its cost (`fraction`): never
+    above 100, and 100 only for a completed job (rounding never shows an unfinished one as
+    done)."""
     if snapshot.state is JobState.COMPLETED:
         return 100.0
-    if not total:
-        return 0.0
-    return min(99.9, math.floor(1000.0 * snapshot.accepted / total) / 10)
+    return min(99.9, math.floor(1000.0 * snapshot.fraction) / 10)
 
 
 def work_text(snapshot: StatusSnapshot) -> str:
@@ -151,7 +149,7 @@ class LiveProgress:
         self._progress.update(
             self._task,
             total=total,
-            completed=min(snapshot.accepted, total),
+            completed=round(snapshot.fraction * total),
             description=snapshot.state.value,
             detail=compact(snapshot),
         )
