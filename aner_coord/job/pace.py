@@ -95,16 +95,17 @@ class Pace:
         self._last_at, self._last = at, dict(live)
 
     def cost(self, kind: str) -> float:
-        """Seconds per item of `kind`: measured, else its prior scaled to the measured
-        kinds (relative units while nothing is measured)."""
+        """Seconds per item of `kind`: measured, else its prior scaled by the measured kind
+        most like it in prior cost (a test pass by the validations; relative units while
+        nothing is measured)."""
         if self._items.get(kind):
             return self._seconds[kind] / self._items[kind]
-        return self._prior.get(kind, 1.0) * self._scale()
-
-    def _scale(self) -> float:
-        weighted = sum(self._items[k] * self._prior[k] for k in self._items)
-        seconds = self.measured_s
-        return seconds / weighted if weighted > 0 and seconds > 0 else 1.0
+        prior = self._prior.get(kind, 1.0)
+        measured = [k for k, n in self._items.items() if n and self._seconds[k] > 0]
+        if not measured:
+            return prior
+        like = min(measured, key=lambda k: (abs(self._prior[k] - prior), -self._items[k]))
+        return prior * self._seconds[like] / (self._items[like] * self._prior[like])
 
     def fraction(self, done: Mapping[str, int]) -> float:
         """The planned cost done (0..1), `done` counting recovered and live items."""
@@ -117,14 +118,14 @@ class Pace:
 
     def eta(self, done: Mapping[str, int]) -> float | None:
         """Seconds left: each kind's items still to do at its cost; None until this run
-        has measured enough (`ETA_AFTER_S`, `ETA_AFTER_SHARE`) and the kind with the most
-        work left has a measured cost of its own."""
+        has measured enough (`ETA_AFTER_S`, `ETA_AFTER_SHARE`) and the kind of most of the
+        planned work (Dense: training steps) has a measured cost of its own."""
         if self.measured_s < ETA_AFTER_S:
             return None
         left = {kind: max(0, n - done.get(kind, 0)) for kind, n in self.total.items()}
         if not any(left.values()):
             return 0.0
-        heaviest = max(left, key=lambda kind: left[kind] * self._prior[kind])
+        heaviest = max(self.total, key=lambda kind: self.total[kind] * self._prior[kind])
         if not self._items[heaviest]:
             return None
         costs = {kind: self.cost(kind) for kind in self.total}
