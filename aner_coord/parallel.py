@@ -56,6 +56,7 @@ from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResu
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
+from aner_coord.handle import JobHandle
 from aner_coord.jobdir.status import WorkerAccount
 from aner_coord.requests import ClusterExecution, LocalExecution
 from aner_coord.session import Session, session
@@ -77,6 +78,7 @@ __all__ = [
     "DenseResult",
     "JobCancelled",
     "JobFailed",
+    "JobHandle",
     "LocalExecution",
     "MonteCarloRequest",
     "MonteCarloResult",
@@ -106,6 +108,7 @@ __all__ = [
     "search",
     "search_async",
     "session",
+    "submit",
 ]
 
 
@@ -152,6 +155,7 @@ cross_validate = _one_off.cross_validate
 cross_validate_async = _one_off.cross_validate_async
 search = _one_off.search
 search_async = _one_off.search_async
+submit = _one_off.submit
 
 
 def __getattr__(name: str) -> Any:

@@ -120,9 +120,10 @@ def compact(snapshot: StatusSnapshot) -> str:
 
 
 class LiveProgress:
-    """Observer drawing a progress bar on stderr while the job runs."""
+    """Observer drawing a progress bar on stderr while the job runs; `transient`: gone
+    once stopped (the CLI's, which prints its summary instead), else left as it ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transient: bool = True) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn
 
@@ -131,7 +132,7 @@ class LiveProgress:
             BarColumn(bar_width=16),
             TextColumn("{task.fields[detail]}"),
             console=Console(stderr=True),
-            transient=True,
+            transient=transient,
         )
         self._task: Any = None
 
