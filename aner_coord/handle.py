@@ -108,7 +108,8 @@ class Relay:
 
 class Watch:
     """The snapshots of one job, each newer than the last one given (those in between are
-    dropped), until the final one: `for snapshot in handle.watch()` or `async for`."""
+    dropped), until the job has ended and its final one was given: `for snapshot in
+    handle.watch()` or `async for`."""
 
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
@@ -134,11 +135,9 @@ class Watch:
         return self._give(snapshot, StopAsyncIteration)
 
     def _give(self, snapshot: StatusSnapshot | None, stop: type[Exception]) -> StatusSnapshot:
-        if snapshot is None:
+        if snapshot is None:  # the job has ended, and its final snapshot was given
             self._over = True
             raise stop
-        if snapshot.terminal:
-            self._over = True
         return snapshot
 
 
@@ -196,8 +195,6 @@ class Reporter:
                     snapshot = newer or snapshot
             last_at, last_state = time.monotonic(), snapshot.state
             self._give(snapshot)
-            if snapshot.terminal:
-                break
         if isinstance(self._callback, Closes):
             self._callback.close()
 
