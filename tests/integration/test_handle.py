@@ -77,6 +77,14 @@ def test_a_progress_callback_on_monte_carlo_and_its_bitwise_hits() -> None:
     assert fractions == sorted(fractions)
 
 
+def test_the_async_form_takes_progress_too() -> None:
+    seen: list[StatusSnapshot] = []
+    call = parallel.monte_carlo_async(samples=10**7, seed=42, progress=seen.append)
+    assert asyncio.run(call).hits == 7_856_672
+    assert seen[-1].state is JobState.COMPLETED
+    wait_for(lambda: not _aner_threads(), 30, "the progress thread to end")
+
+
 def test_submit_returns_a_handle_to_watch_and_its_result() -> None:
     handle = parallel.submit(
         parallel.monte_carlo, samples=10**7, seed=42, execution=parallel.local(2, chunk=10**5)
@@ -99,8 +107,12 @@ def test_a_session_submits_by_name_and_watches_asynchronously() -> None:
         handle = s.submit("regression", samples=20_000, steps=30, rate=0.5, seed=1, chunk=2_000)
         seen = asyncio.run(follow(handle))
         fit = handle.result()
-        alone = s.regression(samples=20_000, steps=30, rate=0.5, seed=1, chunk=2_000)
+        given: list[StatusSnapshot] = []
+        alone = s.regression(
+            samples=20_000, steps=30, rate=0.5, seed=1, chunk=2_000, progress=given.append
+        )
     assert seen[-1].state is JobState.COMPLETED and seen[-1].kind == "regression"
+    assert given[-1].state is JobState.COMPLETED and given[-1].pass_index == 32
     assert fit.theta == alone.theta and fit.final_loss == alone.final_loss
 
 
