@@ -16,7 +16,10 @@ time: costs, rates and the ETA count only what this coordinator did.
 `Pace.observe(at, live)` takes the items this coordinator has accepted so far, by kind, at a
 time (the shell's monotonic clock). The seconds since the last observation that moved are
 shared among the kinds that moved, in proportion to their items times their current cost.
-Tests feed recorded sequences; nothing here reads a clock.
+A kind's cost is its recent seconds over its recent items, older work fading with a
+half-life of `HALF_LIFE_SHARE` of the kind's planned items: a first epoch slowed by caches
+warming up is forgotten within a few percent of the job, while the noise of single passes
+is still averaged over many. Tests feed recorded sequences; nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from aner_coord.computations.base import Segment
 # the planned cost done by this run.
 ETA_AFTER_S = 0.5
 ETA_AFTER_SHARE = 0.01
+# Work of a kind counts half as much once this share of the kind's planned items came after.
+HALF_LIFE_SHARE = 0.1
 
 
 def totals(plan: Sequence[Segment]) -> dict[str, int]:
@@ -63,15 +68,18 @@ class Pace:
     def __init__(self, plan: Sequence[Segment], prior_costs: Mapping[str, float]) -> None:
         self.total = totals(plan)
         self._prior = {kind: prior_costs.get(kind, 1.0) for kind in self.total}
+        self._half_life = {k: max(1.0, n * HALF_LIFE_SHARE) for k, n in self.total.items()}
+        # Recent seconds and items of each kind (faded), and all seconds measured.
         self._seconds = dict.fromkeys(self.total, 0.0)
-        self._items = dict.fromkeys(self.total, 0)
+        self._items = dict.fromkeys(self.total, 0.0)
+        self._spent = 0.0
         self._last_at: float | None = None
         self._last: dict[str, int] = {}
 
     @property
     def measured_s(self) -> float:
         """Seconds of this run's work attributed so far."""
-        return sum(self._seconds.values())
+        return self._spent
 
     def observe(self, at: float, live: Mapping[str, int]) -> None:
         """This run had accepted `live` items of each kind by time `at`."""
@@ -90,8 +98,10 @@ class Pace:
         whole = sum(weights.values())
         for kind, n in moved.items():
             share = weights[kind] / whole if whole > 0 else 1.0 / len(moved)
-            self._seconds[kind] += seconds * share
-            self._items[kind] += n
+            fade = 0.5 ** (n / self._half_life[kind])
+            self._seconds[kind] = self._seconds[kind] * fade + seconds * share
+            self._items[kind] = self._items[kind] * fade + n
+        self._spent += seconds
         self._last_at, self._last = at, dict(live)
 
     def cost(self, kind: str) -> float:
