@@ -11,6 +11,10 @@ has both forms (as dask writes each `Client` method once and bridges it with
   task cancels the job, waits for it to stop, then re-raises the CancelledError, as asyncio's
   convention asks (`awaited`).
 
+Both also take `progress=` (`aner_coord.handle`: checked by `check_progress`, drained by a
+`Reporter` thread off the coordinator's loop), and `Calls.submit` starts any call by name
+and returns its `JobHandle` (`_start`: the job runs on without the caller).
+
 `Calls` holds the calls; how a job runs is its subclasses' business (`OneOff` for
 `parallel`'s functions, `aner_coord.session.Session` on kept workers). A computation's options
 are those of its request type, declared once there: a call converts its keyword arguments

@@ -36,6 +36,15 @@ one-off call); the workers end on leaving `with`, on garbage collection and at i
 exit; a worker lost between calls is started again and reported in the next call's
 `result.losses` (or, with `restart=False`, counted as that call's lost worker).
 
+Every call takes `progress=` (a function given status snapshots, or True for a progress bar
+in a terminal or a notebook), and `submit` starts any call without waiting for it
+(`aner_coord.handle`):
+
+    handle = parallel.submit(parallel.dense_fit, data="digits", seed=1, progress=True)
+    for snapshot in handle.watch():       # or `async for`; handle.status() is the latest
+        ...
+    fit = handle.result()                 # handle.cancel() cancels gracefully
+
 Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the message
 names the argument to change, as `workers=`; an argument a call does not take, or a missing
 one, is refused by name too), `JobFailed` for a failed job (its message says
