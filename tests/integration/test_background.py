@@ -24,12 +24,14 @@ from support import (
     ANER,
     CHUNK,
     FEW_SECONDS,
+    HANG_S,
     LONG,
     Coordinators,
     finish,
     lock_held,
     process_gone,
     reap,
+    result_of,
     run_aner,
     spawned,
     status_of,
@@ -242,6 +244,86 @@ def test_submit_from_python_returns_once_ready_and_lets_the_coordinator_go(
     assert capsys.readouterr() == ("", "")
     wait_for(lambda: (job / "result.json").exists() and not lock_held(job), 30, "the result")
     assert json.loads((job / "result.json").read_text())["samples"] == 2_000_000
+
+
+# --------------------------------------------------------------------------- admission
+
+# A teacher set large enough that admitting it whole (every row's role) grows a process by
+# about 45 MB (measured: 197 MB against 152 MB for 200 rows, before `precheck`; 1 MB apart after), small
+# enough that its one-epoch job is a few seconds of training.
+_LARGE_TEACHER = 4_000_000
+_RSS_SLACK_KB = 8 << 10  # between two runs of the same foreground, whatever their rows
+
+
+def _train_teacher(rows: int, output: Path, *extra: str) -> list[str]:
+    return [
+        ANER, "parallel", "train", "--teacher", f"{rows},1,2", "--seed", "3", "--epochs", "1",
+        "--hidden", "1", "--batch", "1000000", "--chunk", "1000000", "--workers", "1",
+        "--output", str(output), "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def _foreground_rss_kb(argv: list[str]) -> int:
+    """Run `argv` (a --background command) to its exit; the peak RSS of that process alone
+    (`wait4`: the detached coordinator is not its waited child, and is not counted)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, argv
+    return usage.ru_maxrss
+
+
+@pytest.mark.slow
+def test_background_admission_leaves_the_rows_to_the_coordinator(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    tiny, large, here = tmp_path / "tiny", tmp_path / "large", tmp_path / "here"
+    baseline = _foreground_rss_kb(_train_teacher(200, tiny, "--background"))
+    coordinators.add(status_of(tiny).pid)
+    peak = _foreground_rss_kb(_train_teacher(_LARGE_TEACHER, large, "--background"))
+    coordinators.add(status_of(large).pid)
+    assert peak <= baseline + _RSS_SLACK_KB, (peak, baseline)
+    # The coordinator admitted it whole: the job is the one a foreground run trains.
+    with spawned(_train_teacher(_LARGE_TEACHER, here)) as proc:
+        code, _, err = finish(proc, HANG_S)
+    assert code == 0, err
+    wait_for(lambda: (large / "result.json").exists() and not lock_held(large), HANG_S, "result")
+    assert (large / "model.npz").read_bytes() == (here / "model.npz").read_bytes()
+    ours, theirs = result_of(large), result_of(here)
+    assert ours["roles"] == theirs["roles"] and ours["roles"]["train"] > 2_700_000
+    assert ours["roles_sha256"] == theirs["roles_sha256"]
+    assert ours["test_loss"] == theirs["test_loss"]
+
+
+def test_a_refusal_only_the_whole_admission_finds_is_still_the_commands_own(
+    tmp_path: Path,
+) -> None:
+    # Two teacher rows leave a role empty: found when the rows get their roles, which with
+    # --background is the coordinator's work; the command still says it, exit 2.
+    here = run_aner(*_train_teacher(2, tmp_path / "here")[1:])
+    job = tmp_path / "job"
+    there = run_aner(*_train_teacher(2, job, "--background")[1:])
+    assert (here.returncode, there.returncode) == (2, 2)
+    assert there.stderr == here.stderr
+    assert there.stderr.count("\n") == 1 and "leave no" in there.stderr
+    assert there.stdout == "" and not job.exists()
+
+
+def test_a_mistake_in_the_options_is_refused_before_any_coordinator_starts(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job"
+    # A missing file: the submitter's own check (a coordinator would have logged its pid).
+    done = run_aner(
+        "parallel", "train", "--data", str(tmp_path / "absent.csv"), "--seed", "1",
+        "--output", str(job), "--background",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("aner: --data: cannot read") and "coordinator" not in done.stderr
+    assert not job.exists()
 
 
 # --------------------------------------------------------------------------- submit errors

@@ -1,6 +1,6 @@
 """Dense classifier training `aner-dense/v1` (docs/contracts.md, section 9): the computation the
-registry names, admission (the data loaded once, every limit) and the start of a run
-(`run.DenseRun`).
+registry names, admission (the data loaded once, every limit; `precheck`, the checks that
+need no rows) and the start of a run (`run.DenseRun`).
 """
 
 from __future__ import annotations
@@ -267,6 +267,27 @@ class Dense:
                 "roles_sha256": roles.sha256,
             },
         )
+
+    def precheck(self, request: DenseRequest) -> None:
+        """`admit`'s checks that need no rows (`Prechecks`): the options and the split's
+        (without the rows it assigns), a data file's kind and size (it is read by the
+        coordinator that admits the job whole), a teacher set's shape and layers within the
+        limits (its weights are made, never its rows)."""
+        options = _check_options(request)
+        _columns(request)
+        splits.rule_of(
+            request.test_fraction,
+            request.validation_fraction,
+            None if request.group is None else [],
+            None if request.split_column is None else [],
+        )
+        if request.teacher is not None:
+            dataset = load_dataset(request)
+            check_dataset(dataset, None)
+            check_parameters(layer_sizes(dataset.n_features, options["hidden"], dataset.n_classes))
+        elif request.data != "digits" and not arrays.is_array_data(request.data):
+            assert request.data is not None
+            check_data_file(request.data)
 
     def start(self, request: DenseRequest, chunk: int) -> DenseRun:
         return DenseRun(request, chunk, load_dataset(request, admitted=True))
