@@ -120,6 +120,10 @@ def admit_spec(request: JobRequest, args: argparse.Namespace, how: Callable[[Job
     except RequestError as exc:
         if not spec:
             raise
+        if args.command == "search":  # as the search file's own checks name its keys
+            from aner_coord.computations.search.specfile import render
+
+            raise render(spec, exc) from None
         raise RequestError(f"spec file {spec}: {exc.render(_spec_key)}") from None
 
 

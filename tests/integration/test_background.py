@@ -249,8 +249,8 @@ def test_submit_from_python_returns_once_ready_and_lets_the_coordinator_go(
 # --------------------------------------------------------------------------- admission
 
 # A teacher set large enough that admitting it whole (every row's role) grows a process by
-# about 45 MB (measured: 197 MB against 152 MB for 200 rows, before `precheck`; 1 MB apart after), small
-# enough that its one-epoch job is a few seconds of training.
+# about 45 MB (measured: 197 MB against 152 MB for 200 rows before `precheck`, 1 MB apart
+# after), small enough that its one-epoch job is a few seconds of training.
 _LARGE_TEACHER = 4_000_000
 _RSS_SLACK_KB = 8 << 10  # between two runs of the same foreground, whatever their rows
 
@@ -298,14 +298,24 @@ def test_background_admission_leaves_the_rows_to_the_coordinator(
     assert ours["test_loss"] == theirs["test_loss"]
 
 
+@pytest.mark.parametrize("command", ["train", "search"])
 def test_a_refusal_only_the_whole_admission_finds_is_still_the_commands_own(
-    tmp_path: Path,
+    tmp_path: Path, command: str
 ) -> None:
-    # Two teacher rows leave a role empty: found when the rows get their roles, which with
-    # --background is the coordinator's work; the command still says it, exit 2.
-    here = run_aner(*_train_teacher(2, tmp_path / "here")[1:])
+    # Too few teacher rows leave a role empty: found when the rows get their roles, which
+    # with --background is the coordinator's work; the command still says it, as the
+    # foreground does (a search file's keys named as the file writes them), exit 2.
+    spec = tmp_path / "search.toml"
+    spec.write_text("teacher = [3, 2, 2]\nseed = 7\nfolds = 2\nhidden = [4]\n[grid]\nlr = [0.01]\n")
+
+    def argv(output: Path, *extra: str) -> list[str]:
+        if command == "train":
+            return _train_teacher(2, output, *extra)[1:]
+        return ["parallel", "search", "--spec", str(spec), "--output", str(output), *extra]
+
+    here = run_aner(*argv(tmp_path / "here"))
     job = tmp_path / "job"
-    there = run_aner(*_train_teacher(2, job, "--background")[1:])
+    there = run_aner(*argv(job, "--background"))
     assert (here.returncode, there.returncode) == (2, 2)
     assert there.stderr == here.stderr
     assert there.stderr.count("\n") == 1 and "leave no" in there.stderr
