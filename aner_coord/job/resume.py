@@ -31,6 +31,9 @@ Only then is a `cancel-request` left by `aner parallel cancel` removed (the user
 resume the job it cancelled). The new coordinator replays the ledger through a fresh run
 and recomputes only the rest, so the result is the one an uninterrupted run gives; a run
 with a checkpoint continues after the checkpoint's committed passes (`steps_recovered`).
+
+`check_resumable` makes checks 1 to 4 alone, which do no work in proportion to the job's
+data, for `resume --background`: the detached coordinator then makes them all.
 """
 
 from __future__ import annotations

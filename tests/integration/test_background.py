@@ -259,6 +259,8 @@ def _train_teacher(rows: int, output: Path, *extra: str) -> list[str]:
     return [
         ANER, "parallel", "train", "--teacher", f"{rows},1,2", "--seed", "3", "--epochs", "1",
         "--hidden", "1", "--batch", "1000000", "--chunk", "1000000", "--workers", "1",
+        # most rows only validate or test: one forward pass each, where training takes two
+        "--test-fraction", "0.45", "--validation-fraction", "0.45",
         "--output", str(output), "--quiet", *extra,
     ]  # fmt: skip
 
@@ -293,7 +295,7 @@ def test_background_admission_leaves_the_rows_to_the_coordinator(
     wait_for(lambda: (large / "result.json").exists() and not lock_held(large), HANG_S, "result")
     assert (large / "model.npz").read_bytes() == (here / "model.npz").read_bytes()
     ours, theirs = result_of(large), result_of(here)
-    assert ours["roles"] == theirs["roles"] and ours["roles"]["train"] > 2_700_000
+    assert ours["roles"] == theirs["roles"] and ours["roles"]["train"] > 350_000
     assert ours["roles_sha256"] == theirs["roles_sha256"]
     assert ours["test_loss"] == theirs["test_loss"]
 
