@@ -324,6 +324,30 @@ def test_a_refusal_only_the_whole_admission_finds_is_still_the_commands_own(
     assert there.stdout == "" and not job.exists()
 
 
+def test_the_plans_notes_come_back_from_the_coordinator_that_admitted_it(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    from aner_coord.computations.dense.request import DenseRequest
+
+    # A step of 64 rows is one chunk of 128 for two worker slots: one slot idles. The note
+    # is the whole admission's, made in the coordinator; the command says it, as in the
+    # foreground.
+    job = tmp_path / "job"
+    options = {"teacher": (1000, 4, 2), "seed": 1, "batch": 64, "epochs": 1}
+    done = run_aner(
+        "parallel", "train", "--teacher", "1000,4,2", "--seed", "1", "--batch", "64",
+        "--epochs", "1", "--workers", "2", "--output", str(job), "--background",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    coordinators.add(status_of(job).pid)
+    notes = admit(
+        JobRequest(computation=DenseRequest(**options), execution=LocalExecution(workers=2))  # type: ignore[arg-type]
+    ).notes
+    assert len(notes) == 1 and "1 slot(s) idle" in notes[0]
+    assert done.stderr == f"aner: note: {notes[0]}\n"
+    assert status_of(job).notes == list(notes)
+
+
 def test_a_mistake_in_the_options_is_refused_before_any_coordinator_starts(
     tmp_path: Path,
 ) -> None:
