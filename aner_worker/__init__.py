@@ -10,7 +10,8 @@ fingerprint that both sides compare at the handshake.
   fingerprint;
 - `inventory`: what this process may use (affinity, cgroup quotas, memory), with `cgroups`
   reading the quota and memory limit of its cgroup hierarchy; `machine`: the hardware and
-  software identity reported at the handshake; `build`: where this installation came
+  software identity reported at the handshake; `host`: the host identity reported with it
+  (a salted hash of the machine ID and boot id); `build`: where this installation came
   from (the provenance it reports too);
 - `blocks`: the staging block cache; `files`: bounded reads and the one atomic writer;
   `npzfile`: the files a user names (data, a model), read without trusting them;

@@ -71,6 +71,8 @@ class Inventory:
     memory_cgroup_limit: int | None
     platform: dict[str, str]
     notes: tuple[str, ...]
+    # This host's identity (`aner_worker.host`): None where nothing identifies it (see notes).
+    host: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """The JSON-ready form used by ``aner parallel inventory --json`` and run manifests."""
@@ -90,6 +92,7 @@ class Inventory:
             "memory_cgroup_limit": self.memory_cgroup_limit,
             "platform": dict(self.platform),
             "notes": list(self.notes),
+            "host": self.host,
         }
 
 
@@ -97,6 +100,8 @@ def collect(
     *,
     cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
     proc_self_cgroup: str | os.PathLike[str] = "/proc/self/cgroup",
+    machine_id: str | os.PathLike[str] | None = None,
+    boot_id: str | os.PathLike[str] | None = None,
 ) -> Inventory:
     """Discover the allocation now. The paths exist so tests can point at fixture trees."""
     notes: list[str] = []
@@ -111,6 +116,13 @@ def collect(
 
     effective, derivation = _effective_cpus(logical, affinity, cgroups.quota_cpus, notes)
     auto = min(effective, LOCAL_WORKER_LIMIT)
+    from aner_worker.host import BOOT_ID, MACHINE_ID, host_identity  # loads the wire's rules
+
+    host = host_identity(
+        MACHINE_ID if machine_id is None else Path(machine_id),
+        BOOT_ID if boot_id is None else Path(boot_id),
+    )
+    notes.extend(f"host: {note}" for note in host.notes)
     rule = (
         f"automatic workers = effective CPUs ({effective} = {derivation}), "
         f"capped at {LOCAL_WORKER_LIMIT} local workers"
@@ -130,6 +142,7 @@ def collect(
         memory_cgroup_limit=cgroups.memory_limit,
         platform=_platform_identity(),
         notes=tuple(notes),
+        host=host.value,
     )
 
 
@@ -282,6 +295,7 @@ def format_table(inv: Inventory) -> str:
             f"{p.get('system', '?')} {p.get('release', '?')} {p.get('machine', '?')}, "
             f"{p.get('python_implementation', '?')} {p.get('python_version', '?')}",
         ),
+        ("host identity", _or_unknown(inv, "host", inv.host, "unknown")),
     ]
     rows += [("notes" if i == 0 else "", note) for i, note in enumerate(inv.notes)]
     if not inv.notes:

@@ -366,6 +366,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     """Run the worker loop until EOF or Shutdown; return the process exit status."""
     from aner_worker.build import build_identity
     from aner_worker.contract import source_fingerprint
+    from aner_worker.host import host_identity
     from aner_worker.inventory import current
     from aner_worker.machine import machine_identity
 
@@ -377,6 +378,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
         machine=machine_identity(),
         precisions=PRECISIONS,
         build=build_identity(),
+        host=host_identity().value,
     )
     out = _Output(stdout_fd, connection)
     serving = _Serving(connection, out)
