@@ -70,6 +70,13 @@ def run_in_thread(
 ) -> tuple[concurrent.futures.Future[T], Callable[[], None]]:
     """Start `make(cancel)` on a loop of its own in a thread ("aner-job") and return at once:
     its value to come, and a function that sets `cancel` from any thread."""
+    future, cancel, _ = _start_in_thread(make, "aner-job")
+    return future, cancel
+
+
+def _start_in_thread(
+    make: Callable[[asyncio.Event], Coroutine[Any, Any, T]], name: str
+) -> tuple[concurrent.futures.Future[T], Callable[[], None], threading.Thread]:
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
     box: dict[str, Any] = {}
     ready = threading.Event()
@@ -97,8 +104,9 @@ def run_in_thread(
             with contextlib.suppress(RuntimeError):  # the loop has closed: the job is over
                 box["loop"].call_soon_threadsafe(box["cancel"].set)
 
-    threading.Thread(target=target, name="aner-job").start()
-    return future, cancel
+    thread = threading.Thread(target=target, name=name)
+    thread.start()
+    return future, cancel, thread
 
 
 def run_interruptible(
@@ -167,40 +175,14 @@ def _run_in_helper_thread(
 ) -> tuple[T, KeyboardInterrupt | None]:
     """A loop of its own in a helper thread; an interrupt of this thread sets `cancel`."""
     interrupted: list[KeyboardInterrupt] = []
-    box: dict[str, Any] = {}
-    ready = threading.Event()
-    finished = threading.Event()
-
-    async def in_thread() -> T:
-        box["loop"] = asyncio.get_running_loop()
-        box["cancel"] = cancel = asyncio.Event()
-        ready.set()
-        return await make(cancel)
-
-    def target() -> None:
+    future, cancel, thread = _start_in_thread(make, "aner-coordinator")
+    # Waiting in short slices, not in one blocking call: an interrupt must reach this
+    # thread (and set `cancel`) while the job runs, however long it runs.
+    while not future.done():
         try:
-            with asyncio.Runner(loop_factory=loop_factory()) as runner:
-                box["value"] = runner.run(in_thread())
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            ready.set()
-            finished.set()
-
-    thread = threading.Thread(target=target, name="aner-coordinator")
-    thread.start()
-    # Waiting on an event, not in join(): an interrupt inside Thread.join can leave the
-    # thread looking finished while it still runs.
-    while not finished.is_set():
-        try:
-            finished.wait(0.05)
+            concurrent.futures.wait([future], timeout=0.05)
         except KeyboardInterrupt as exc:
             interrupted.append(exc)
-            ready.wait()
-            if "cancel" in box:
-                box["loop"].call_soon_threadsafe(box["cancel"].set)
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    result: T = box["value"]
-    return result, (interrupted[0] if interrupted else None)
+            cancel()
+    thread.join()  # its loop is closed: nothing of the job outlives the call
+    return future.result(), (interrupted[0] if interrupted else None)
