@@ -447,6 +447,10 @@ def test_sigterm_to_the_sbatch_script_cancels_the_aner_job_and_every_step(
     assert any(line.startswith("CANCELLED ") for line in output.splitlines()), output
 
 
+def _queued(slurm: SlurmCluster, job_id: str) -> bool:
+    return job_id in slurm.command("squeue", "-h", "-o", "%i").stdout.split()
+
+
 def _held_until_begin_time(slurm: SlurmCluster, job_id: str) -> bool:
     """Whether the batch job is pending, held by its begin time (as a requeued job is)."""
     listed = slurm.command("squeue", "-h", "-j", job_id, "-o", "%T %r").stdout.split()
@@ -478,12 +482,19 @@ def test_a_training_the_time_limit_stops_is_requeued_and_resumed_from_its_checkp
         finally:
             os.kill(pid, signal.SIGCONT)
         # Slurm holds a requeued batch job for two minutes (reason BeginTime) before it may
-        # start again; the test starts it as soon as it is held, which a user may do too.
+        # start again; the test lets it start ten seconds after it is held, as a user may.
+        # Not at once: slurmd refuses a launch within the second its credential was revoked
+        # ("Job credential revoked"), and the job would end without running.
         wait_for(lambda: _held_until_begin_time(slurm, job_id), 600, "the requeued job")
-        assert (
-            slurm.command("scontrol", "update", f"JobId={job_id}", "StartTime=now").returncode == 0
+        started = slurm.command("scontrol", "update", f"JobId={job_id}", "StartTime=now+10")
+        assert started.returncode == 0, started.stderr
+        wait_for(
+            lambda: (job / "result.json").exists() or not _queued(slurm, job_id),
+            600,
+            "the requeued job's result",
         )
-        wait_for(lambda: (job / "result.json").exists(), 600, "the requeued job's result")
+        output = (tmp_path / f"aner-{job_id}.out").read_text()
+        assert (job / "result.json").exists(), output  # the batch job ended without one
     finally:
         wait_for(
             lambda: job_id not in slurm.command("squeue", "-h", "-o", "%i").stdout.split(),
