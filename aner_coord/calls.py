@@ -35,16 +35,9 @@ import msgspec
 from aner_coord.admission import Job, admit
 from aner_coord.arguments import missing_options, refuse_others, takes
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.montecarlo import (
-    MonteCarloReplicatesResult,
-    MonteCarloRequest,
-    MonteCarloResult,
-)
-from aner_coord.computations.regression import (
-    RegressionReplicatesResult,
-    RegressionRequest,
-    RegressionResult,
-)
+from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
+from aner_coord.computations.regression import RegressionRequest, RegressionResult
+from aner_coord.computations.replicates import ReplicatesResult
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import JobCancelled, JobFailed, RequestError
 from aner_coord.job.coordinator import JobReport
@@ -204,9 +197,7 @@ class Calls:
         `chunk` items go to a task."""
         return Call(self._job(computation, placement), self._finish)
 
-    def _monte_carlo(
-        self, /, **arguments: Any
-    ) -> Call[MonteCarloResult | MonteCarloReplicatesResult]:
+    def _monte_carlo(self, /, **arguments: Any) -> Call[MonteCarloResult | ReplicatesResult]:
         """Estimate pi from `samples` Philox samples of `seed` (docs/contracts.md, section 1); the
         hits depend on nothing else. `replicates` > 1 runs that many independent estimates
         with seeds derived from `seed` and returns their aggregate (docs/contracts.md,
@@ -215,9 +206,7 @@ class Calls:
         request = request_of(MonteCarloRequest, options)
         return Call(self._job(request, placement), self._finish)
 
-    def _regression(
-        self, /, **arguments: Any
-    ) -> Call[RegressionResult | RegressionReplicatesResult]:
+    def _regression(self, /, **arguments: Any) -> Call[RegressionResult | ReplicatesResult]:
         """Fit the logistic-regression fixture of docs/contracts.md, section 2 with full-batch
         steps of `rate`: `samples` rows, `steps` steps, the rows of `seed`; `replicates` > 1
         fits that many, with seeds derived from `seed`, each whole on one slot, and returns

@@ -46,7 +46,9 @@ def _run(job: Path, *placement: str) -> dict[str, object]:
 
 
 def _science(result: dict[str, object]) -> bytes:
-    keys = ("stream", "seed", "samples", "replicates", "per_replicate", "aggregate", "pooled")
+    keys = ("of", "contract", "seed", "options", "replicates", "per_replicate", "aggregate",
+            "pooled")  # fmt: skip
+    assert result["computation"] == "replicates" and result["of"] == "monte-carlo"
     return json.dumps({k: result[k] for k in keys}).encode()
 
 
@@ -151,8 +153,7 @@ def _regression(job: Path, *placement: str) -> dict[str, Any]:
 def test_regression_replicates_are_bitwise_the_same_on_any_plan_and_each_a_plain_fit(
     tmp_path: Path,
 ) -> None:
-    keys = ("fixture", "seed", "samples", "steps", "rate", "replicates", "per_replicate",
-            "aggregate")  # fmt: skip
+    keys = ("of", "contract", "seed", "options", "replicates", "per_replicate", "aggregate")
     one = _regression(tmp_path / "one", "--workers", "1")
     two = _regression(tmp_path / "two", "--workers", "2")
     pipes = _regression(tmp_path / "pipes", "--cluster", str(write_pipe_pair(tmp_path / "c")))
@@ -173,3 +174,5 @@ def test_regression_replicates_are_bitwise_the_same_on_any_plan_and_each_a_plain
     values = [r["final_loss"] for r in rows]
     assert final["n"] == 5 and final["mean"] == math.fsum(values) / 5
     assert abs(final["std"] - statistics.stdev(values)) <= 1e-15
+    assert (final["min"], final["max"]) == (min(values), max(values))
+    assert one["options"] == {"samples": 30000, "steps": 4, "rate": 0.5}

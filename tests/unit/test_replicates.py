@@ -58,6 +58,7 @@ def test_the_aggregate_is_mean_sample_std_and_standard_error() -> None:
     assert hits.mean == statistics.fmean([7, 8, 8, 6, 9])
     assert hits.std == pytest.approx(statistics.stdev([7, 8, 8, 6, 9]), rel=1e-15)
     assert hits.standard_error == pytest.approx(hits.std / 5**0.5, rel=1e-15)
+    assert (hits.min, hits.max) == (6.0, 9.0)  # the spread
     one = aggregate(rows[:1], skip=("replicate", "seed"))["hits"]
     assert (one.n, one.mean, one.std, one.standard_error) == (1, 7.0, None, None)
 

@@ -3,8 +3,9 @@
 Per candidate, over its fits in fold order (and within a fold in seed order, when the search
 has several training seeds): the mean, the sample standard deviation (`n - 1`; undefined,
 NaN, for one fit) and the standard error `std / sqrt(n)` of the best validation loss and
-accuracy, and the mean best epoch. Sums run left to right in fold order and are divided by `n` once, so that
-equal inputs give equal means bit for bit, whatever order the fits finished in.
+accuracy, and the mean best epoch. Sums run left to right in that order and are divided by
+`n` once, so that equal inputs give equal means bit for bit, whatever order the fits
+finished in.
 
 - The best validation accuracy of a fit is its accuracy at its best (lowest loss) epoch.
 - A fit that diverged has NaN metrics, so its candidate's means are NaN, and a NaN mean is

@@ -4,11 +4,12 @@
 The fits of a search are `(c, f, r)` for every candidate `c`, every fitted fold `f` (every
 fold, or fold 0 alone for section 9's split) and every replicate `r` of the training seeds
 (`training_seeds`: one, the search's own, unless `seeds` or `replicates` say more): at most
-`MAX_FITS` of them (the refit is not counted). They go out longest first, so that the group finishes together: by decreasing
-estimated cost, `epochs x training rows x parameters` (the epochs asked for: early stopping
-can only shorten a fit), ties by candidate, fold, then replicate. The job machine hands out a pass's
-items in order, so item `i` of the folds pass is `order[i]`, and the mapping back to
-`(candidate, fold)` travels with the pass's parameters.
+`MAX_FITS` of them (the refit is not counted). They go out longest first, so that the group
+finishes together: by decreasing estimated cost, `epochs x training rows x parameters` (the
+epochs asked for: early stopping can only shorten a fit), ties by candidate, fold, then
+replicate. The job machine hands out a pass's items in order, so item `i` of the folds pass
+is `order[i]`, and the mapping back to `(candidate, fold, replicate)` travels with the pass's
+parameters.
 """
 
 from __future__ import annotations
