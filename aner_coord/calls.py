@@ -215,7 +215,9 @@ class Calls:
         request = request_of(RegressionRequest, options)
         return Call(self._job(request, placement), self._finish)
 
-    def _dense_fit(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[DenseFit]:
+    def _dense_fit(
+        self, X: Any = None, y: Any = None, /, **arguments: Any
+    ) -> Call[DenseFit | ReplicatesResult]:
         """Train a Dense classifier (docs/contracts.md, section 9) on arrays `X` (rows x features)
         and `y` (a label per row: numbers or strings), on `data` (a CSV or NPZ file, or "digits") or
         on the procedural `teacher` set (rows, features, classes), with the options of
@@ -227,16 +229,23 @@ class Calls:
         Arrays are identified by the SHA256 of a canonical encoding (`array:sha256:...`)
         and staged to worker processes like file data; with `output`, the job directory
         records that identity but not the arrays (such a job cannot be resumed from the
-        command line)."""
+        command line). `replicates` > 1 trains that many, each a whole fit with a seed
+        derived from `seed` on the same data and roles, and returns their aggregate
+        (docs/contracts.md, "Replicates")."""
         from aner_coord.computations.dense.result import DenseFit
 
         placement, options = split_placement(arguments)
         options = _dense_options(X, y, options)
         job = self._job(request_of(DenseRequest, options), placement)
 
-        def finish(report: JobReport, interrupt: BaseException | None) -> DenseFit:
+        def finish(
+            report: JobReport, interrupt: BaseException | None
+        ) -> DenseFit | ReplicatesResult:
+            result = self._finish(report, interrupt)
+            if isinstance(result, ReplicatesResult):  # `replicates` > 1: the aggregate
+                return result
             run = report.run
-            return DenseFit(self._finish(report, interrupt), run.model, run.roles)
+            return DenseFit(result, run.model, run.roles)
 
         return Call(job, finish)
 

@@ -179,7 +179,7 @@ declare_result("replicates", "aner_coord.computations.replicates:summarize")
 declare(
     "dense",
     DenseRequest,
-    "aner_coord.computations.dense.computation:Dense",
+    "aner_coord.computations.search.replicates:DenseTraining",
     summary="aner_coord.computations.dense.summary:summarize",
     contract="aner-dense/v1",
 )

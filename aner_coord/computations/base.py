@@ -77,6 +77,9 @@ class Admitted:
     # Items a task when the execution names none, where the request decides it (replicates
     # run whole on a slot); None: the computation's `default_chunk`.
     chunk: int | None = None
+    # Rough seconds an item takes, where the request decides it (a Dense replicate is a whole
+    # fit, seconds, not a row's microseconds); None: the computation's `seconds_per_item`.
+    seconds_per_item: float | None = None
 
     @property
     def planned_work(self) -> int:
@@ -251,6 +254,21 @@ class Computation(Protocol):
     def summarize(self, result: dict[str, Any]) -> list[str]:
         """Lines for `status` of a completed job, from its `result.json`."""
         ...
+
+
+@runtime_checkable
+class ChoosesKernel(Protocol):
+    """A computation some of whose requests run on a kernel other than its own (Dense
+    replicates are whole fits, on the search kernel)."""
+
+    def kernel_for(self, request: Any) -> Kernel: ...
+
+
+def kernel_of(computation: Computation, request: Any) -> Kernel:
+    """The kernel that computes `request`'s tasks."""
+    if isinstance(computation, ChoosesKernel):
+        return computation.kernel_for(request)
+    return computation.kernel
 
 
 @runtime_checkable

@@ -150,6 +150,7 @@ class DenseClassifier(_Estimator):
         if groups is not None:
             arguments["groups"] = groups
         fit = OneOff().dense_fit(X, y, **arguments)
+        assert isinstance(fit, DenseFit)  # one training: no replicates were asked for
         self.fit_: DenseFit = fit
         self.classes_: npt.NDArray[np.generic] = fit.model.labels
         self.n_features_in_: int = fit.model.sizes[0]
