@@ -42,15 +42,17 @@ class Fit:
     replicate: int = 0  # which training seed
 
 
-def training_seeds(seed: int, seeds: Sequence[int], replicates: int) -> tuple[int, ...]:
+def training_seeds(seed: int, seeds: Sequence[int] | None, replicates: int) -> tuple[int, ...]:
     """The training seeds of a search's replicates: `seeds` as given, or `replicates`
     seeds derived from `seed` (docs/contracts.md, "Replicates"); () for the search's own
     seed alone (one replicate, as a search without either computes)."""
     n = check_replicates(replicates)
-    if seeds and n != 1:
+    if seeds is not None and n != 1:
         raise RequestError("give {seeds} or {replicates}, not both", "seeds", "replicates")
-    if not seeds:
+    if seeds is None:
         return replicate_seeds(seed, n) if n > 1 else ()
+    if not seeds:
+        raise RequestError("{seeds} must name at least one seed", "seeds")
     out = tuple(check_seed(s, "seeds") for s in seeds)
     twice = next((s for i, s in enumerate(out) if s in out[:i]), None)
     if twice is not None:
