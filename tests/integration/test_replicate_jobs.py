@@ -72,7 +72,7 @@ def test_the_aggregate_is_bitwise_the_same_on_one_two_and_pipe_workers(tmp_path:
     assert pooled["samples"] == SAMPLES * REPLICATES
     assert pooled["estimate"] == 4 * pooled["hits"] / (SAMPLES * REPLICATES)
     shown = run_aner("parallel", "status", "--job", str(tmp_path / "one")).stdout
-    assert f"(mean of {REPLICATES} replicates +- standard error)" in shown
+    assert f"(mean of {REPLICATES} replicates +- standard error; from " in shown
 
 
 def test_the_api_returns_the_same_aggregate_and_per_replicate_results(tmp_path: Path) -> None:
