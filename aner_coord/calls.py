@@ -272,8 +272,10 @@ class Calls:
         `hidden`, `lr`, `batch`, `epochs`, `optimizer`, `patience`, `chunk`; the last key varies
         fastest), each cross-validated over `folds`, the best refit on the pool and tested
         once; every other option as `cross_validate`, fixed for every candidate. Or `spec`,
-        a search file as `aner parallel search --spec` takes. The result gives the fits and
-        candidates as records, the selection, the test metrics and `predict(X)`."""
+        a search file as `aner parallel search --spec` takes. `seeds` (a list) or `replicates`
+        fit every candidate with each training seed on each fold, selected by the mean over
+        them all (docs/contracts.md, section 12). The result gives the fits and candidates as
+        records, the selection, the test metrics and `predict(X)`."""
         return self._search_call(_array_options(X, y, arguments, "search"), spec, "search")
 
     def _search_call(

@@ -94,7 +94,8 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
 
     def summary(self) -> str:
         folds = f"{self.folds} folds" if self.folds >= 2 else "train's own validation split"
-        head = f"{len(self.candidates)} candidate(s) x {folds}: "
+        seeds = f" x {len(self.seeds)} seeds" if self.seeds else ""
+        head = f"{len(self.candidates)} candidate(s) x {folds}{seeds}: "
         if self.selected is None:
             return head + "every candidate diverged; nothing selected"
         best = self.candidates[self.selected]
