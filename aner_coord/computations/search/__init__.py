@@ -13,7 +13,7 @@ coordinator's half: independent Dense fits spread over the group, each whole on 
 - `result`: `result.json` and the API's `SearchFit`; `files`: `fits.csv`, `candidates.csv`,
   `histories.csv`, `model.npz` and the chart; `summary`: what `status` shows (no numpy);
 - `replicates`: replicates of a Dense training (`train --replicates N`), each a whole fit,
-  and `DenseTraining`, the computation the registry names for `dense`.
+  and `DenseTraining`, the computation the registry names for a Dense training.
 
 The worker's half, under the same name, is `aner_worker.kernels.search`.
 """
