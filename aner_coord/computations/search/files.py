@@ -211,7 +211,8 @@ def chart_figure(result: SearchResult) -> Any:
     means = [(c.candidate, c.validation_accuracy_mean) for c in result.candidates]
     shown = [(c, m) for c, m in means if m is not None]
     ax.plot([c for c, _ in shown], [m for _, m in shown], "_", color="C0", markersize=18,
-            markeredgewidth=2, label="mean over folds")  # fmt: skip
+            markeredgewidth=2,
+            label="mean over folds and seeds" if result.seeds else "mean over folds")  # fmt: skip
     if result.selected is not None and len(result.candidates) > 1:  # one needs no marking
         ax.axvspan(result.selected - 0.4, result.selected + 0.4, color="C1", alpha=0.15,
                    zorder=0, label="selected (lowest mean loss)")  # fmt: skip

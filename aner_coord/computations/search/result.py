@@ -248,7 +248,11 @@ class SearchFit:
     def __repr__(self) -> str:
         r = self.result
         folds = f"{r.folds} folds" if r.folds >= 2 else "train's own validation split"
-        head = f"SearchFit({r.model}, {len(r.candidates)} candidate(s) x {folds}, seed {r.seed})"
+        seeds = f" x {len(r.seeds)} seeds" if r.seeds else ""
+        head = (
+            f"SearchFit({r.model}, {len(r.candidates)} candidate(s) x {folds}{seeds}, "
+            f"seed {r.seed})"
+        )
         tables = "records(): one per fit; candidate_records(), cv_results_: one per candidate"
         lines = [f"  {short(line)}" for line in r.summary().split("\n")]
         return "\n".join([head, *lines, f"  {tables}"])
