@@ -90,9 +90,11 @@ def admit(request: JobRequest) -> Job:
     if retries < 0:
         raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
     chunk = request.execution.chunk
+    if chunk is not None and admitted.chunk_refused is not None:
+        raise RequestError(f"{{chunk}}: {admitted.chunk_refused}", "chunk")
     if chunk is None:
         chunk = admitted.chunk or computation.default_chunk
-    notes = _check_plan(admitted, chunk, workers, computation.unit)
+    notes = _check_plan(admitted, chunk, workers, admitted.unit or computation.unit)
     output = None
     if request.output is not None:
         posix.require(

@@ -80,6 +80,10 @@ class Admitted:
     # Rough seconds an item takes, where the request decides it (a Dense replicate is a whole
     # fit, seconds, not a row's microseconds); None: the computation's `seconds_per_item`.
     seconds_per_item: float | None = None
+    # Why an execution may not name a chunk (each item a whole fit, its chunks fixed); None:
+    # it may. `unit`: what an item is, where the request decides it (None: the computation's).
+    chunk_refused: str | None = None
+    unit: str | None = None
 
     @property
     def planned_work(self) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from support import (
     Coordinators,
     advance_until,
@@ -28,6 +29,7 @@ from support import (
 
 from aner_coord import parallel
 from aner_coord.computations.replicates import replicate_seeds
+from aner_coord.errors import RequestError
 from aner_coord.jobdir.ledger import LEDGER, Accepted, scan
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.montecarlo import McStats
@@ -233,6 +235,8 @@ def test_dense_replicates_are_bitwise_the_same_on_one_two_and_pipe_workers(
     assert (spread["min"], spread["max"]) == (min(epochs), max(epochs))
     assert one["headline"] == ["validation_loss", "validation_accuracy", "test_loss",
                                "test_accuracy", "best_epoch"]  # fmt: skip
+    with pytest.raises(RequestError, match=r"^chunk=: each replicate is one whole fit"):
+        parallel.dense_fit(teacher=(300, 6, 3), seed=5, replicates=4, chunk=64)
     shown = run_aner("parallel", "status", "--job", str(tmp_path / "one")).stdout
     assert "test_accuracy" in shown and "(mean of 4 replicates +- standard error;" in shown
 

@@ -85,6 +85,11 @@ class DenseTraining:
             describe={**described, "replicates": n},
             chunk=1,  # a replicate a task
             seconds_per_item=Search.seconds_per_item,
+            chunk_refused=(
+                "each replicate is one whole fit on one slot, a task of its own, its chunks "
+                f"train's default {DEFAULT_CHUNK_ROWS} rows: give no chunk with replicates"
+            ),
+            unit="replicates",
         )
 
     def start(self, request: DenseRequest, chunk: int) -> DenseRun | DenseReplicatesRun:
