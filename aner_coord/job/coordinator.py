@@ -538,7 +538,7 @@ class Coordinator:
             ),
             error=self._error,
             committed_steps=progress.committed_steps,
-            unit=self.job.computation.unit,
+            unit=self.job.admitted.unit or self.job.computation.unit,
             losses=list(progress.losses),
             resumes=self._resumes,
             recovered=progress.recovered,

@@ -244,10 +244,11 @@ def test_dense_replicates_are_bitwise_the_same_on_one_two_and_pipe_workers(
 def test_a_killed_dense_replicates_job_resumes_recomputing_only_the_missing_replicates(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    replicates = 12
+    # Fits of about 0.1 s each on an idle core: the job is still running when it is stopped.
+    replicates = 16
     job = tmp_path / "job"
     done = run_aner(
-        "parallel", "train", "--teacher", "2000,8,3", "--hidden", "16", "--epochs", "3",
+        "parallel", "train", "--teacher", "16000,16,3", "--hidden", "32", "--epochs", "4",
         "--seed", "9", "--replicates", str(replicates), "--workers", "1", "--output",
         str(job), "--background",
     )  # fmt: skip
@@ -272,6 +273,6 @@ def test_a_killed_dense_replicates_job_resumes_recomputing_only_the_missing_repl
     assert sorted(a.chunk for a in after) == list(range(replicates))
     assert after[: len(before)] == before
     undisturbed = parallel.dense_fit(
-        teacher=(2000, 8, 3), hidden=16, epochs=3, seed=9, replicates=replicates
+        teacher=(16000, 16, 3), hidden=32, epochs=4, seed=9, replicates=replicates
     )
     assert _dense_science(result_of(job)) == _dense_science(msgspec.to_builtins(undisturbed))
