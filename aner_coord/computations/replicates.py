@@ -128,6 +128,7 @@ def replicates_png(
 
         matplotlib.use("Agg")
         from matplotlib import pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
     figure, axes = plt.subplots(len(fields), 1, figsize=(7, 2.4 * len(fields)), squeeze=False)
@@ -140,6 +141,7 @@ def replicates_png(
             low, high = summary.mean - summary.standard_error, summary.mean + summary.standard_error
             ax.axhspan(low, high, color="grey", alpha=0.3, label="± standard error")
         ax.set_ylabel(name)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # replicates are counted
         ax.legend(loc="best", fontsize="small")
     axes[-1, 0].set_xlabel("replicate")
     axes[0, 0].set_title(title)
