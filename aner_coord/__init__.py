@@ -3,8 +3,11 @@
 The documented entry point for Python is `import aner.parallel` (the package `aner`, in
 `aner/`, installed under that name); `from aner_coord import parallel` is the same module.
 
-- `parallel`, `session`, `calls`: the Python API, one-off calls and sessions; `cli/`: the
-  command line, one module per command group;
+- `parallel`, `session`, `calls`: the Python API, one-off calls and sessions; `handle`: a
+  submitted call's handle and `progress=`, kept off the computing path; `progressbar`: the
+  bar of `progress=True`, in a terminal or a notebook; `estimator`: `DenseClassifier`, Dense
+  training as a scikit-learn estimator; `cli/`: the command line, one module per command
+  group;
 - `requests`, `specfile`: the one request type and its file forms; `admission`, `limits`:
   the one place that admits a request, and every limit; `clusterfile`: the cluster file;
 - `computations/`: the coordinator halves of the computations; `job/`: the job engine (the
@@ -16,6 +19,7 @@ The documented entry point for Python is `import aner.parallel` (the package `an
   the refusal of any other argument; `userfiles`: the bounded reading of every small file a
   user names; `posix`: what needs POSIX, and its refusal where it is missing;
 - `capabilities`: the capability and provenance report of this build and its workers;
+  `hosts`: which workers share a host, in the words of `status`, `plan` and the reports;
 - `program`: the `aner` program's first line; `interrupts`: who takes SIGINT while a
   command starts, runs and ends;
 - `aner/`: the package `aner` (`aner.parallel`, `python -m aner`); `shadowing`: our own

@@ -46,14 +46,12 @@ def rate_text(snapshot: StatusSnapshot) -> str:
 
 
 def percent(snapshot: StatusSnapshot) -> float:
-    """Work done, in percent of the planned work: never above 100, and 100 only for a
-    completed job (rounding never shows an unfinished one as done)."""
-    total = snapshot.total_work
+    """Work done, in percent of the planned work weighted by its cost (`fraction`): never
+    above 100, and 100 only for a completed job (rounding never shows an unfinished one as
+    done)."""
     if snapshot.state is JobState.COMPLETED:
         return 100.0
-    if not total:
-        return 0.0
-    return min(99.9, math.floor(1000.0 * snapshot.accepted / total) / 10)
+    return min(99.9, math.floor(1000.0 * snapshot.fraction) / 10)
 
 
 def work_text(snapshot: StatusSnapshot) -> str:
@@ -82,7 +80,33 @@ def position_text(snapshot: StatusSnapshot, *, short: bool = False) -> str | Non
     return text
 
 
+def queue_text(snapshot: StatusSnapshot) -> str | None:
+    """`waiting for CPU slots held by job 3f2a9c41d07e (monte-carlo, pid 4242, 2 slot(s))`
+    for a QUEUED job: the jobs holding the CPU slots it waits for, or the job it runs after
+    (named with 0 slots), `waiting for job ... to complete` (docs/contracts.md, section 13);
+    None otherwise."""
+    if snapshot.state is not JobState.QUEUED:
+        return None
+    behind = snapshot.queued_behind
+    if behind and all(h.slots == 0 for h in behind):  # the job it runs after (`--after`)
+        return (
+            "waiting for "
+            + "; ".join(f"job {h.job} ({h.kind}, pid {h.pid})" for h in behind)
+            + " to complete"
+        )
+    names = [
+        f"job {h.job} ({h.kind}, pid {h.pid}, {h.slots} slot(s))"
+        if h.job
+        else f"a {h.kind or 'process'} (pid {h.pid}, {h.slots} slot(s))"
+        for h in snapshot.queued_behind
+    ]
+    return "waiting for CPU slots held by " + ("; ".join(names) or "another process")
+
+
 def _where(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
+    queued = queue_text(snapshot)
+    if queued is not None:
+        return queued
     position = position_text(snapshot, short=short)
     if position is not None:
         return position
@@ -122,9 +146,10 @@ def compact(snapshot: StatusSnapshot) -> str:
 
 
 class LiveProgress:
-    """Observer drawing a progress bar on stderr while the job runs."""
+    """Observer drawing a progress bar on stderr while the job runs; `transient`: gone
+    once stopped (the CLI's, which prints its summary instead), else left as it ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transient: bool = True) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn
 
@@ -133,7 +158,7 @@ class LiveProgress:
             BarColumn(bar_width=16),
             TextColumn("{task.fields[detail]}"),
             console=Console(stderr=True),
-            transient=True,
+            transient=transient,
         )
         self._task: Any = None
 
@@ -151,7 +176,7 @@ class LiveProgress:
         self._progress.update(
             self._task,
             total=total,
-            completed=min(snapshot.accepted, total),
+            completed=round(snapshot.fraction * total),
             description=snapshot.state.value,
             detail=compact(snapshot),
         )

@@ -46,13 +46,28 @@ class Diverged(Exception):
     too large, say), not of any worker."""
 
 
+# The kind of every pass of a computation whose passes all cost alike (`PassSpec.kind`).
+ONE_KIND = "pass"
+
+
 @dataclass(frozen=True)
 class PassSpec:
-    """One pass: `items` items cut into chunks, and the frozen parameters its tasks use."""
+    """One pass: `items` items cut into chunks, and the frozen parameters its tasks use.
+    `kind` says what its items cost alike with (`Segment`): progress weighs each kind's
+    items by their measured cost (`aner_coord.job.pace`)."""
 
     items: int
     params: Any  # the kernel's params Struct
     label: str
+    kind: str = ONE_KIND
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`items` items of passes of one `kind`, a stretch of a job's planned work in order."""
+
+    kind: str
+    items: int
 
 
 @dataclass(frozen=True)
@@ -84,10 +99,20 @@ class Admitted:
     # it may. `unit`: what an item is, where the request decides it (None: the computation's).
     chunk_refused: str | None = None
     unit: str | None = None
+    # The planned work in the order it runs, by kind of pass, where passes differ in what an
+    # item costs (empty: `planned_work` items of one kind), and each kind's cost per item
+    # relative to the others before any is measured (a kind not named: 1).
+    plan: tuple[Segment, ...] = ()
+    prior_costs: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def planned_work(self) -> int:
         return self.work if self.work is not None else self.items * self.passes
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The planned work in order, by kind: `plan`, or all of it of one kind."""
+        return self.plan or (Segment(ONE_KIND, self.planned_work),)
 
     @property
     def largest(self) -> int:
@@ -225,6 +250,17 @@ class MakesTiny(Protocol):
     probes (Dense: a teacher set of the data's shape, which needs no staging)."""
 
     def tiny(self, request: Any, rows: int) -> Any: ...
+
+
+@runtime_checkable
+class Prechecks(Protocol):
+    """A computation whose admission does work in proportion to its data's rows (Dense and
+    search: the data read or a teacher set's labels generated, every row's role or fold):
+    `precheck` makes every check of `admit` that needs none of it (the options, the data
+    file's kind and size, a teacher set's shape, the layers), for a command that hands the
+    job to a detached coordinator, which admits it whole (`admission.precheck`)."""
+
+    def precheck(self, request: Any) -> None: ...
 
 
 @runtime_checkable

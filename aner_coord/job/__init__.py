@@ -11,8 +11,11 @@
   for everything that talks to one; `pool`: a session's worker processes kept between jobs;
 - `staging`: file data sent to worker processes once per job; `pacing`: how many tasks a
   worker holds, from its measured round trip; `timing`: compute, transfer and wait seconds;
+  `pace`: progress weighted by what each kind of pass costs, and the ETA;
   `audits`: what `--audit` checked, per worker, for the result;
 - `liveness`: when a connected worker counts as lost, judged on whole frames;
   `checkpoints`: a training's committed state, written and read through the job directory;
+- `queue`: the job's CPU slots on this host, taken from the lease table, waited for (QUEUED)
+  or refused (`--no-wait`);
 - `execute`: one job run inside its job directory; `resume`: continuing one from its ledger.
 """

@@ -223,7 +223,7 @@ class ProcessBackend:
         pacer = Pacer(link.record.slots, self._seconds_per_task, link.connection.limit)
         link.connection.resize(pacer.window.size)
         self._pacers[identity] = pacer
-        self.timing.machine(identity, link.machine)
+        self.timing.machine(identity, link.machine, link.host)
         if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
             self._phases[identity] = "staging"
             bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)

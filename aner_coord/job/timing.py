@@ -45,6 +45,7 @@ class _Worker:
     link_until: float = 0.0  # the end of the union of link intervals so far
     answered: int = 0
     machine: dict[str, str] | None = None
+    host: str | None = None
     sent: dict[int, float] = field(default_factory=dict)
     rtt_s: float | None = None
     task_s: float | None = None
@@ -71,9 +72,13 @@ class TaskTimes:
             worker = self._workers[identity] = _Worker()
         return worker
 
-    def machine(self, identity: str, machine: dict[str, str]) -> None:
+    def machine(self, identity: str, machine: dict[str, str], host: str | None = None) -> None:
+        """Record the machine identity and the host (docs/contracts.md, "Host identity")
+        that `identity` reported."""
         with self._lock:
-            self._worker(identity).machine = dict(machine) if machine else None
+            worker = self._worker(identity)
+            worker.machine = dict(machine) if machine else None
+            worker.host = host
 
     def machine_of(self, identity: str) -> dict[str, str] | None:
         """The machine identity `identity` reported, if any."""
@@ -125,7 +130,7 @@ class TaskTimes:
             worker.rtt_s, worker.task_s, worker.window = rtt_s, task_s, window
 
     def annotate(self, accounts: Iterable[WorkerAccount]) -> list[WorkerAccount]:
-        """`accounts` with each worker's measured costs and machine filled in."""
+        """`accounts` with each worker's measured costs, machine and host filled in."""
         with self._lock:
             span = self._last - self._started
             out = []
@@ -146,6 +151,7 @@ class TaskTimes:
                         rtt_s=None if worker.rtt_s is None else round(worker.rtt_s, 6),
                         task_s=None if worker.task_s is None else round(worker.task_s, 6),
                         window=worker.window,
+                        host=worker.host,
                     )
                 )
             return out

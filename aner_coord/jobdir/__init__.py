@@ -10,7 +10,8 @@ the files' own types.
 - `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
 - `status`, `manifest`, `results`: the job files as msgspec Structs;
-- `sources`: the files whose code computes a result's numbers, which the manifest records.
+- `sources`: the files whose code computes a result's numbers, which the manifest records;
+- `index`: the per-user index of this host's job directories, behind `aner parallel jobs`.
 """
 
 from aner_coord.jobdir.directory import (

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
+from aner_coord.computations.base import Accounting, Diverged, PassSpec, Segment, StagePlan
 from aner_coord.computations.dense import checkpoint, splits, suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
 from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
@@ -30,7 +30,7 @@ from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, Dataset, TeacherDataset
 from aner_worker.kernels.dense.network import check_precision
 from aner_worker.kernels.dense.params import MOMENTS, DenseParams, DenseStats
-from aner_worker.kernels.dense.plan import DEFAULT_VALIDATION_FRACTION
+from aner_worker.kernels.dense.plan import DEFAULT_VALIDATION_FRACTION, Roles
 from aner_worker.kernels.dense.rows import to_bytes
 from aner_worker.kernels.dense.streams import VALIDATION
 from aner_worker.kernels.dense.training import (
@@ -87,17 +87,40 @@ def features_named(dataset: Dataset) -> bool:
     return named and feature_names(dataset) is not None
 
 
+# The kinds of a training's passes (`PassSpec.kind`) and what a row of each costs beside a
+# training row until the job has measured it: a normalisation row is only summed, and an
+# evaluated row goes forward only (a third of forward and backward, about).
+NORMALISATION, STEP, VALIDATION_PASS, TEST_PASS = "normalisation", "step", "validation", "test"
+PRIOR_COSTS = {NORMALISATION: 0.05, STEP: 1.0, VALIDATION_PASS: 0.35, TEST_PASS: 0.35}
+
+
+def training_plan(train: int, validation: int, test: int, epochs: int) -> tuple[Segment, ...]:
+    """A training's planned rows in the order they run, by kind of pass: normalisation,
+    each epoch's steps and validation, the test."""
+    epoch = (Segment(STEP, train), Segment(VALIDATION_PASS, validation))
+    tail = (Segment(TEST_PASS, test),) if test else ()
+    return (Segment(NORMALISATION, train), *epoch * epochs, *tail)
+
+
 class DenseRun:
     # Gradient sums are as large as the model: a ledger of every chunk would dwarf it (24 MB
     # for a digits job). Only committed passes are recorded; what a resumed job keeps is its
     # last checkpoint (`Checkpoints`: the state after a committed pass), never a chunk.
     durable_chunks: ClassVar[bool] = False
 
-    def __init__(self, request: DenseRequest, chunk: int, dataset: Dataset) -> None:
+    def __init__(
+        self,
+        request: DenseRequest,
+        chunk: int,
+        dataset: Dataset,
+        roles: tuple[splits.Rule, Roles] | None = None,
+    ) -> None:
+        """`roles`: the rule and roles admission gave `dataset`'s rows for this request, if
+        it kept them (else they are assigned again, as `splits.roles_for` does)."""
         self._request = request
         self._chunk = chunk
         self._dataset = dataset
-        self.rule, self.roles = splits.roles_for(request, dataset)
+        self.rule, self.roles = roles if roles is not None else splits.roles_for(request, dataset)
         # Workers derive a role's rows from the seed and these fractions under the per-row
         # rule; under groups or a given split each role pass carries its rows.
         self._fractions = (
@@ -168,7 +191,15 @@ class DenseRun:
         spec = self.training.next_pass()
         if spec is None:
             return None
-        return PassSpec(spec.items, self._params(spec), self._label(spec))
+        return PassSpec(spec.items, self._params(spec), self._label(spec), self._kind(spec))
+
+    @staticmethod
+    def _kind(spec: TrainingPass) -> str:
+        if spec.step == MOMENTS:
+            return NORMALISATION
+        if spec.role < 0:
+            return STEP
+        return VALIDATION_PASS if spec.role == VALIDATION else TEST_PASS
 
     def _label(self, spec: TrainingPass) -> str:
         """The pass in its user's terms, epochs and steps counted from 1 (as the job files

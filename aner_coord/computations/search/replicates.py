@@ -37,7 +37,7 @@ from aner_coord.computations.replicates import (
     replicates_files,
     replicates_result,
 )
-from aner_coord.computations.search.computation import Search, prepare
+from aner_coord.computations.search.computation import Search, precheck, prepare
 from aner_coord.computations.search.plan import Prepared
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.computations.search.run import SearchRun
@@ -91,6 +91,14 @@ class DenseTraining:
             ),
             unit="replicates",
         )
+
+    def precheck(self, request: DenseRequest) -> None:
+        """`Prechecks`: the checks of `admit` that need no rows, a training's or its
+        replicates' (`--background` leaves the rows to the detached coordinator)."""
+        if check_replicates(request.replicates) == 1:
+            self._plain.precheck(request)
+        else:
+            precheck(as_search(request))
 
     def start(self, request: DenseRequest, chunk: int) -> DenseRun | DenseReplicatesRun:
         if request.replicates == 1:

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.result import DenseFit
 from aner_coord.errors import RequestError
 
 if TYPE_CHECKING:
-    from aner_coord.computations.dense.result import DenseFit
     from aner_coord.requests import Execution
 
 try:
