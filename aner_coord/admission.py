@@ -95,9 +95,11 @@ def admit(request: JobRequest) -> Job:
     admitted = computation.admit(request.computation)
     workers = _admit_job_options(request)
     chunk = request.execution.chunk
+    if chunk is not None and admitted.chunk_refused is not None:
+        raise RequestError(f"{{chunk}}: {admitted.chunk_refused}", "chunk")
     if chunk is None:
         chunk = admitted.chunk or computation.default_chunk
-    notes = _check_plan(admitted, chunk, workers, computation.unit)
+    notes = _check_plan(admitted, chunk, workers, admitted.unit or computation.unit)
     output = _check_output(request)
     return Job(request, computation, admitted, workers, output, chunk, notes)
 

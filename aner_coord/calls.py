@@ -40,16 +40,9 @@ import msgspec
 from aner_coord.admission import Job, admit
 from aner_coord.arguments import ArgumentError, missing_options, refuse_others, takes
 from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.montecarlo import (
-    MonteCarloReplicatesResult,
-    MonteCarloRequest,
-    MonteCarloResult,
-)
-from aner_coord.computations.regression import (
-    RegressionReplicatesResult,
-    RegressionRequest,
-    RegressionResult,
-)
+from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResult
+from aner_coord.computations.regression import RegressionRequest, RegressionResult
+from aner_coord.computations.replicates import ReplicatesResult
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import JobCancelled, JobFailed, RequestError
 from aner_coord.handle import JobHandle, ProgressCallback, Relay, Reporter, check_progress
@@ -279,9 +272,7 @@ class Calls:
         `chunk` items go to a task."""
         return Call(self._job(computation, placement), self._finish)
 
-    def _monte_carlo(
-        self, /, **arguments: Any
-    ) -> Call[MonteCarloResult | MonteCarloReplicatesResult]:
+    def _monte_carlo(self, /, **arguments: Any) -> Call[MonteCarloResult | ReplicatesResult]:
         """Estimate pi from `samples` Philox samples of `seed` (docs/contracts.md, section 1); the
         hits depend on nothing else. `replicates` > 1 runs that many independent estimates
         with seeds derived from `seed` and returns their aggregate (docs/contracts.md,
@@ -290,9 +281,7 @@ class Calls:
         request = request_of(MonteCarloRequest, options)
         return Call(self._job(request, placement), self._finish)
 
-    def _regression(
-        self, /, **arguments: Any
-    ) -> Call[RegressionResult | RegressionReplicatesResult]:
+    def _regression(self, /, **arguments: Any) -> Call[RegressionResult | ReplicatesResult]:
         """Fit the logistic-regression fixture of docs/contracts.md, section 2 with full-batch
         steps of `rate`: `samples` rows, `steps` steps, the rows of `seed`; `replicates` > 1
         fits that many, with seeds derived from `seed`, each whole on one slot, and returns
@@ -301,7 +290,9 @@ class Calls:
         request = request_of(RegressionRequest, options)
         return Call(self._job(request, placement), self._finish)
 
-    def _dense_fit(self, X: Any = None, y: Any = None, /, **arguments: Any) -> Call[DenseFit]:
+    def _dense_fit(
+        self, X: Any = None, y: Any = None, /, **arguments: Any
+    ) -> Call[DenseFit | ReplicatesResult]:
         """Train a Dense classifier (docs/contracts.md, section 9) on arrays `X` (rows x features)
         and `y` (a label per row: numbers or strings), on `data` (a CSV or NPZ file, or "digits") or
         on the procedural `teacher` set (rows, features, classes), with the options of
@@ -313,16 +304,23 @@ class Calls:
         Arrays are identified by the SHA256 of a canonical encoding (`array:sha256:...`)
         and staged to worker processes like file data; with `output`, the job directory
         records that identity but not the arrays (such a job cannot be resumed from the
-        command line)."""
+        command line). `replicates` > 1 trains that many, each a whole fit with a seed
+        derived from `seed` on the same data and roles, and returns their aggregate
+        (docs/contracts.md, "Replicates")."""
         from aner_coord.computations.dense.result import DenseFit
 
         placement, options = split_placement(arguments)
         options = _dense_options(X, y, options)
         job = self._job(request_of(DenseRequest, options), placement)
 
-        def finish(report: JobReport, interrupt: BaseException | None) -> DenseFit:
+        def finish(
+            report: JobReport, interrupt: BaseException | None
+        ) -> DenseFit | ReplicatesResult:
+            result = self._finish(report, interrupt)
+            if isinstance(result, ReplicatesResult):  # `replicates` > 1: the aggregate
+                return result
             run = report.run
-            return DenseFit(self._finish(report, interrupt), run.model, run.roles)
+            return DenseFit(result, run.model, run.roles)
 
         return Call(job, finish)
 
@@ -349,8 +347,10 @@ class Calls:
         `hidden`, `lr`, `batch`, `epochs`, `optimizer`, `patience`, `chunk`; the last key varies
         fastest), each cross-validated over `folds`, the best refit on the pool and tested
         once; every other option as `cross_validate`, fixed for every candidate. Or `spec`,
-        a search file as `aner parallel search --spec` takes. The result gives the fits and
-        candidates as records, the selection, the test metrics and `predict(X)`."""
+        a search file as `aner parallel search --spec` takes. `seeds` (a list) or `replicates`
+        fit every candidate with each training seed on each fold, selected by the mean over
+        them all (docs/contracts.md, section 12). The result gives the fits and candidates as
+        records, the selection, the test metrics and `predict(X)`."""
         return self._search_call(_array_options(X, y, arguments, "search"), spec, "search")
 
     def _search_call(

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.result import DenseFit
 from aner_coord.errors import RequestError
 
 if TYPE_CHECKING:
-    from aner_coord.computations.dense.result import DenseFit
     from aner_coord.requests import Execution
 
 try:
@@ -150,6 +150,7 @@ class DenseClassifier(_Estimator):
         if groups is not None:
             arguments["groups"] = groups
         fit = OneOff().dense_fit(X, y, **arguments)
+        assert isinstance(fit, DenseFit)  # one training: no replicates were asked for
         self.fit_: DenseFit = fit
         self.classes_: npt.NDArray[np.generic] = fit.model.labels
         self.n_features_in_: int = fit.model.sizes[0]

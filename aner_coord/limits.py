@@ -44,10 +44,11 @@ def check_items(name: str, value: object, unit: str) -> int:
     return items
 
 
-def check_seed(value: object) -> int:
-    seed = check_int("seed", value)
+def check_seed(value: object, name: str = "seed") -> int:
+    """A seed in [0, 2**64) (`name`: the option that holds it, `seed` or a search's `seeds`)."""
+    seed = check_int(name, value)
     if not 0 <= seed < SEED_LIMIT:
-        raise RequestError(f"{{seed}} must be in [0, 2**64), got {seed}", "seed")
+        raise RequestError(f"{{{name}}} must be in [0, 2**64), got {seed}", name)
     return seed
 
 

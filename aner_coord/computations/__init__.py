@@ -169,18 +169,17 @@ declare(
     "aner_coord.computations.montecarlo:MonteCarlo",
     contract=STREAM_ID,
 )
-declare_result("monte-carlo-replicates", "aner_coord.computations.montecarlo:summarize_replicates")
 declare(
     "regression",
     RegressionRequest,
     "aner_coord.computations.regression:Regression",
     contract=FIXTURE_ID,
 )
-declare_result("regression-replicates", "aner_coord.computations.regression:summarize_replicates")
+declare_result("replicates", "aner_coord.computations.replicates:summarize")
 declare(
     "dense",
     DenseRequest,
-    "aner_coord.computations.dense.computation:Dense",
+    "aner_coord.computations.search.replicates:DenseTraining",
     summary="aner_coord.computations.dense.summary:summarize",
     contract="aner-dense/v1",
 )

@@ -92,6 +92,13 @@ class Admitted:
     # Items a task when the execution names none, where the request decides it (replicates
     # run whole on a slot); None: the computation's `default_chunk`.
     chunk: int | None = None
+    # Rough seconds an item takes, where the request decides it (a Dense replicate is a whole
+    # fit, seconds, not a row's microseconds); None: the computation's `seconds_per_item`.
+    seconds_per_item: float | None = None
+    # Why an execution may not name a chunk (each item a whole fit, its chunks fixed); None:
+    # it may. `unit`: what an item is, where the request decides it (None: the computation's).
+    chunk_refused: str | None = None
+    unit: str | None = None
     # The planned work in the order it runs, by kind of pass, where passes differ in what an
     # item costs (empty: `planned_work` items of one kind), and each kind's cost per item
     # relative to the others before any is measured (a kind not named: 1).
@@ -287,6 +294,21 @@ class Computation(Protocol):
     def summarize(self, result: dict[str, Any]) -> list[str]:
         """Lines for `status` of a completed job, from its `result.json`."""
         ...
+
+
+@runtime_checkable
+class ChoosesKernel(Protocol):
+    """A computation some of whose requests run on a kernel other than its own (Dense
+    replicates are whole fits, on the search kernel)."""
+
+    def kernel_for(self, request: Any) -> Kernel: ...
+
+
+def kernel_of(computation: Computation, request: Any) -> Kernel:
+    """The kernel that computes `request`'s tasks."""
+    if isinstance(computation, ChoosesKernel):
+        return computation.kernel_for(request)
+    return computation.kernel
 
 
 @runtime_checkable

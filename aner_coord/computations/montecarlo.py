@@ -10,12 +10,11 @@ from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
 from aner_coord.computations.replicates import (
-    FieldSummary,
-    aggregate,
+    ReplicatesResult,
     check_replicates,
     replicate_seeds,
-    replicates_csv,
-    replicates_png,
+    replicates_files,
+    replicates_result,
 )
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import JobState
@@ -35,6 +34,8 @@ _P = math.pi / 4
 _SIGMAS = 12
 # A replicate of at most this many samples is one task when the execution names no chunk.
 WHOLE_REPLICATE = 1 << 26
+# The field a replicates summary and chart show.
+_HEADLINE = ("estimate",)
 
 
 class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
@@ -70,41 +71,6 @@ class MonteCarloResult(ResultBase, frozen=True, tag="monte-carlo"):
             f"pi ~ {self.estimate:.10f} | {len(self.workers)} worker(s), "
             f"{self.seconds:.3f} s, {self.throughput / 1e6:,.1f} M samples/s"
         )
-
-
-class MonteCarloReplicatesResult(ResultBase, frozen=True, tag="monte-carlo-replicates"):
-    """Replicates of the estimate: each replicate's seed and result, each numeric field's
-    aggregate (docs/contracts.md, "Replicates"), and the pooled estimate over all samples with
-    its binomial standard error."""
-
-    stream: str
-    seed: int
-    samples: int  # per replicate
-    replicates: int
-    per_replicate: list[dict[str, Any]]  # replicate, seed, hits, estimate
-    aggregate: dict[str, FieldSummary]
-    pooled: dict[str, float]  # samples, hits, estimate, standard_error
-
-    def summary(self) -> str:
-        mean = self.aggregate["estimate"]
-        return (
-            f"{self.replicates} replicates of {self.samples:,} samples, seed {self.seed}: "
-            f"pi ~ {mean.mean:.10f} +- {mean.standard_error or 0:.2e} (standard error); "
-            f"pooled {self.pooled['estimate']:.10f} +- {self.pooled['standard_error']:.2e} | "
-            f"{len(self.workers)} worker(s), {self.seconds:.3f} s"
-        )
-
-
-def summarize_replicates(result: dict[str, Any]) -> list[str]:
-    """The lines `status` shows of a completed replicates job (its result's tag is its own)."""
-    pooled = result["pooled"]
-    mean = result["aggregate"]["estimate"]
-    return [
-        f"estimate  pi ~ {mean['mean']:.10f} +- {mean['standard_error'] or 0:.2e} "
-        f"(mean of {result['replicates']} replicates +- standard error)",
-        f"pooled    pi ~ {pooled['estimate']:.10f} +- {pooled['standard_error']:.2e} "
-        f"({int(pooled['hits']):,} hits of {int(pooled['samples']):,} samples)",
-    ]
 
 
 def _plausible(hits: int, count: int) -> str | None:
@@ -274,39 +240,27 @@ class ReplicatesRun:
             for k, (seed, hits) in enumerate(zip(self._seeds, self._hits, strict=True))
         ]
 
-    def result(self, accounting: Accounting) -> MonteCarloReplicatesResult:
+    def result(self, accounting: Accounting) -> ReplicatesResult:
         request = self._request
-        rows = self.rows()
         total = request.samples * request.replicates
         hits = sum(self._hits)
         p = hits / total
-        return MonteCarloReplicatesResult(
-            stream=STREAM_ID,
-            seed=request.seed,
-            samples=request.samples,
-            replicates=request.replicates,
-            per_replicate=rows,
-            aggregate=aggregate(rows, skip=("replicate", "seed")),
-            pooled={
-                "samples": total,
-                "hits": hits,
-                "estimate": 4 * p,
-                "standard_error": 4 * math.sqrt(p * (1 - p) / total),
-            },
-            seconds=accounting.seconds,
-            execution=accounting.execution,
-            workers=list(accounting.workers),
-            losses=list(accounting.losses),
-        )
+        pooled = {
+            "samples": total,
+            "hits": hits,
+            "estimate": 4 * p,
+            "standard_error": 4 * math.sqrt(p * (1 - p) / total),
+        }
+        options = {"samples": request.samples}
+        return replicates_result(
+            "monte-carlo", STREAM_ID, request.seed, options, self.rows(), _HEADLINE,
+            accounting, pooled,
+        )  # fmt: skip
 
     def files(self, state: JobState) -> dict[str, bytes]:
         """`replicates.csv` and `replicates.png` of a completed job."""
         if state is not JobState.COMPLETED:
             return {}
         rows = self.rows()
-        out = {"replicates.csv": replicates_csv(rows)}
         title = f"{len(rows)} replicates of {self._request.samples:,} samples"
-        png = replicates_png(rows, ("estimate",), title)
-        if png is not None:
-            out["replicates.png"] = png
-        return out
+        return replicates_files(rows, _HEADLINE, title)

@@ -12,12 +12,11 @@ from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec, readable
 from aner_coord.computations.replicates import (
-    FieldSummary,
-    aggregate,
+    ReplicatesResult,
     check_replicates,
     replicate_seeds,
-    replicates_csv,
-    replicates_png,
+    replicates_files,
+    replicates_result,
 )
 from aner_coord.errors import RequestError
 from aner_coord.jobdir.results import ResultBase
@@ -79,41 +78,6 @@ class RegressionResult(ResultBase, frozen=True, tag="regression"):
         )
 
 
-class RegressionReplicatesResult(ResultBase, frozen=True, tag="regression-replicates"):
-    """Replicates of the fit: each replicate's seed and metrics, and each numeric field's
-    aggregate (docs/contracts.md, "Replicates")."""
-
-    fixture: str
-    seed: int
-    samples: int
-    steps: int
-    rate: float
-    replicates: int
-    per_replicate: list[dict[str, Any]]  # replicate, seed, the metrics, theta_0 .. theta_8
-    aggregate: dict[str, FieldSummary]
-
-    def summary(self) -> str:
-        loss, accuracy = self.aggregate["final_loss"], self.aggregate["fit_accuracy"]
-        return (
-            f"{self.replicates} replicates of {self.samples:,} rows x {self.steps} steps at "
-            f"rate {self.rate}: final loss {readable(loss.mean)} +- "
-            f"{readable(loss.standard_error or 0.0)}, fit accuracy {accuracy.mean:.6f} +- "
-            f"{accuracy.standard_error or 0.0:.2e} (standard error) | "
-            f"{len(self.workers)} worker(s), {self.seconds:.3f} s"
-        )
-
-
-def summarize_replicates(result: dict[str, Any]) -> list[str]:
-    """The lines `status` shows of a completed replicates job (its result's tag is its own)."""
-    loss, accuracy = result["aggregate"]["final_loss"], result["aggregate"]["fit_accuracy"]
-    n = result["replicates"]
-    return [
-        f"loss      final_loss {readable(loss['mean'])} +- "
-        f"{readable(loss['standard_error'] or 0.0)} (mean of {n} replicates +- standard error)",
-        f"accuracy  fit_accuracy {accuracy['mean']:.6f} +- {accuracy['standard_error'] or 0:.2e}",
-    ]
-
-
 _FIT_FIELDS = (
     "initial_loss",
     "initial_accuracy",
@@ -121,6 +85,8 @@ _FIT_FIELDS = (
     "fit_accuracy",
     *(f"theta_{j}" for j in range(N_PARAMS)),
 )
+# The fields a replicates summary and chart show.
+_HEADLINE = ("final_loss", "fit_accuracy")
 
 
 class Regression:
@@ -342,22 +308,11 @@ class ReplicatesRun:
             out.append({"replicate": k, "seed": seed, **dict(zip(_FIT_FIELDS, fit, strict=True))})
         return out
 
-    def result(self, accounting: Accounting) -> RegressionReplicatesResult:
+    def result(self, accounting: Accounting) -> ReplicatesResult:
         r = self._request
-        rows = self.rows()
-        return RegressionReplicatesResult(
-            fixture=FIXTURE_ID,
-            seed=r.seed,
-            samples=r.samples,
-            steps=r.steps,
-            rate=float(r.rate),
-            replicates=r.replicates,
-            per_replicate=rows,
-            aggregate=aggregate(rows, skip=("replicate", "seed")),
-            seconds=accounting.seconds,
-            execution=accounting.execution,
-            workers=list(accounting.workers),
-            losses=list(accounting.losses),
+        options = {"samples": r.samples, "steps": r.steps, "rate": float(r.rate)}
+        return replicates_result(
+            "regression", FIXTURE_ID, r.seed, options, self.rows(), _HEADLINE, accounting
         )
 
     def files(self, state: JobState) -> dict[str, bytes]:
@@ -365,9 +320,5 @@ class ReplicatesRun:
         if state is not JobState.COMPLETED:
             return {}
         rows = self.rows()
-        out = {"replicates.csv": replicates_csv(rows)}
         title = f"{len(rows)} replicates of {self._request.samples:,} rows"
-        png = replicates_png(rows, ("final_loss", "fit_accuracy"), title)
-        if png is not None:
-            out["replicates.png"] = png
-        return out
+        return replicates_files(rows, _HEADLINE, title)

@@ -8,10 +8,14 @@ streams that do not overlap by accident. The seeds are a function of `(s, k)` al
 replicate's result never depends on which worker, task or resume computed it.
 
 The aggregate over replicates is computed here, once for every computation: for each numeric
-field, `n`, the mean, the sample standard deviation (`n - 1`; null for one replicate) and the
-standard error `std / sqrt(n)`, summed with `math.fsum` in replicate order, so the same
-replicate values always give the same bits. `replicates.csv` has one row per replicate, and
-`replicates.png` (with the `charts` extra) shows each field's replicates around their mean.
+field, `n`, the mean, the sample standard deviation (`n - 1`; null for one replicate), the
+standard error `std / sqrt(n)` and the spread (least and greatest), summed with `math.fsum` in
+replicate order, so the same replicate values always give the same bits. `replicates.csv` has
+one row per replicate, and `replicates.png` (with the `charts` extra) shows each headline
+field's replicates around their mean.
+
+One result type serves every computation's replicates (`ReplicatesResult`, `result.json`'s
+`computation = "replicates"`, `of` naming the computation), and one summary shows it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import Any
 
 import msgspec
 
+from aner_coord.computations.base import Accounting, readable
 from aner_coord.errors import RequestError
+from aner_coord.jobdir.results import ResultBase
 
 # The Philox stream of replicate seeds: far from every stream a computation reads (0 to 9,
 # 16 + layer, 2**32 + epoch).
@@ -76,15 +82,18 @@ class FieldSummary(msgspec.Struct, frozen=True):
     mean: float
     std: float | None  # sample standard deviation (n - 1); None for one replicate
     standard_error: float | None
+    min: float | None = None  # the spread: least and greatest (None in an older result)
+    max: float | None = None
 
 
 def summarize_field(values: Sequence[float]) -> FieldSummary:
     n = len(values)
     mean = math.fsum(values) / n
+    low, high = min(values), max(values)
     if n < 2:
-        return FieldSummary(n, mean, None, None)
+        return FieldSummary(n, mean, None, None, low, high)
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return FieldSummary(n, mean, std, std / math.sqrt(n))
+    return FieldSummary(n, mean, std, std / math.sqrt(n), low, high)
 
 
 def aggregate(
@@ -119,6 +128,7 @@ def replicates_png(
 
         matplotlib.use("Agg")
         from matplotlib import pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
     figure, axes = plt.subplots(len(fields), 1, figsize=(7, 2.4 * len(fields)), squeeze=False)
@@ -131,6 +141,7 @@ def replicates_png(
             low, high = summary.mean - summary.standard_error, summary.mean + summary.standard_error
             ax.axhspan(low, high, color="grey", alpha=0.3, label="± standard error")
         ax.set_ylabel(name)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # replicates are counted
         ax.legend(loc="best", fontsize="small")
     axes[-1, 0].set_xlabel("replicate")
     axes[0, 0].set_title(title)
@@ -139,3 +150,97 @@ def replicates_png(
     figure.savefig(out, format="png", dpi=100, metadata={"Software": None})
     plt.close(figure)
     return out.getvalue()
+
+
+class ReplicatesResult(ResultBase, frozen=True, tag="replicates"):
+    """Replicates of one computation (`of`, under its contract identity): each replicate's
+    seed and result fields (`per_replicate`, as `replicates.csv` has them), each numeric
+    field's aggregate, and what the computation adds (`pooled`: Monte Carlo's estimate over
+    all samples). `options` are the request's as the manifest describes them; `headline`
+    names the fields a summary shows."""
+
+    of: str  # the computation: "monte-carlo", "regression", "dense"
+    contract: str  # its identity (docs/contracts.md, sections 1, 2, 9)
+    seed: int
+    replicates: int
+    options: dict[str, Any]
+    per_replicate: list[dict[str, Any]]  # replicate, seed, the result's fields
+    aggregate: dict[str, FieldSummary]
+    headline: list[str]
+    pooled: dict[str, float] | None = None
+
+    def summary(self) -> str:
+        shown = ", ".join(f"{name} {_spread(self.aggregate[name])}" for name in self.headline)
+        pooled = ""
+        if self.pooled is not None:
+            pooled = (
+                f"; pooled {self.pooled['estimate']:.10f} +- {self.pooled['standard_error']:.2e}"
+            )
+        return (
+            f"{self.replicates} replicates of {self.of}, seed {self.seed}: {shown} (mean +- "
+            f"standard error){pooled} | {len(self.workers)} worker(s), {self.seconds:.3f} s"
+        )
+
+
+def _spread(summary: FieldSummary) -> str:
+    return f"{readable(summary.mean)} +- {summary.standard_error or 0.0:.2e}"
+
+
+def replicates_result(
+    of: str,
+    contract: str,
+    seed: int,
+    options: dict[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    headline: Sequence[str],
+    accounting: Accounting,
+    pooled: dict[str, float] | None = None,
+) -> ReplicatesResult:
+    """The result of a replicates run whose replicate `k` gave `rows[k]` (its `replicate`
+    and `seed` first, then its fields)."""
+    return ReplicatesResult(
+        of=of,
+        contract=contract,
+        seed=seed,
+        replicates=len(rows),
+        options=options,
+        per_replicate=[dict(row) for row in rows],
+        aggregate=aggregate(rows, skip=("replicate", "seed")),
+        headline=list(headline),
+        pooled=pooled,
+        seconds=accounting.seconds,
+        execution=accounting.execution,
+        workers=list(accounting.workers),
+        losses=list(accounting.losses),
+    )
+
+
+def replicates_files(
+    rows: Sequence[Mapping[str, Any]], headline: Sequence[str], title: str
+) -> dict[str, bytes]:
+    """`replicates.csv`, and `replicates.png` where matplotlib is installed."""
+    out = {"replicates.csv": replicates_csv(rows)}
+    png = replicates_png(rows, headline, title)
+    if png is not None:
+        out["replicates.png"] = png
+    return out
+
+
+def summarize(result: dict[str, Any]) -> list[str]:
+    """The lines `status` shows of a completed replicates job, from its `result.json`."""
+    n = result["replicates"]
+    lines = []
+    for name in result["headline"]:
+        s = result["aggregate"][name]
+        lines.append(
+            f"{name:<9} {readable(float(s['mean']))} +- {s['standard_error'] or 0.0:.2e} "
+            f"(mean of {n} replicates +- standard error; from {readable(float(s['min']))} to "
+            f"{readable(float(s['max']))})"
+        )
+    pooled = result.get("pooled")
+    if pooled is not None:
+        lines.append(
+            f"pooled    {pooled['estimate']:.10f} +- {pooled['standard_error']:.2e} "
+            f"({int(pooled['hits']):,} hits of {int(pooled['samples']):,} samples)"
+        )
+    return lines

@@ -30,7 +30,7 @@ import msgspec
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
-from aner_coord.computations.base import Checkpoints, ExplainsDifference, Segment
+from aner_coord.computations.base import Checkpoints, ExplainsDifference, Segment, kernel_of
 from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
 from aner_coord.job.backend import Backend, BackendPlan, backend_for
@@ -121,6 +121,7 @@ class Coordinator:
         self._ledger = ledger
         self._resumes = recovered.resumes if recovered is not None else 0
         self._run: Run = job.computation.start(job.request.computation, job.chunk)
+        self._kernel = kernel_of(job.computation, job.request.computation)
         self._checkpoints = checkpoints
         self._steps_recovered = 0
         if checkpoint is not None:
@@ -137,7 +138,7 @@ class Coordinator:
             audit=job.request.audit,
             audit_seed=int.from_bytes(os.urandom(8), "big"),
             retries=job.request.retries,
-            recovered=recovered.statistics(job.computation.kernel.stats_type),
+            recovered=recovered.statistics(self._kernel.stats_type),
             losses=recovered.worker_losses(),
             first_pass=checkpoint.passes if checkpoint is not None else 0,
             first_items=checkpoint.items if checkpoint is not None else 0,
@@ -451,7 +452,7 @@ class Coordinator:
         bitwise, or within the computation's stated tolerance for a worker that reported
         another platform (`ExplainsDifference.close`)."""
         task = sent.task
-        kernel = self.job.computation.kernel
+        kernel = self._kernel
         run = self._run
         try:
             own = await asyncio.to_thread(
@@ -484,12 +485,13 @@ class Coordinator:
     # -- parts -------------------------------------------------------------------------------
     def _make_backend(self) -> Backend:
         job = self.job
+        per_item = job.admitted.seconds_per_item or job.computation.seconds_per_item
         return backend_for(
             BackendPlan(
                 slots=list(job.workers.slots),
                 records=job.workers.records,
-                kernel=job.computation.kernel,
-                seconds_per_task=job.computation.seconds_per_item * job.chunk,
+                kernel=self._kernel,
+                seconds_per_task=per_item * job.chunk,
                 stage=plan_of(self._run),
                 pool=self._pool,
                 precision=precision_of(self._run),
@@ -545,7 +547,7 @@ class Coordinator:
             ),
             error=self._error,
             committed_steps=progress.committed_steps,
-            unit=self.job.computation.unit,
+            unit=self.job.admitted.unit or self.job.computation.unit,
             losses=list(progress.losses),
             resumes=self._resumes,
             recovered=progress.recovered,

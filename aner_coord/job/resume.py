@@ -47,7 +47,7 @@ import msgspec
 
 from aner_coord import jobdir
 from aner_coord.admission import Job, Prechecked, admit
-from aner_coord.computations.base import Checkpoints
+from aner_coord.computations.base import Checkpoints, kernel_of
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.errors import RequestError, cli_name
 from aner_coord.job.checkpoints import CheckpointError, Restored, vouched
@@ -354,7 +354,8 @@ def _check_ledger(target: Path, job: Job, recovered: ledger.Recovered) -> None:
                 "before it",
             )
     try:
-        statistics = recovered.statistics(job.computation.kernel.stats_type)
+        kernel = kernel_of(job.computation, job.request.computation)
+        statistics = recovered.statistics(kernel.stats_type)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
         raise _refuse(target, f"{where} holds statistics this job cannot read: {exc}") from None
     machine = JobMachine(

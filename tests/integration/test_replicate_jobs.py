@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from support import (
     Coordinators,
     advance_until,
@@ -28,6 +29,7 @@ from support import (
 
 from aner_coord import parallel
 from aner_coord.computations.replicates import replicate_seeds
+from aner_coord.errors import RequestError
 from aner_coord.jobdir.ledger import LEDGER, Accepted, scan
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.montecarlo import McStats
@@ -46,7 +48,9 @@ def _run(job: Path, *placement: str) -> dict[str, object]:
 
 
 def _science(result: dict[str, object]) -> bytes:
-    keys = ("stream", "seed", "samples", "replicates", "per_replicate", "aggregate", "pooled")
+    keys = ("of", "contract", "seed", "options", "replicates", "per_replicate", "aggregate",
+            "pooled")  # fmt: skip
+    assert result["computation"] == "replicates" and result["of"] == "monte-carlo"
     return json.dumps({k: result[k] for k in keys}).encode()
 
 
@@ -70,7 +74,7 @@ def test_the_aggregate_is_bitwise_the_same_on_one_two_and_pipe_workers(tmp_path:
     assert pooled["samples"] == SAMPLES * REPLICATES
     assert pooled["estimate"] == 4 * pooled["hits"] / (SAMPLES * REPLICATES)
     shown = run_aner("parallel", "status", "--job", str(tmp_path / "one")).stdout
-    assert f"(mean of {REPLICATES} replicates +- standard error)" in shown
+    assert f"(mean of {REPLICATES} replicates +- standard error; from " in shown
 
 
 def test_the_api_returns_the_same_aggregate_and_per_replicate_results(tmp_path: Path) -> None:
@@ -151,8 +155,7 @@ def _regression(job: Path, *placement: str) -> dict[str, Any]:
 def test_regression_replicates_are_bitwise_the_same_on_any_plan_and_each_a_plain_fit(
     tmp_path: Path,
 ) -> None:
-    keys = ("fixture", "seed", "samples", "steps", "rate", "replicates", "per_replicate",
-            "aggregate")  # fmt: skip
+    keys = ("of", "contract", "seed", "options", "replicates", "per_replicate", "aggregate")
     one = _regression(tmp_path / "one", "--workers", "1")
     two = _regression(tmp_path / "two", "--workers", "2")
     pipes = _regression(tmp_path / "pipes", "--cluster", str(write_pipe_pair(tmp_path / "c")))
@@ -173,3 +176,103 @@ def test_regression_replicates_are_bitwise_the_same_on_any_plan_and_each_a_plain
     values = [r["final_loss"] for r in rows]
     assert final["n"] == 5 and final["mean"] == math.fsum(values) / 5
     assert abs(final["std"] - statistics.stdev(values)) <= 1e-15
+    assert (final["min"], final["max"]) == (min(values), max(values))
+    assert one["options"] == {"samples": 30000, "steps": 4, "rate": 0.5}
+
+
+# -- Dense replicates: whole fits on the search kernel ---------------------------------------
+DENSE = ("--teacher", "300,6,3", "--hidden", "8", "--epochs", "2", "--seed", "5")
+DENSE_KEYS = ("of", "contract", "seed", "options", "replicates", "per_replicate", "aggregate")
+
+
+def _train(job: Path, replicates: int, *placement: str) -> dict[str, Any]:
+    done = run_aner(
+        "parallel", "train", *DENSE, "--replicates", str(replicates), "--output", str(job),
+        "--quiet", *placement, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return result_of(job)
+
+
+def _dense_science(result: dict[str, Any]) -> str:
+    assert result["computation"] == "replicates" and result["of"] == "dense"
+    return json.dumps({k: result[k] for k in DENSE_KEYS})
+
+
+def test_dense_replicates_are_bitwise_the_same_on_one_two_and_pipe_workers(
+    tmp_path: Path,
+) -> None:
+    # One local worker through the API (the same result as the command line's), two on the
+    # command line, and a group of pipe workers.
+    api = parallel.dense_fit(
+        teacher=(300, 6, 3), hidden=8, epochs=2, seed=5, replicates=4,
+        execution=parallel.local(1), output=tmp_path / "one",
+    )  # fmt: skip
+    one = result_of(tmp_path / "one")
+    assert _dense_science(msgspec.to_builtins(api)) == _dense_science(one)
+    two = _train(tmp_path / "two", 4, "--workers", "2")
+    pipes = _train(tmp_path / "pipes", 4, "--cluster", str(write_pipe_pair(tmp_path / "c")))
+    assert _dense_science(one) == _dense_science(two) == _dense_science(pipes)
+    csv = (tmp_path / "one" / "replicates.csv").read_bytes()
+    assert csv == (tmp_path / "two" / "replicates.csv").read_bytes()
+    assert csv == (tmp_path / "pipes" / "replicates.csv").read_bytes()
+    assert csv.startswith(b"replicate,seed,epochs,best_epoch,validation_loss,")
+    assert csv.count(b"\n") == 5
+    rows = one["per_replicate"]
+    assert [r["seed"] for r in rows] == list(replicate_seeds(5, 4))
+    # Replicates differ (their training seeds do), on the same roles.
+    assert len({r["validation_loss"] for r in rows}) == 4
+    assert one["options"]["rows"] == {"train": 222, "validation": 41, "test": 37}
+    # The aggregation rule, computed independently from the rows.
+    for name in ("validation_loss", "validation_accuracy", "test_loss", "test_accuracy"):
+        values = [r[name] for r in rows]
+        field = one["aggregate"][name]
+        assert field["n"] == 4 and field["mean"] == math.fsum(values) / 4
+        assert abs(field["std"] - statistics.stdev(values)) <= 1e-15
+        assert abs(field["standard_error"] - statistics.stdev(values) / 2) <= 1e-15
+    epochs = [r["best_epoch"] for r in rows]
+    spread = one["aggregate"]["best_epoch"]
+    assert (spread["min"], spread["max"]) == (min(epochs), max(epochs))
+    assert one["headline"] == ["validation_loss", "validation_accuracy", "test_loss",
+                               "test_accuracy", "best_epoch"]  # fmt: skip
+    with pytest.raises(RequestError, match=r"^chunk=: each replicate is one whole fit"):
+        parallel.dense_fit(teacher=(300, 6, 3), seed=5, replicates=4, chunk=64)
+    shown = run_aner("parallel", "status", "--job", str(tmp_path / "one")).stdout
+    assert "test_accuracy" in shown and "(mean of 4 replicates +- standard error;" in shown
+
+
+def test_a_killed_dense_replicates_job_resumes_recomputing_only_the_missing_replicates(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    # Fits of about 0.1 s each on an idle core: the job is still running when it is stopped.
+    replicates = 16
+    job = tmp_path / "job"
+    done = run_aner(
+        "parallel", "train", "--teacher", "16000,16,3", "--hidden", "32", "--epochs", "4",
+        "--seed", "9", "--replicates", str(replicates), "--workers", "1", "--output",
+        str(job), "--background",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pid = coordinators.add(status_of(job).pid)
+    os.kill(pid, signal.SIGSTOP)
+    advance_until(
+        pid,
+        status_where(job, lambda s: s.state is JobState.RUNNING and s.accepted >= 3),
+        "three replicates accepted",
+    )
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    before = _accepted(job)
+    assert 3 <= len(before) < replicates  # whole replicates: one task each
+    resumed = run_aner("parallel", "resume", "--job", str(job), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    final = status_of(job)
+    assert final.state is JobState.COMPLETED
+    assert final.recovered == len(before)
+    after = _accepted(job)
+    assert sorted(a.chunk for a in after) == list(range(replicates))
+    assert after[: len(before)] == before
+    undisturbed = parallel.dense_fit(
+        teacher=(16000, 16, 3), hidden=32, epochs=4, seed=9, replicates=replicates
+    )
+    assert _dense_science(result_of(job)) == _dense_science(msgspec.to_builtins(undisturbed))

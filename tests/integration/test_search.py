@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import math
 import os
 import signal
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,8 @@ from support import (
 
 from aner_coord import parallel
 from aner_coord.computations.dense.model import load_model
+from aner_coord.computations.replicates import replicate_seeds
+from aner_coord.errors import RequestError
 from aner_coord.jobdir.ledger import Accepted, scan
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.dense.data import TeacherDataset
@@ -431,3 +435,58 @@ def test_the_api_cross_validates_searches_and_predicts_in_sessions_and_async() -
         parallel.search(teacher=teacher, seed=2, hidden=(8,), grid={"hidden": [[4]]})
     with pytest.raises(parallel.RequestError, match=r"cross_validate\(\) has no argument grid="):
         parallel.cross_validate(teacher=teacher, seed=2, grid={"lr": [0.1]})
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+def test_seeds_fit_every_candidate_on_every_fold_and_select_by_the_mean_over_all(
+    tmp_path: Path,
+) -> None:
+    options: dict[str, Any] = dict(
+        teacher=(400, 6, 3), seed=SEED, folds=2, hidden=(8,), epochs=2, chunk=32,
+        grid={"lr": [0.003, 0.03]}, execution=parallel.local(2),
+    )  # fmt: skip
+    seeded = parallel.search(seeds=[SEED, 12, 13], output=tmp_path / "job", **options)
+    records = seeded.records()
+    assert len(records) == 2 * 2 * 3
+    assert sorted({(r["candidate"], r["fold"], r["seed"]) for r in records}) == [
+        (c, f, s) for c in (0, 1) for f in (0, 1) for s in (5, 12, 13)
+    ]
+    # The aggregation, computed independently from the per-fit records (fits.csv).
+    with (tmp_path / "job" / "fits.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    with (tmp_path / "job" / "candidates.csv").open() as f:
+        table = list(csv.DictReader(f))
+    means = []
+    for c in (0, 1):
+        for metric in ("validation_loss", "validation_accuracy"):
+            values = [float(r[metric]) for r in rows if r["candidate"] == str(c)]
+            std = statistics.stdev(values)
+            row = table[c]
+            assert row["n"] == "6"
+            assert math.isclose(float(row[f"{metric}_mean"]), statistics.fmean(values),
+                                rel_tol=1e-14)  # fmt: skip
+            assert math.isclose(float(row[f"{metric}_std"]), std, rel_tol=1e-12)
+            assert math.isclose(float(row[f"{metric}_standard_error"]), std / math.sqrt(6),
+                                rel_tol=1e-12)  # fmt: skip
+            if metric == "validation_loss":
+                means.append(statistics.fmean(values))
+    assert seeded.selected == means.index(min(means))
+    assert seeded.seeds == [SEED, 12, 13]
+    assert len([k for k in seeded.cv_results_ if k.startswith("split") and "score" in k]) == 6
+    # A fit of the search's own seed is the fit a search without seeds makes, bit for bit;
+    # the refit trains with the search's seed either way.
+    plain = parallel.search(**options)
+    strip = ("seconds", "worker")
+    own = [{k: v for k, v in r.items() if k not in strip} for r in records if r["seed"] == SEED]
+    assert own == [{k: v for k, v in r.items() if k not in strip} for r in plain.records()]
+    if seeded.selected == plain.selected:
+        assert seeded.refit.train_loss[0] == plain.refit.train_loss[0]
+    # replicates = N derives the seeds by the contract's rule.
+    derived = parallel.search(replicates=2, refit=False, **options)
+    assert derived.seeds == list(replicate_seeds(SEED, 2))
+    with pytest.raises(RequestError, match="give seeds= or replicates=, not both"):
+        parallel.search(seeds=[1, 2], replicates=2, **options)
+    with pytest.raises(RequestError, match="names seed 2 twice"):
+        parallel.search(seeds=[2, 2], **options)

@@ -1,14 +1,17 @@
-"""Replicates (aner_coord.computations.replicates): the seed rule of docs/contracts.md against
-an independent implementation (numpy's Philox), the aggregation rule against the statistics
-module, and the one validator of `replicates`."""
+"""Replicates (aner_coord.computations.replicates, and Dense's in
+aner_coord.computations.search.replicates): the seed rule of docs/contracts.md against an
+independent implementation (numpy's Philox), the aggregation rule against the statistics
+module, the one validator of `replicates`, and a Dense replicate as section 9's training."""
 
 from __future__ import annotations
 
 import statistics
 
+import msgspec
 import numpy as np
 import pytest
 
+from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.replicates import (
     MAX_REPLICATES,
     REPLICATE_STREAM,
@@ -17,9 +20,12 @@ from aner_coord.computations.replicates import (
     replicate_seeds,
     replicates_csv,
 )
+from aner_coord.computations.search.replicates import DenseTraining
 from aner_coord.errors import RequestError
+from aner_coord.parallel import dense_fit
 from aner_worker.kernels.montecarlo import McParams, MonteCarloKernel, replicate_segments
 from aner_worker.kernels.philox import count_hits
+from aner_worker.kernels.search.fits import run_fits
 
 
 def numpy_replicate_seed(seed: int, k: int) -> int:
@@ -58,6 +64,7 @@ def test_the_aggregate_is_mean_sample_std_and_standard_error() -> None:
     assert hits.mean == statistics.fmean([7, 8, 8, 6, 9])
     assert hits.std == pytest.approx(statistics.stdev([7, 8, 8, 6, 9]), rel=1e-15)
     assert hits.standard_error == pytest.approx(hits.std / 5**0.5, rel=1e-15)
+    assert (hits.min, hits.max) == (6.0, 9.0)  # the spread
     one = aggregate(rows[:1], skip=("replicate", "seed"))["hits"]
     assert (one.n, one.mean, one.std, one.standard_error) == (1, 7.0, None, None)
 
@@ -87,3 +94,23 @@ def test_a_task_straddling_replicates_counts_each_with_its_own_seed() -> None:
         count_hits(seeds[2], 0, 100),
     )
     assert stats.hits == sum(stats.split)
+
+
+def test_a_dense_replicate_is_section_9s_training_with_its_seed_on_the_roles_of_the_seed() -> None:
+    """Replicate k trains with R(s, k) on the data and roles of s: given s itself as its
+    training seed, it is `train --seed s`, bit for bit (validation history, best epoch, test)."""
+    request = DenseRequest(seed=5, teacher=(300, 6, 3), hidden=(8,), epochs=3, replicates=2)
+    training = DenseTraining()
+    admitted = training.admit(request)
+    assert (admitted.items, admitted.passes, admitted.chunk) == (2, 1, 1)
+    assert training.kernel_for(request).name == "search"
+    spec = training.start(request, 1).next_pass()
+    assert spec is not None and spec.params.seeds == list(replicate_seeds(5, 2))
+    fit = run_fits(msgspec.structs.replace(spec.params, seeds=[5, 6]), 0, 1, None).fits[0]
+    plain = dense_fit(teacher=(300, 6, 3), hidden=(8,), epochs=3, seed=5)
+    assert fit.validation_losses == [h.validation_loss for h in plain.history]
+    assert fit.best_epoch + 1 == plain.best_epoch
+    assert (fit.test_loss, fit.test_accuracy) == (plain.test_loss, plain.test_accuracy)
+    # One replicate is the plain training, on its own kernel.
+    single = msgspec.structs.replace(request, replicates=1)
+    assert training.kernel_for(single).name == "dense"

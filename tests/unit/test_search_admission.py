@@ -107,3 +107,26 @@ def test_numpy_values_in_a_grid_are_the_values_they_hold(tmp_path: Path) -> None
         (3e-3, 32),
         (3e-3, 64),
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--seeds", "1,2", "--replicates", "2"], "aner: give --seeds or --replicates, not both"),
+        (["--seeds", "3,4,3"], "aner: --seeds names seed 3 twice: the same fit would count twice"),
+        (["--replicates", "0"], "aner: --replicates must be between 1 and 10,000, got 0"),
+    ],
+)
+def test_cv_seeds_are_refused_in_one_line(
+    argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cv = ["parallel", "cv", "--teacher", "100,3,2", "--seed", "1", "--folds", "2"]
+    assert _cli([*cv, *argv], tmp_path / "job", capsys).strip() == expected
+
+
+def test_train_replicates_are_refused_as_cv_refuses_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    train = ["parallel", "train", "--teacher", "100,3,2", "--seed", "1", "--replicates", "0"]
+    error = _cli(train, tmp_path / "job", capsys).strip()
+    assert error == "aner: --replicates must be between 1 and 10,000, got 0"

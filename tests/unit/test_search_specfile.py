@@ -78,7 +78,8 @@ def test_a_bad_top_level_key_is_named(tmp_path: Path, change: str, expected: str
         ("lr = [0.1, -1.0]", "grid.lr[1] must be positive, got -1.0"),
         ("hidden = [[8], [0]]", "grid.hidden[1] must be positive, got 0"),
         ("hidden = [[8], [5000]]", "grid.hidden[1] has a layer of 5,000 units; the limit is 4,096"),
-        ("seed = [1, 2]", "the grid cannot vary 'seed': it varies hidden, lr, batch, epochs,"),
+        ("seed = [1, 2]", "the grid cannot vary 'seed': a seed is not an option to select; fit "),
+        ("hidden_size = [1]", "the grid cannot vary 'hidden_size': it varies hidden, lr, "),
         ("epochs = [1, 2]", "epochs is given both at the top level and in the grid"),
     ],
 )

@@ -90,3 +90,12 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
             extra={"choices": PRECISIONS},
         ),
     ] = "float64"
+    replicates: Annotated[
+        int,
+        Meta(
+            description="independent trainings (in cv and search: fits of every candidate on "
+            "every fold), each with a training seed derived from --seed, on the same data "
+            "and roles (docs/contracts.md, Replicates)",
+            extra={"metavar": "N"},
+        ),
+    ] = 1

@@ -2,7 +2,7 @@
 coordinator's half: independent Dense fits spread over the group, each whole on one worker slot.
 
 - `request`: `SearchRequest`, the options of a search (every `train` option, the folds,
-  the group column, the refit, the grid), declared once;
+  the group column, the refit, the grid, the training seeds), declared once;
 - `specfile`: the search file (TOML) of `aner parallel search --spec`;
 - `computation`: admission and the start of a run; `data`: the rows and a CSV's group
   column; `folds`: the pool and the folds; `grid`: the candidates and their options' checks;
@@ -11,7 +11,9 @@ coordinator's half: independent Dense fits spread over the group, each whole on 
   `aggregate`: means, deviations, selection and refit epochs; `audit`: how an audited
   task's fits compare with the coordinator's own;
 - `result`: `result.json` and the API's `SearchFit`; `files`: `fits.csv`, `candidates.csv`,
-  `histories.csv`, `model.npz` and the chart; `summary`: what `status` shows (no numpy).
+  `histories.csv`, `model.npz` and the chart; `summary`: what `status` shows (no numpy);
+- `replicates`: replicates of a Dense training (`train --replicates N`), each a whole fit,
+  and `DenseTraining`, the computation the registry names for a Dense training.
 
 The worker's half, under the same name, is `aner_worker.kernels.search`.
 """

@@ -1,9 +1,11 @@
 """From fits to a selection (docs/contracts.md, section 12, Aggregation), as pure functions.
 
-Per candidate, over its folds in fold order: the mean and the sample standard deviation
-(`n - 1`; undefined, NaN, for one fit) of the best validation loss and accuracy, and the
-mean best epoch. Sums run left to right in fold order and are divided by `n` once, so that
-equal inputs give equal means bit for bit, whatever order the fits finished in.
+Per candidate, over its fits in fold order (and within a fold in seed order, when the search
+has several training seeds): the mean, the sample standard deviation (`n - 1`; undefined,
+NaN, for one fit) and the standard error `std / sqrt(n)` of the best validation loss and
+accuracy, and the mean best epoch. Sums run left to right in that order and are divided by
+`n` once, so that equal inputs give equal means bit for bit, whatever order the fits
+finished in.
 
 - The best validation accuracy of a fit is its accuracy at its best (lowest loss) epoch.
 - A fit that diverged has NaN metrics, so its candidate's means are NaN, and a NaN mean is
@@ -29,13 +31,15 @@ from aner_worker.kernels.search.params import FitResult
 @dataclass(frozen=True)
 class CandidateSummary:
     candidate: int
-    n: int  # fits (folds) aggregated
+    n: int  # fits (folds x seeds) aggregated
     validation_loss_mean: float
     validation_loss_std: float  # NaN for one fit
     validation_accuracy_mean: float
     validation_accuracy_std: float
     best_epoch_mean: float
     diverged: int  # fits that diverged
+    validation_loss_standard_error: float  # std / sqrt(n); NaN for one fit
+    validation_accuracy_standard_error: float
 
 
 def mean(values: Sequence[float]) -> float:
@@ -56,18 +60,22 @@ def sample_std(values: Sequence[float]) -> float:
 
 
 def summarize(candidate: int, fits: Sequence[FitResult]) -> CandidateSummary:
-    """`fits` are one candidate's, in fold order."""
+    """`fits` are one candidate's, in fold order (then seed order)."""
     losses = [f.validation_loss for f in fits]
     accuracies = [f.validation_accuracy for f in fits]
+    loss_std, accuracy_std = sample_std(losses), sample_std(accuracies)
+    root = math.sqrt(len(fits))
     return CandidateSummary(
         candidate=candidate,
         n=len(fits),
         validation_loss_mean=mean(losses),
-        validation_loss_std=sample_std(losses),
+        validation_loss_std=loss_std,
         validation_accuracy_mean=mean(accuracies),
-        validation_accuracy_std=sample_std(accuracies),
+        validation_accuracy_std=accuracy_std,
         best_epoch_mean=mean([float(f.best_epoch) for f in fits]),
         diverged=sum(1 for f in fits if f.diverged),
+        validation_loss_standard_error=loss_std / root,
+        validation_accuracy_standard_error=accuracy_std / root,
     )
 
 

@@ -34,6 +34,7 @@ from aner_coord.computations.search.plan import (
     Prepared,
     fits_in_order,
     plain,
+    training_seeds,
 )
 from aner_coord.computations.search.request import GRID_KEYS, MAX_FOLDS, SearchRequest
 from aner_coord.computations.search.run import MODEL_ID, SearchRun
@@ -71,7 +72,8 @@ def prepare(request: SearchRequest) -> Prepared:
 
 
 def _prepare(request: SearchRequest) -> Prepared:
-    seed, k, fixed, teacher, grid = _check_request(request)
+    seed, k, fixed, teacher, grid, seeds = _check_request(request)
+    n_seeds = max(1, len(seeds))
     rows = search_data.load(
         request.data, request.label, teacher, request.group, seed, request.split_column
     )
@@ -87,16 +89,16 @@ def _prepare(request: SearchRequest) -> Prepared:
     options = [{**fixed, **values} for values in candidates]
     sizes = [layer_sizes(dataset.n_features, o["hidden"], dataset.n_classes) for o in options]
     counts = [check_parameters(s, _layers_named(grid, candidates[c])) for c, s in enumerate(sizes)]
-    fits = fits_in_order(folds, [o["epochs"] for o in options], counts)
+    fits = fits_in_order(folds, [o["epochs"] for o in options], counts, n_seeds)
     options = [{name: plain(value) for name, value in o.items()} for o in options]
-    return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits, rule)
+    return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits, rule, seeds)
 
 
 def precheck(request: SearchRequest) -> None:
     """`prepare`'s checks that need no rows (`Prechecks`): every option and the grid, the
     split's options, a data file's kind and size (the coordinator reads it), a teacher
     set's shape and every candidate's layers within the limits."""
-    seed, k, fixed, teacher, grid = _check_request(request)
+    seed, k, fixed, teacher, grid, _ = _check_request(request)
     splits.rule_of(
         request.test_fraction,
         request.validation_fraction,
@@ -118,9 +120,11 @@ def precheck(request: SearchRequest) -> None:
 
 def _check_request(
     request: SearchRequest,
-) -> tuple[int, int, dict[str, Any], tuple[int, int, int] | None, dict[str, list[Any]]]:
-    """The seed, the folds, the fixed options, the teacher set and the grid, each checked,
-    within MAX_FITS: what needs no data."""
+) -> tuple[
+    int, int, dict[str, Any], tuple[int, int, int] | None, dict[str, list[Any]], tuple[int, ...]
+]:
+    """The seed, the folds, the fixed options, the teacher set, the grid and the training
+    seeds, each checked, within MAX_FITS: what needs no data."""
     seed = check_seed(request.seed)
     if (request.data is None) == (request.teacher is None):
         raise RequestError(
@@ -142,16 +146,20 @@ def _check_request(
     teacher = None if request.teacher is None else check_option("teacher", request.teacher)
     check_option("data", request.data)
     grid = grids.check_grid(request.grid)
+    seeds = training_seeds(seed, request.seeds, request.replicates)
     n_candidates = grids.count(grid)
-    n_fits = n_candidates * (k if k >= 2 else 1)
+    n_seeds = max(1, len(seeds))
+    n_fits = n_candidates * (k if k >= 2 else 1) * n_seeds
     if n_fits > MAX_FITS:
+        times = f" x {n_seeds} seeds" if n_seeds > 1 else ""
+        fewer = ", fewer {folds} or fewer seeds" if n_seeds > 1 else " or fewer {folds}"
         raise AdmissionError(
-            f"{{grid}} makes {n_candidates:,} candidates x {max(k, 1)} fold(s) = {n_fits:,} "
-            f"fits; the limit is {MAX_FITS:,}: fewer values or fewer {{folds}}",
+            f"{{grid}} makes {n_candidates:,} candidates x {max(k, 1)} fold(s){times} = "
+            f"{n_fits:,} fits; the limit is {MAX_FITS:,}: fewer values{fewer}",
             "grid",
             "folds",
         )
-    return seed, k, fixed, teacher, grid
+    return seed, k, fixed, teacher, grid, seeds
 
 
 def _layers_named(grid: dict[str, list[Any]], candidate: dict[str, Any]) -> str:

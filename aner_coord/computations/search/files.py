@@ -1,11 +1,14 @@
 """The files a search leaves in its job directory (besides `result.json`):
 
-- `fits.csv`: one row per fit: candidate, its grid values, fold, epochs run, best epoch
+- `fits.csv`: one row per fit: candidate, its grid values, fold, training seed, epochs run,
+  best epoch
   (from 1, as every file counts epochs), validation loss and accuracy at it, seconds,
   worker, and why it diverged;
-- `candidates.csv`: one row per candidate: its grid values, n, mean and sample standard
-  deviation of the validation loss and accuracy, mean best epoch, and which is selected;
-- `histories.csv`: every epoch of every fit (the refit's as fold `refit`): training loss,
+- `candidates.csv`: one row per candidate: its grid values, n, mean, sample standard
+  deviation and standard error of the validation loss and accuracy (over its folds and
+  seeds), mean best epoch, and which is selected;
+- `histories.csv`: every epoch of every fit (the refit's as fold `refit`), with its seed:
+  training loss,
   validation loss and accuracy;
 - `model.npz`: the refit model, as `aner parallel train` writes it (so `aner parallel
   predict` takes it), its `meta` naming the candidate and its options;
@@ -27,7 +30,7 @@ import logging
 import math
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aner_coord.computations.dense.model import DenseModel, encode_model
@@ -71,13 +74,15 @@ def completed_files(
     refit: FitResult | None,
     model: DenseModel | None,
     label: str | None,
+    seed_of: Callable[[FitResult], int],
     group: str | None = None,
 ) -> dict[str, bytes]:
-    """The files of a completed search; `fits` are every fit of the folds."""
+    """The files of a completed search; `fits` are every fit of the folds, `seed_of` gives
+    a fit's training seed."""
     files = {
         "fits.csv": table(fit_rows(result)),
         "candidates.csv": table(candidate_rows(result)),
-        "histories.csv": _histories([*fits, *([refit] if refit is not None else [])]),
+        "histories.csv": _histories([*fits, *([refit] if refit is not None else [])], seed_of),
     }
     if model is not None and result.selected is not None and result.refit is not None:
         meta = {
@@ -101,16 +106,19 @@ def completed_files(
 
 
 def partial_files(
-    grid: Sequence[str], candidates: Sequence[dict[str, Any]], fits: Sequence[FitResult]
+    grid: Sequence[str],
+    candidates: Sequence[dict[str, Any]],
+    fits: Sequence[FitResult],
+    seed_of: Callable[[FitResult], int],
 ) -> dict[str, bytes]:
     """`fits.csv` of the fits accepted so far, for a search that did not complete."""
-    columns = ["candidate", *grid, "fold", "epochs", "best_epoch", "validation_loss",
+    columns = ["candidate", *grid, "fold", "seed", "epochs", "best_epoch", "validation_loss",
                "validation_accuracy", "seconds", "worker", "diverged"]  # fmt: skip
     rows = []
     for f in fits:
         record = FitRecord(
             f.candidate, f.fold, f.epochs, f.best_epoch, f.validation_loss,
-            f.validation_accuracy, f.seconds, f.worker, f.diverged or None,
+            f.validation_accuracy, f.seconds, f.worker, f.diverged or None, seed_of(f),
         )  # fmt: skip
         rows.append({**candidates[f.candidate], **_as_dict(record)})
     return {"fits.csv": table(rows, columns)}
@@ -120,7 +128,7 @@ def _as_dict(record: FitRecord) -> dict[str, Any]:
     return {name: getattr(record, name) for name in record.__struct_fields__}
 
 
-def _histories(fits: Sequence[FitResult]) -> bytes:
+def _histories(fits: Sequence[FitResult], seed_of: Callable[[FitResult], int]) -> bytes:
     rows: list[dict[str, Any]] = []
     for f in fits:
         for index, train_loss in enumerate(f.train_loss):
@@ -129,6 +137,7 @@ def _histories(fits: Sequence[FitResult]) -> bytes:
                 {
                     "candidate": f.candidate,
                     "fold": "refit" if f.fold == REFIT else f.fold,
+                    "seed": seed_of(f),
                     "epoch": index + 1,  # from 1, as every file counts epochs
                     "train_loss": train_loss,
                     "validation_loss": f.validation_losses[index] if has_validation else None,
@@ -137,7 +146,7 @@ def _histories(fits: Sequence[FitResult]) -> bytes:
                     ),
                 }
             )
-    columns = ["candidate", "fold", "epoch", "train_loss", "validation_loss",
+    columns = ["candidate", "fold", "seed", "epoch", "train_loss", "validation_loss",
                "validation_accuracy"]  # fmt: skip
     return table(rows, columns)
 
@@ -202,7 +211,8 @@ def chart_figure(result: SearchResult) -> Any:
     means = [(c.candidate, c.validation_accuracy_mean) for c in result.candidates]
     shown = [(c, m) for c, m in means if m is not None]
     ax.plot([c for c, _ in shown], [m for _, m in shown], "_", color="C0", markersize=18,
-            markeredgewidth=2, label="mean over folds")  # fmt: skip
+            markeredgewidth=2,
+            label="mean over folds and seeds" if result.seeds else "mean over folds")  # fmt: skip
     if result.selected is not None and len(result.candidates) > 1:  # one needs no marking
         ax.axvspan(result.selected - 0.4, result.selected + 0.4, color="C1", alpha=0.15,
                    zorder=0, label="selected (lowest mean loss)")  # fmt: skip

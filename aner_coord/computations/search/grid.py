@@ -51,6 +51,14 @@ def check_conflicts(given: Collection[str], grid: Mapping[str, Any]) -> None:
 def check_shape(grid: Mapping[str, Any]) -> None:
     """Keys the grid may vary, each with a non-empty list of values."""
     for key, values in grid.items():
+        if key == "seed":
+            # A seed is no candidate's option: fits of one candidate under several seeds
+            # are replicates, aggregated together, not candidates competing for selection.
+            raise RequestError(
+                "the grid cannot vary 'seed': a seed is not an option to select; fit every "
+                "candidate with several seeds by `seeds = [..]` or `replicates = N` at the top "
+                "level (selection then uses the mean over seeds and folds)"
+            )
         if key not in GRID_KEYS:
             raise RequestError(
                 f"the grid cannot vary {key!r}: it varies {', '.join(GRID_KEYS)} "

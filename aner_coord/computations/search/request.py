@@ -50,6 +50,15 @@ class SearchRequest(DenseRequest, frozen=True, tag="search"):
     chunk: Annotated[
         int, Meta(description="rows of a chunk within each fit; the parameters depend on it")
     ] = DEFAULT_CHUNK_ROWS
+    seeds: Annotated[
+        tuple[int, ...] | None,
+        Meta(
+            description="training seeds: every candidate is fitted with each on every fold, "
+            "and selected by the mean over seeds and folds (instead of --replicates; the "
+            "data and folds stay --seed's)",
+            extra={"metavar": "S,S,..."},
+        ),
+    ] = None
     # msgspec gives each request its own empty dict: a shared mutable default is no risk.
     grid: Annotated[
         dict[str, list[Any]],

@@ -25,7 +25,7 @@ from aner_coord.jobdir.status import StagingRecord
 
 
 class FitRecord(msgspec.Struct, frozen=True):
-    """One fit `(candidate, fold)` of the folds, as `fits.csv` has it."""
+    """One fit `(candidate, fold, replicate)` of the folds, as `fits.csv` has it."""
 
     candidate: int
     fold: int
@@ -36,10 +36,13 @@ class FitRecord(msgspec.Struct, frozen=True):
     seconds: float
     worker: str
     diverged: str | None = None
+    seed: int | None = None  # its training seed (null in a result written before seeds)
+    replicate: int = 0  # which of the search's `seeds` (0 without them)
 
 
 class CandidateRecord(msgspec.Struct, frozen=True):
-    """One candidate: its grid values and its aggregation over folds (`candidates.csv`)."""
+    """One candidate: its grid values and its aggregation over its fits, folds x seeds
+    (`candidates.csv`)."""
 
     candidate: int
     options: dict[str, Any]
@@ -50,6 +53,8 @@ class CandidateRecord(msgspec.Struct, frozen=True):
     validation_accuracy_std: float | None
     best_epoch_mean: float  # of best_epoch, from 1 (schema 2: from 0)
     diverged: int = 0
+    validation_loss_standard_error: float | None = None  # std / sqrt(n); null for one fit
+    validation_accuracy_standard_error: float | None = None
 
 
 class RefitRecord(msgspec.Struct, frozen=True):
@@ -84,10 +89,13 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
     # What the user should know of the result: the selected candidate's fits still
     # improving at their last epoch (`dense.suspect.folds_still_improving`).
     notes: list[str] = msgspec.field(default_factory=list)
+    # Each candidate's training seeds, fitted on every fold: [] for the search's `seed` alone.
+    seeds: list[int] = msgspec.field(default_factory=list)
 
     def summary(self) -> str:
         folds = f"{self.folds} folds" if self.folds >= 2 else "train's own validation split"
-        head = f"{len(self.candidates)} candidate(s) x {folds}: "
+        seeds = f" x {len(self.seeds)} seeds" if self.seeds else ""
+        head = f"{len(self.candidates)} candidate(s) x {folds}{seeds}: "
         if self.selected is None:
             return head + "every candidate diverged; nothing selected"
         best = self.candidates[self.selected]
@@ -143,6 +151,7 @@ def fit_rows(result: SearchResult) -> list[dict[str, Any]]:
             "candidate": f.candidate,
             **options[f.candidate],
             "fold": f.fold,
+            "seed": f.seed,
             "epochs": f.epochs,
             "best_epoch": f.best_epoch,
             "validation_loss": f.validation_loss,
@@ -164,8 +173,10 @@ def candidate_rows(result: SearchResult) -> list[dict[str, Any]]:
             "n": c.n,
             "validation_loss_mean": c.validation_loss_mean,
             "validation_loss_std": c.validation_loss_std,
+            "validation_loss_standard_error": c.validation_loss_standard_error,
             "validation_accuracy_mean": c.validation_accuracy_mean,
             "validation_accuracy_std": c.validation_accuracy_std,
+            "validation_accuracy_standard_error": c.validation_accuracy_standard_error,
             "best_epoch_mean": c.best_epoch_mean,
             "diverged": c.diverged,
             "selected": c.candidate == result.selected,
@@ -237,7 +248,11 @@ class SearchFit:
     def __repr__(self) -> str:
         r = self.result
         folds = f"{r.folds} folds" if r.folds >= 2 else "train's own validation split"
-        head = f"SearchFit({r.model}, {len(r.candidates)} candidate(s) x {folds}, seed {r.seed})"
+        seeds = f" x {len(r.seeds)} seeds" if r.seeds else ""
+        head = (
+            f"SearchFit({r.model}, {len(r.candidates)} candidate(s) x {folds}{seeds}, "
+            f"seed {r.seed})"
+        )
         tables = "records(): one per fit; candidate_records(), cv_results_: one per candidate"
         lines = [f"  {short(line)}" for line in r.summary().split("\n")]
         return "\n".join([head, *lines, f"  {tables}"])
@@ -287,13 +302,15 @@ def cv_results(result: SearchResult) -> dict[str, Any]:
     for f in result.fits:
         by_candidate[f.candidate].append(f)
     splits = max((len(fits) for fits in by_candidate.values()), default=0)
+    # With several seeds, split `r * K + k` is fold `k` of seed `r` (RepeatedKFold's order).
+    folds = max(1, splits // max(1, len(result.seeds)))
 
     def per_fold(value: Callable[[FitRecord], float | None]) -> npt.NDArray[np.float64]:
         table = np.full((len(candidates), splits), np.nan)
         for i, c in enumerate(candidates):
             for f in by_candidate[c.candidate]:
                 v = value(f)
-                table[i, f.fold] = np.nan if v is None else v
+                table[i, f.replicate * folds + f.fold] = np.nan if v is None else v
         return table
 
     table: dict[str, Any] = {"params": [dict(c.options) for c in candidates]}

@@ -1,6 +1,6 @@
 """The run of a model search: the pure state machine the job machine drives.
 
-Two passes. The folds pass has one item per fit `(candidate, fold)`, in dispatch order
+Two passes. The folds pass has one item per fit `(candidate, fold, replicate)`, in dispatch order
 (longest first, `plan`); a task is a range of them and each fit runs whole on one worker
 slot. When every fit is in (the barrier), the candidates are aggregated and one selected
 (`aggregate`); with `refit`, the refit pass then trains the selected candidate on the whole
@@ -60,12 +60,13 @@ FOLDS, REFITTING, DONE = "folds", "refit", "done"
 class SearchRun:
     durable_chunks: ClassVar[bool] = True
 
-    def __init__(self, prepared: Prepared, chunk: int) -> None:
+    def __init__(self, prepared: Prepared, chunk: int, *, test: bool = False) -> None:
         self.prepared = prepared
         self._chunk = chunk  # fits a task
+        self._test = test  # each fit also tests once (`SearchParams.test`)
         dataset = prepared.dataset
         self._fits: list[FitResult | None] = [None] * len(prepared.fits)
-        self._order = [(f.candidate, f.fold) for f in prepared.fits]
+        self._order = [(f.candidate, f.fold, f.replicate) for f in prepared.fits]
         self._position = {pair: i for i, pair in enumerate(self._order)}
         self.phase = FOLDS
         self._begun = ""  # the phase whose pass has been handed out
@@ -87,16 +88,22 @@ class SearchRun:
             dense_rows.share(self._data_name, dataset)  # local threads read it in place
 
     # -- passes ------------------------------------------------------------------------------
-    def _params(self, fits: list[tuple[int, int]], refit_epochs: int = 0) -> SearchParams:
+    def _params(self, order: list[tuple[int, int, int]], refit_epochs: int = 0) -> SearchParams:
+        """A pass of the fits `order`; a refit's (`refit_epochs`) trains with the search's
+        own seed, whatever the replicates' training seeds."""
         p = self.prepared
+        replicated = bool(p.seeds) and not refit_epochs
         return SearchParams(
             self._data_name,
             self._teacher,
             p.request.seed,
             p.folds.codes.tobytes(),
             self._candidates,
-            fits,
+            [(c, f) for c, f, _ in order],
             refit_epochs,
+            seeds=list(p.seeds) if replicated else [],
+            replicates=[r for _, _, r in order] if replicated else [],
+            test=self._test,
         )
 
     def next_pass(self) -> PassSpec | None:
@@ -108,14 +115,14 @@ class SearchRun:
             return PassSpec(len(self._order), self._params(self._order), label)
         assert self.selected is not None
         label = f"refit of candidate {self.selected}: {self.refit_epochs} epoch(s) on the pool"
-        params = self._params([(self.selected, REFIT)], self.refit_epochs)
+        params = self._params([(self.selected, REFIT, 0)], self.refit_epochs)
         return PassSpec(1, params, label)
 
-    def _expected(self, position: int) -> tuple[int, int]:
+    def _expected(self, position: int) -> tuple[int, int, int]:
         if self.phase == FOLDS:
             return self._order[position]
         assert self.selected is not None
-        return self.selected, REFIT
+        return self.selected, REFIT, 0
 
     def received_from(self, stats: Any, worker: str) -> Any:
         if not isinstance(stats, SearchStats):
@@ -129,8 +136,9 @@ class SearchRun:
             return f"{len(stats.fits)} fits reported for a range of {count}"
         for i, fit in enumerate(stats.fits):
             expected = self._expected(start + i)
-            if (fit.candidate, fit.fold) != expected:
-                return f"fit {(fit.candidate, fit.fold)} reported where {expected} was asked for"
+            if (fit.candidate, fit.fold, fit.replicate) != expected:
+                got = (fit.candidate, fit.fold, fit.replicate)
+                return f"fit {got} reported where {expected} was asked for"
             problem = self._check_fit(fit)
             if problem is not None:
                 return f"fit (candidate {fit.candidate}, fold {fit.fold}): {problem}"
@@ -179,11 +187,16 @@ class SearchRun:
         self.phase = REFITTING
 
     def by_candidate(self) -> list[list[FitResult]]:
-        """Every candidate's fits in fold order (all of them: after the folds' barrier)."""
+        """Every candidate's fits in fold order, and within a fold in seed order (all of them:
+        after the folds' barrier)."""
         p = self.prepared
         out: list[list[FitResult]] = []
         for c in range(p.n_candidates):
-            fits = [self._fits[self._position[(c, f)]] for f in p.folds.fitted]
+            fits = [
+                self._fits[self._position[(c, f, r)]]
+                for f in p.folds.fitted
+                for r in range(p.n_replicates)
+            ]
             out.append([f for f in fits if f is not None])
         return out
 
@@ -246,8 +259,9 @@ class SearchRun:
     def _label(self, position: int) -> str:
         if self.phase == REFITTING:
             return f"refit of candidate {self.selected}"
-        c, f = self._order[position]
-        return f"candidate {c} fold {f}"
+        c, f, r = self._order[position]
+        seed = f" seed {self.prepared.seeds[r]}" if self.prepared.seeds else ""
+        return f"candidate {c} fold {f}{seed}"
 
     def _best_so_far(self) -> dict[str, Any] | None:
         p = self.prepared
@@ -267,7 +281,7 @@ class SearchRun:
             "candidate": c,
             "options": {k: plain(v) for k, v in p.candidates[c].items()},
             "folds_done": len(fits),
-            "folds": len(p.folds.fitted),
+            "folds": len(p.folds.fitted) * p.n_replicates,
             "validation_loss": loss,
             "validation_accuracy": aggregate.mean([f.validation_accuracy for f in fits]),
         }
@@ -332,16 +346,18 @@ class SearchRun:
         fits = [f for group in self.by_candidate() for f in group]
         p = self.prepared
         if state is not JobState.COMPLETED:
-            return partial_files(list(p.grid), p.candidates, fits)
+            return partial_files(list(p.grid), p.candidates, fits, self.seed_of)
         result = self.result(Accounting(seconds=0.0, workers=(), execution={}))
         request = p.request
-        return completed_files(result, fits, self.refit, self.model, request.label, request.group)
+        return completed_files(
+            result, fits, self.refit, self.model, request.label, self.seed_of, request.group
+        )
 
     def result(self, accounting: Accounting) -> SearchResult:
         p = self.prepared
         folds = p.folds
         candidates = [_candidate_record(s, p.candidates[s.candidate]) for s in self.summaries]
-        fits = [_fit_record(f) for fits in self.by_candidate() for f in fits]
+        fits = [_fit_record(f, self.seed_of(f)) for fits in self.by_candidate() for f in fits]
         refit = None if self.refit is None else _refit_record(self.refit)
         fixed = {k: plain(v) for k, v in p.options[0].items() if k not in p.grid}
         notes = []
@@ -375,7 +391,13 @@ class SearchRun:
             execution=accounting.execution,
             workers=list(accounting.workers),
             notes=notes,
+            seeds=list(p.seeds),
         )
+
+    def seed_of(self, fit: FitResult) -> int:
+        """The training seed `fit` was trained with."""
+        seeds = self.prepared.seeds
+        return seeds[fit.replicate] if seeds and fit.fold != REFIT else self.prepared.request.seed
 
 
 def _makespan(durations: Sequence[float], slots: int) -> float:
@@ -390,7 +412,7 @@ def _finite(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _fit_record(fit: FitResult) -> FitRecord:
+def _fit_record(fit: FitResult, seed: int) -> FitRecord:
     return FitRecord(
         candidate=fit.candidate,
         fold=fit.fold,
@@ -401,6 +423,8 @@ def _fit_record(fit: FitResult) -> FitRecord:
         seconds=fit.seconds,
         worker=fit.worker,
         diverged=fit.diverged or None,
+        seed=seed,
+        replicate=fit.replicate,
     )
 
 
@@ -415,6 +439,8 @@ def _candidate_record(s: aggregate.CandidateSummary, options: dict[str, Any]) ->
         validation_accuracy_std=_finite(s.validation_accuracy_std),
         best_epoch_mean=s.best_epoch_mean + 1.0,  # counted from 1, as the result counts
         diverged=s.diverged,
+        validation_loss_standard_error=_finite(s.validation_loss_standard_error),
+        validation_accuracy_standard_error=_finite(s.validation_accuracy_standard_error),
     )
 
 

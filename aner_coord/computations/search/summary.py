@@ -31,8 +31,9 @@ def summarize(result: dict[str, Any]) -> list[str]:
     folds = result["folds"]
     how = f"{folds} folds" if folds >= 2 else "train's own validation split"
     grouped = ", grouped" if result.get("grouped") else ""
-    lines = [f"search    {len(candidates)} candidate(s) x {how}{grouped}: {len(result['fits'])} "
-             "fits"]  # fmt: skip
+    seeds = f" x {len(result['seeds'])} seeds" if result.get("seeds") else ""
+    lines = [f"search    {len(candidates)} candidate(s) x {how}{grouped}{seeds}: "
+             f"{len(result['fits'])} fits"]  # fmt: skip
     selected = result.get("selected")
     if selected is None:
         lines.append("selected  none: every candidate has a fit that diverged")

@@ -6,6 +6,9 @@ pool rows outside fold `f`, validation rows are fold `f`, and there are no test 
 the training ends after its epochs (or early stopping) with its best validation epoch. A
 refit (`f = REFIT`) trains on the whole pool, with no validation rows (so no early stopping:
 it keeps its final model), for the search's refit epochs, then tests once on the test rows.
+A pass with `test` also tests each fold's fit once on the test rows, with its best epoch's
+model: section 9's three roles (`train --replicates`). A fit trains with its replicate's
+seed (`params.seeds`), or the search's.
 
 `dense.fit.fit_whole` drives the training here, each chunk computed exactly as a Dense
 worker computes it, so a fit's numbers depend on its parameters alone, never on the worker,
@@ -79,12 +82,21 @@ def run_fits(
     if codes.size != dataset.n_rows:
         raise ValueError(f"{codes.size} fold bytes for a data set of {dataset.n_rows} rows")
     source = dataset if should_stop is None else _Stopping(dataset, should_stop)
+    if params.replicates and len(params.replicates) != len(params.fits):
+        raise ValueError(f"{len(params.replicates)} replicates for {len(params.fits)} fits")
     out = []
-    for candidate, fold in params.fits[start : start + count]:
+    for i in range(start, start + count):
         if should_stop is not None and should_stop():
             raise Stopped("stopped before a fit")
-        out.append(run_fit(source, codes, params, candidate, fold))
+        candidate, fold = params.fits[i]
+        replicate = params.replicates[i] if params.replicates else 0
+        out.append(run_fit(source, codes, params, candidate, fold, replicate))
     return SearchStats(out)
+
+
+def seed_of(params: SearchParams, replicate: int) -> int:
+    """The training seed of `replicate`: its own, or the search's when the pass has none."""
+    return params.seeds[replicate] if params.seeds else params.seed
 
 
 def options_of(candidate: CandidateOptions, seed: int) -> TrainingOptions:
@@ -92,13 +104,14 @@ def options_of(candidate: CandidateOptions, seed: int) -> TrainingOptions:
     return TrainingOptions(seed=seed, **msgspec.structs.asdict(candidate))
 
 
-def fit_rows(codes: npt.NDArray[np.uint8], fold: int) -> TrainingRows:
-    """The roles of a fit: fold `fold` validates, the rest of the pool trains; a refit
-    trains on the whole pool and tests on the test rows."""
+def fit_rows(codes: npt.NDArray[np.uint8], fold: int, test: bool = False) -> TrainingRows:
+    """The roles of a fit: fold `fold` validates, the rest of the pool trains (and with
+    `test` the test rows test); a refit trains on the whole pool and tests on the test rows."""
     pool = codes != TEST_FOLD
     if fold == REFIT:
         return TrainingRows(_positions(pool), _NONE, _positions(~pool))
-    return TrainingRows(_positions(pool & (codes != fold)), _positions(codes == fold), _NONE)
+    tested = _positions(~pool) if test else _NONE
+    return TrainingRows(_positions(pool & (codes != fold)), _positions(codes == fold), tested)
 
 
 def _positions(mask: npt.NDArray[np.bool_]) -> Ints:
@@ -112,12 +125,14 @@ def run_fit(
     params: SearchParams,
     candidate: int,
     fold: int,
+    replicate: int = 0,
 ) -> FitResult:
-    options = options_of(params.candidates[candidate], params.seed)
+    options = options_of(params.candidates[candidate], seed_of(params, replicate))
     if fold == REFIT:
         options = replace(options, epochs=params.refit_epochs, patience=None)
     began = time.perf_counter()
-    training = Training(options, fit_rows(codes, fold), dataset.n_features, dataset.n_classes)
+    rows = fit_rows(codes, fold, params.test)
+    training = Training(options, rows, dataset.n_features, dataset.n_classes)
     diverged = ""
     try:
         fit_whole(training, dataset)
@@ -142,9 +157,17 @@ def run_fit(
         validation_accuracies=_numbers(h.validation_accuracy for h in history),
         seconds=seconds,
         diverged=diverged,
+        replicate=replicate,
     )
-    if fold != REFIT or diverged:
+    if diverged:
         return result
+    if fold != REFIT:
+        if not params.test or training.test is None:
+            return result
+        test_loss, test_accuracy = training.test
+        return msgspec.structs.replace(
+            result, test_loss=float(test_loss), test_accuracy=float(test_accuracy)
+        )
     norm = training.normalisation
     assert norm is not None
     test = training.test or (NAN, NAN)  # no test rows (test_fraction 0): no test metrics

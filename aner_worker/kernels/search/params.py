@@ -44,6 +44,14 @@ class SearchParams(msgspec.Struct, frozen=True, array_like=True):
     candidates: list[CandidateOptions]
     fits: list[tuple[int, int]]  # (candidate, fold) of each item of the pass
     refit_epochs: int = 0  # epochs of a REFIT fit
+    # Replicates (docs/contracts.md, "Replicates"): the training seed of each replicate, and
+    # each fit's replicate (parallel to `fits`). Empty: one replicate, trained with `seed`.
+    # `seed` alone names the data (a teacher set) and, through the fold bytes, the roles.
+    seeds: list[int] = []
+    replicates: list[int] = []
+    # Fits of a fold that also test once on the test rows, with the model of their best
+    # epoch (a `train --replicates` fit: section 9's three roles).
+    test: bool = False
 
 
 class FitResult(msgspec.Struct, frozen=True, array_like=True):
@@ -65,6 +73,7 @@ class FitResult(msgspec.Struct, frozen=True, array_like=True):
     params: bytes = b""
     mean: bytes = b""
     std: bytes = b""
+    replicate: int = 0  # which of the pass's `seeds` trained it
 
 
 class SearchStats(msgspec.Struct, frozen=True, array_like=True):
