@@ -39,6 +39,7 @@ from aner_coord.jobdir import ledger
 from aner_coord.jobdir.manifest import encode_manifest, manifest_of
 from aner_coord.jobdir.results import encode_result
 from aner_coord.jobdir.status import JobState
+from aner_coord.jobdir.timeline import TimelineWriter
 from aner_coord.requests import encode_request, with_absolute_paths
 
 # The request as given, kept for `resume`. It names the cluster file's path, which is
@@ -67,6 +68,7 @@ class JobFiles:
     ledger: ledger.LedgerWriter
     writer: jobdir.StatusWriter
     checkpoints: Checkpointer
+    timeline: TimelineWriter
 
     def finish(self, report: JobReport) -> None:
         """What the run leaves: the whole failure message where status.json's is cut, the
@@ -103,6 +105,7 @@ async def job_files(
     held: jobdir.JobLock | None = lock
     book: ledger.LedgerWriter | None = None
     writer: jobdir.StatusWriter | None = None
+    timeline: TimelineWriter | None = None
     try:
         recovered = resume.recovered if resume is not None else None
         book = ledger.LedgerWriter(
@@ -110,10 +113,15 @@ async def job_files(
         )
         if resume is not None:
             book.append(ledger.Resumed(time.time(), os.getpid()))
-        writer = jobdir.StatusWriter(directory, on_error=on_error, before_write=book.sync)
+        # A resumed job's coordinator appends the next segment to the same timeline.
+        segment = resume.recovered.resumes + 1 if resume is not None else 0
+        timeline = TimelineWriter(directory, segment)
+        writer = jobdir.StatusWriter(
+            directory, on_error=on_error, before_write=_syncs(book.sync, timeline.sync)
+        )
         restored = resume.checkpoint if resume is not None else None
         checkpoints = Checkpointer(directory, book, policy, restored=restored)
-        yield JobFiles(directory, book, writer, checkpoints)
+        yield JobFiles(directory, book, writer, checkpoints, timeline)
     except BaseException:
         if resume is None and held is not None and not directory.exists(jobdir.STATUS):
             # Failed before its first status (nothing ran): leave no half-made directory.
@@ -129,10 +137,22 @@ async def job_files(
                 await writer.aclose()
             if book is not None:
                 book.close()
+            if timeline is not None:
+                timeline.close()
         finally:
             if held is not None:
                 held.release()
             directory.close()
+
+
+def _syncs(*syncs: Callable[[], None]) -> Callable[[], None]:
+    """One `before_write` that makes each of `syncs` in turn."""
+
+    def sync() -> None:
+        for each in syncs:
+            each()
+
+    return sync
 
 
 def _create(job: Job) -> tuple[jobdir.JobDir, jobdir.JobLock, bytes]:
@@ -211,9 +231,11 @@ async def execute(
                     pool=pool,
                     checkpoint=resume.checkpoint,
                     checkpoints=checkpoints,
+                    timeline=files.timeline if files is not None else None,
                 )
             else:
-                coordinator.attach(chain, book, checkpoints)
+                timeline = files.timeline if files is not None else None
+                coordinator.attach(chain, book, checkpoints, timeline)
             async with (
                 jobdir.cancel_requests(files.directory, cancel)
                 if files is not None

@@ -1,0 +1,239 @@
+"""`timeline.jsonl`: where a job's time went, one JSON object per line (docs/contracts.md,
+section 13).
+
+Lines (`Line`, tagged by `kind`):
+- `segment`: one per coordinator that ran the job (a resumed job appends one more): its
+  number, the wall-clock time of its zero, its backend, workers and slots;
+- `task`: one per task (`aner_coord.job.timing.TaskRecord`), times in seconds from its
+  segment's zero on the coordinator's clock;
+- `phase`: one per coordinator phase that costs time (a pass's reduce and update, the
+  parameters' broadcast, a checkpoint, a status snapshot);
+- `sampling` / `truncated`: where the size bound took effect.
+
+The bound: every line is kept up to `TIMELINE_FULL_BYTES`; past it, a `sampling` line, then
+only one task or phase line in `TIMELINE_SAMPLE_EVERY` (those whose task id, or pass number,
+is a multiple of it) and every line that is not routine (segments, lost, retried and
+duplicate tasks); at `TIMELINE_MAX_BYTES` one `truncated` line and nothing more. A resumed
+job's coordinator counts the bytes already there.
+
+The writer opens the file through the job directory's descriptor (never a link, never a
+FIFO), buffers lines in memory from the event loop (`add`) and writes them from the status
+writer's thread (`sync`, before each status, and at `close`). It does not fsync: the
+timeline is a diagnosis, not a promise. A last line left unfinished by a coordinator killed
+while it wrote makes the file unreadable as it is (the reader refuses it, naming the byte)
+until a resumed job's writer cuts that line off before it appends.
+Reading is bounded as every job file's (`READ_LIMITS`); a file that is not one this aner
+wrote is one line (`JobFileError`, exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import msgspec
+
+from aner_coord.jobdir.directory import TIMELINE, TIMELINE_MAX_BYTES, JobDir, opened
+from aner_worker.files import READ_PIECE
+
+TIMELINE_SCHEMA = "aner-timeline/1"
+TIMELINE_FULL_BYTES = 32 << 20
+TIMELINE_SAMPLE_EVERY = 16
+
+
+class _Line(msgspec.Struct, frozen=True, tag_field="kind", omit_defaults=True):
+    """Base of every line: a JSON object whose `kind` says which."""
+
+
+class Segment(_Line, frozen=True, tag="segment"):
+    """A coordinator's part of the job: times in its lines count from its zero, `wall`."""
+
+    schema: str
+    segment: int
+    wall: float  #: Unix time of this segment's zero
+    computation: str
+    backend: str  #: "threads" or "processes"
+    workers: dict[str, int]  #: public identity -> slots
+    start: float = 0.0  #: when the backend started (the span of wait_s counts from here)
+    pid: int = 0
+
+
+class TaskLine(_Line, frozen=True, tag="task"):
+    """One task; the fields of `TaskRecord`, times from the segment's zero (null: unknown)."""
+
+    segment: int
+    worker: str
+    pass_id: int
+    task_id: int
+    start: int
+    count: int
+    dispatched: float
+    started: float | None = None
+    ended: float | None = None
+    received: float | None = None
+    busy_s: float | None = None
+    queued_s: float | None = None
+    link_s: float | None = None
+    bytes_out: int | None = None
+    bytes_in: int | None = None
+    outcome: str = "accepted"
+    clock_error_s: float | None = None
+
+
+class PhaseLine(_Line, frozen=True, tag="phase"):
+    """A stretch of the coordinator's own work: `name` from `begin` to `end`. A phase made
+    of many short pieces (a pass's `reduce`, one per result) is one line: its first piece's
+    begin, its last piece's end, and the seconds they took together (`busy_s`)."""
+
+    segment: int
+    name: str
+    begin: float
+    end: float
+    pass_id: int = -1
+    busy_s: float | None = None  #: where not `end - begin`
+    pieces: int = 1
+
+
+class Sampling(_Line, frozen=True, tag="sampling"):
+    """From here on, one routine line in `every` is kept."""
+
+    segment: int
+    every: int
+
+
+class Truncated(_Line, frozen=True, tag="truncated"):
+    """The file reached its bound: nothing more was written."""
+
+    segment: int
+
+
+Line = Segment | TaskLine | PhaseLine | Sampling | Truncated
+_decoder = msgspec.json.Decoder(Line)
+_encoder = msgspec.json.Encoder()
+
+
+class TimelineWriter:
+    """Appends lines to the job's `timeline.jsonl`, within its bound (see the module)."""
+
+    def __init__(self, directory: JobDir, segment: int) -> None:
+        self._directory = directory
+        self.segment = segment
+        self._fd = directory.open_file(
+            TIMELINE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, action="write"
+        )
+        try:
+            self._size = _cut_torn_tail(self._fd)  # a resumed job's lines count too
+        except OSError as exc:
+            os.close(self._fd)
+            raise directory.write_error("write", TIMELINE, exc) from None
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pending: list[bytes] = []
+        self._sampling = self._size >= TIMELINE_FULL_BYTES
+        self._full = self._size >= TIMELINE_MAX_BYTES
+
+    def add(self, line: Line, sample_key: int | None = None) -> None:
+        """Keep `line` (routine lines give a `sample_key`; see the module for the rule)."""
+        with self._lock:
+            if self._full:
+                return
+            if self._size >= TIMELINE_FULL_BYTES and not self._sampling:
+                self._sampling = True
+                self._put(Sampling(self.segment, TIMELINE_SAMPLE_EVERY))
+            if self._sampling and sample_key is not None and sample_key % TIMELINE_SAMPLE_EVERY:
+                return
+            if self._size >= TIMELINE_MAX_BYTES:
+                self._full = True
+                self._put(Truncated(self.segment))
+                return
+            self._put(line)
+
+    def _put(self, line: Line) -> None:
+        data = _encoder.encode(line) + b"\n"
+        self._size += len(data)
+        self._pending.append(data)
+
+    def sync(self) -> None:
+        """Write what was added (from any thread; one writer at a time, in order)."""
+        with self._write_lock:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            if not pending or self._fd < 0:
+                return
+            data = memoryview(b"".join(pending))
+            try:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            except OSError as exc:
+                raise self._directory.write_error("write", TIMELINE, exc) from None
+
+    def close(self) -> None:
+        try:
+            self.sync()
+        finally:
+            with self._write_lock:
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
+
+
+def _cut_torn_tail(fd: int) -> int:
+    """Cut an unfinished last line (a coordinator killed while writing) off the file open
+    at `fd`, so that new lines never follow a fragment; its size afterwards."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    at = size
+    while at > 0:
+        begin = max(0, at - READ_PIECE)
+        piece = os.pread(fd, at - begin, begin)
+        newline = piece.rfind(b"\n")
+        if newline >= 0:
+            at = begin + newline + 1
+            break
+        at = begin
+    os.ftruncate(fd, at)
+    return at
+
+
+def read_timeline(job: JobDir | str | os.PathLike[str]) -> list[Line]:
+    """Every line of the job's timeline, in file order. FileNotFoundError if there is none;
+    JobFileError for a file that is not one: not a regular file (a FIFO, a link), over its
+    bound, cut short (its last line unfinished: a coordinator killed while it wrote, which
+    the job's next `resume` repairs), or a line that is not a timeline line."""
+    with opened(job) as directory:
+        data = directory.read_bytes(TIMELINE)
+        if not data:
+            raise directory.read_error(TIMELINE, "it is empty")
+        if not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            raise directory.read_error(
+                TIMELINE,
+                f"it is cut short: its last line, from byte {cut:,}, is unfinished (a "
+                "coordinator stopped while writing it; `aner parallel resume` repairs it)",
+            )
+        out = [_decode(directory, raw, n) for n, raw in enumerate(data.split(b"\n")[:-1], 1)]
+        first = out[0]
+        if not isinstance(first, Segment):
+            raise directory.read_error(TIMELINE, "it does not begin with a segment line")
+        if first.schema != TIMELINE_SCHEMA:
+            raise directory.read_error(
+                TIMELINE, f"its schema is {first.schema!r}, not {TIMELINE_SCHEMA!r}"
+            )
+        return out
+
+
+def _decode(directory: JobDir, raw: bytes, number: int) -> Line:
+    try:
+        return _decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise directory.read_error(
+            TIMELINE, f"line {number} is not a timeline line: {exc}"
+        ) from None
+
+
+def as_dict(line: Line) -> dict[str, Any]:
+    """A line as the JSON object it is in the file (with its `kind`)."""
+    out: dict[str, Any] = msgspec.json.decode(_encoder.encode(line))
+    return out
