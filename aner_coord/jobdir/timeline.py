@@ -120,7 +120,7 @@ class TimelineWriter:
         self._directory = directory
         self.segment = segment
         self._fd = directory.open_file(
-            TIMELINE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, action="write"
+            TIMELINE, os.O_RDWR | os.O_CREAT | os.O_APPEND, action="write"
         )
         try:
             self._size = _cut_torn_tail(self._fd)  # a resumed job's lines count too
