@@ -28,13 +28,20 @@ wrote is one line (`JobFileError`, exit 2).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
 
 import msgspec
 
-from aner_coord.jobdir.directory import TIMELINE, TIMELINE_MAX_BYTES, JobDir, opened
+from aner_coord.jobdir.directory import (
+    TIMELINE,
+    TIMELINE_MAX_BYTES,
+    JobDir,
+    JobFileError,
+    opened,
+)
 from aner_worker.files import READ_PIECE
 
 TIMELINE_SCHEMA = "aner-timeline/1"
@@ -222,6 +229,31 @@ def read_timeline(job: JobDir | str | os.PathLike[str]) -> list[Line]:
                 TIMELINE, f"its schema is {first.schema!r}, not {TIMELINE_SCHEMA!r}"
             )
         return out
+
+
+def read_tail(job: JobDir, size: int) -> list[Line]:
+    """The whole lines among the last `size` bytes of the job's timeline, for a monitor: a
+    missing, unreadable or damaged timeline gives what it can (possibly nothing), never an
+    error, and never blocks."""
+    try:
+        fd, total = job.open_reader(TIMELINE)
+    except (FileNotFoundError, JobFileError):
+        return []
+    try:
+        begin = max(0, total - size)
+        data = os.pread(fd, total - begin, begin)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    pieces = data.split(b"\n")
+    if begin > 0:
+        pieces = pieces[1:]  # the first may be the end of a line
+    out: list[Line] = []
+    for raw in pieces[:-1]:  # the last is empty, or a line still being written
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            out.append(_decoder.decode(raw))
+    return out
 
 
 def _decode(directory: JobDir, raw: bytes, number: int) -> Line:

@@ -16,7 +16,9 @@ import aner.parallel as parallel
 import pytest
 from support import result_of, run_aner, write_pipe_pair
 
+from aner_coord.cli.monitor import busy_text
 from aner_coord.cli.timeline import timeline
+from aner_coord.jobdir import JobDir
 from aner_coord.jobdir.timeline import PhaseLine, Segment, TaskLine, read_timeline
 from aner_coord.timeline.analysis import analyse
 
@@ -133,6 +135,16 @@ def test_the_command_summarises_draws_and_exports_the_timeline(
     passes = 1 + result_of(finished)["committed_steps"] + 2 + 1
     assert segment["phases"]["update"]["pieces"] == segment["phases"]["broadcast"]["pieces"]
     assert segment["phases"]["update"]["pieces"] == passes
+
+
+def test_the_watch_shows_each_workers_recent_busy_share(finished: Path) -> None:
+    with JobDir.open(finished) as directory:
+        text = busy_text(directory)
+    assert text is not None and text.endswith("(computing, last 5 s of the timeline)")
+    shares = dict(part.rsplit(" ", 1) for part in text.split(" (")[0].split(", "))
+    assert set(shares) == {"local-1", "local-2"}
+    assert all(share.endswith("%") and 0 <= int(share[:-1]) <= 100 for share in shares.values())
+    assert any(int(share[:-1]) > 0 for share in shares.values())
 
 
 def _copy(job: Path, tmp_path: Path) -> Path:
