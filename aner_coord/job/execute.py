@@ -39,7 +39,7 @@ from aner_coord.jobdir import ledger
 from aner_coord.jobdir.manifest import encode_manifest, manifest_of
 from aner_coord.jobdir.results import encode_result
 from aner_coord.jobdir.status import JobState
-from aner_coord.jobdir.timeline import TimelineWriter
+from aner_coord.jobdir.timeline import TimelineWriter, timeline_wanted
 from aner_coord.requests import encode_request, with_absolute_paths
 
 # The request as given, kept for `resume`. It names the cluster file's path, which is
@@ -68,7 +68,7 @@ class JobFiles:
     ledger: ledger.LedgerWriter
     writer: jobdir.StatusWriter
     checkpoints: Checkpointer
-    timeline: TimelineWriter
+    timeline: TimelineWriter | None  # None: timelines switched off (`ANER_TIMELINE`)
 
     def finish(self, report: JobReport) -> None:
         """What the run leaves: the whole failure message where status.json's is cut, the
@@ -90,6 +90,7 @@ async def job_files(
     resume: Resumption | None,
     on_error: Callable[[jobdir.JobDirError], None],
     policy: Policy,
+    with_timeline: bool = True,
 ) -> AsyncIterator[JobFiles | None]:
     """The job directory of one run, or None for a job without one: a new job's is created,
     locked and given its manifest and request; a resumed job's comes checked and locked.
@@ -115,10 +116,11 @@ async def job_files(
             book.append(ledger.Resumed(time.time(), os.getpid()))
         # A resumed job's coordinator appends the next segment to the same timeline.
         segment = resume.recovered.resumes + 1 if resume is not None else 0
-        timeline = TimelineWriter(directory, segment)
-        writer = jobdir.StatusWriter(
-            directory, on_error=on_error, before_write=_syncs(book.sync, timeline.sync)
-        )
+        syncs = [book.sync]
+        if with_timeline:
+            timeline = TimelineWriter(directory, segment)
+            syncs.append(timeline.sync)
+        writer = jobdir.StatusWriter(directory, on_error=on_error, before_write=_syncs(*syncs))
         restored = resume.checkpoint if resume is not None else None
         checkpoints = Checkpointer(directory, book, policy, restored=restored)
         yield JobFiles(directory, book, writer, checkpoints, timeline)
@@ -197,6 +199,7 @@ async def execute(
     descriptor, never by path)."""
     cancel = cancel if cancel is not None else asyncio.Event()
     policy = Policy.from_environ()  # a bad setting is refused before anything starts
+    with_timeline = timeline_wanted()
     coordinator: Coordinator | None = None
 
     def writer_failed(error: jobdir.JobDirError) -> None:  # on the writer's thread
@@ -209,7 +212,7 @@ async def execute(
         coordinator = Coordinator(job, cancel=cancel, pool=pool)
         coordinator.launch()
     try:
-        async with job_files(job, resume, writer_failed, policy) as files:
+        async with job_files(job, resume, writer_failed, policy, with_timeline) as files:
             if files is not None and on_directory is not None:
                 on_directory(files.directory)
             chain: list[Observer] = [*observers]

@@ -31,10 +31,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
+from aner_coord.errors import RequestError
 from aner_coord.jobdir.directory import (
     TIMELINE,
     TIMELINE_MAX_BYTES,
@@ -45,6 +47,9 @@ from aner_coord.jobdir.directory import (
 from aner_worker.files import READ_PIECE
 
 TIMELINE_SCHEMA = "aner-timeline/1"
+# Timelines are on by default; `ANER_TIMELINE=off` leaves a job without one (to measure
+# what it costs: `python -m bench timeline`).
+ENV_TIMELINE = "ANER_TIMELINE"
 TIMELINE_FULL_BYTES = 32 << 20
 TIMELINE_SAMPLE_EVERY = 16
 
@@ -118,6 +123,17 @@ class Truncated(_Line, frozen=True, tag="truncated"):
 Line = Segment | TaskLine | PhaseLine | Sampling | Truncated
 _decoder = msgspec.json.Decoder(Line)
 _encoder = msgspec.json.Encoder()
+
+
+def timeline_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether jobs keep a timeline: `ANER_TIMELINE` unset, `on` or `off` (RequestError for
+    any other value, before anything starts)."""
+    raw = environ.get(ENV_TIMELINE, "on")
+    if raw not in ("on", "off"):
+        raise RequestError(
+            f"{ENV_TIMELINE}={raw!r} is neither `on` nor `off`: unset it, or set `off`"
+        )
+    return raw == "on"
 
 
 class TimelineWriter:
