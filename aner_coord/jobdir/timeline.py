@@ -19,9 +19,11 @@ job's coordinator counts the bytes already there.
 The writer opens the file through the job directory's descriptor (never a link, never a
 FIFO), buffers lines in memory from the event loop (`add`) and writes them from the status
 writer's thread (`sync`, before each status, and at `close`). It does not fsync: the
-timeline is a diagnosis, not a promise. A last line left unfinished by a coordinator killed
-while it wrote makes the file unreadable as it is (the reader refuses it, naming the byte)
-until a resumed job's writer cuts that line off before it appends.
+timeline is a diagnosis, not a promise. A write that fails (a full disk) ends the timeline
+there (noted in the coordinator's log); it never fails the job. A last line left unfinished (by a
+coordinator killed while it wrote, or a full disk) makes the file unreadable as it is (the
+reader refuses it, naming the byte) until a resumed job's writer cuts that line off before
+it appends.
 Reading is bounded as every job file's (`READ_LIMITS`); a file that is not one this aner
 wrote is one line (`JobFileError`, exit 2).
 """
@@ -29,6 +31,7 @@ wrote is one line (`JobFileError`, exit 2).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -122,6 +125,7 @@ class Truncated(_Line, frozen=True, tag="truncated"):
 
 Line = Segment | TaskLine | PhaseLine | Sampling | Truncated
 _decoder = msgspec.json.Decoder(Line)
+log = logging.getLogger("aner.jobdir")
 _encoder = msgspec.json.Encoder()
 
 
@@ -155,6 +159,7 @@ class TimelineWriter:
         self._pending: list[bytes] = []
         self._sampling = self._size >= TIMELINE_FULL_BYTES
         self._full = self._size >= TIMELINE_MAX_BYTES
+        self.failed: str | None = None  # why writing stopped, if a write failed
 
     def add(self, line: Line, sample_key: int | None = None) -> None:
         """Keep `line` (routine lines give a `sample_key`; see the module for the rule)."""
@@ -178,18 +183,24 @@ class TimelineWriter:
         self._pending.append(data)
 
     def sync(self) -> None:
-        """Write what was added (from any thread; one writer at a time, in order)."""
+        """Write what was added (from any thread; one writer at a time, in order). A write
+        that fails (a full disk) ends the timeline there, logged once: a diagnosis never
+        fails the job it describes (the job's own files fail it, if they cannot be written)."""
         with self._write_lock:
             with self._lock:
                 pending, self._pending = self._pending, []
-            if not pending or self._fd < 0:
+            if not pending or self._fd < 0 or self.failed is not None:
                 return
             data = memoryview(b"".join(pending))
             try:
                 while data:
                     data = data[os.write(self._fd, data) :]
             except OSError as exc:
-                raise self._directory.write_error("write", TIMELINE, exc) from None
+                self.failed = str(self._directory.write_error("write", TIMELINE, exc))
+                log.info("%s; the job goes on without its timeline", self.failed)
+                with self._lock:
+                    self._full = True
+                    self._pending = []
 
     def close(self) -> None:
         try:
