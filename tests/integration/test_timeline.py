@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +32,30 @@ SEARCH = {
     "chunk": 32,
     "grid": {"lr": [0.01, 0.03]},
 }
-CALLS: dict[str, Any] = {
-    "monte-carlo": lambda **kw: parallel.monte_carlo(samples=2_000_000, seed=42, **kw),
-    "regression": lambda **kw: parallel.regression(samples=20_000, steps=3, rate=0.5, seed=3, **kw),
-    "dense": lambda **kw: parallel.dense_fit(
-        teacher=(800, 6, 3), epochs=1, seed=5, hidden=(8,), batch=256, **kw
+# Each computation's call, and the chunk it is run with (a search chooses its own).
+CALLS: dict[str, tuple[Any, int | None]] = {
+    "monte-carlo": (lambda on, **kw: on.monte_carlo(samples=2_000_000, seed=42, **kw), 131_072),
+    "regression": (
+        lambda on, **kw: on.regression(samples=20_000, steps=3, rate=0.5, seed=3, **kw),
+        4096,
     ),
-    "search": lambda **kw: parallel.search(**SEARCH, **kw),
+    "dense": (
+        lambda on, **kw: on.dense_fit(
+            teacher=(800, 6, 3), epochs=1, seed=5, hidden=(8,), batch=256, **kw
+        ),
+        128,
+    ),
+    "search": (lambda on, **kw: on.search(**SEARCH, **kw), None),
 }
-CHUNKS = {"monte-carlo": 131_072, "regression": 4096, "dense": 128, "search": None}
 
 
-def _execution(kind: str, backend: str, tmp_path: Path) -> Any:
-    chunk = CHUNKS[kind]
-    if backend == "threads":
-        return parallel.local(2) if chunk is None else parallel.local(2, chunk=chunk)
-    group = parallel.cluster(config=write_pipe_pair(tmp_path / "pair.txt"))
-    return group
+@pytest.fixture(scope="module")
+def pipes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One session of a two-worker pipe group for every computation (its workers start
+    once; each call is still its own job with its own directory and timeline)."""
+    cluster = write_pipe_pair(tmp_path_factory.mktemp("pipes") / "pair.txt")
+    with parallel.session(parallel.cluster(config=cluster)) as session:
+        yield session
 
 
 def _close(timeline_value: float | None, result_value: float | None) -> bool:
@@ -60,14 +68,16 @@ def _close(timeline_value: float | None, result_value: float | None) -> bool:
 @pytest.mark.parametrize("backend", ["threads", "pipes"])
 @pytest.mark.parametrize("kind", list(CALLS))
 def test_the_timelines_sums_reconcile_with_the_result(
-    kind: str, backend: str, tmp_path: Path
+    kind: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     job = tmp_path / "job"
-    execution = _execution(kind, backend, tmp_path)
-    options: dict[str, Any] = {"execution": execution, "output": str(job)}
-    if backend == "pipes" and CHUNKS[kind] is not None:
-        options["chunk"] = CHUNKS[kind]
-    CALLS[kind](**options)
+    call, chunk = CALLS[kind]
+    if backend == "threads":
+        execution = parallel.local(2) if chunk is None else parallel.local(2, chunk=chunk)
+        call(parallel, execution=execution, output=str(job))
+    else:
+        session = request.getfixturevalue("pipes")
+        call(session, output=str(job), **({} if chunk is None else {"chunk": chunk}))
     lines = read_timeline(job)
     (segment,) = [line for line in lines if isinstance(line, Segment)]
     assert segment.backend == ("threads" if backend == "threads" else "processes")
