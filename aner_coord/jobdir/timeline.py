@@ -141,7 +141,11 @@ def timeline_wanted(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 class TimelineWriter:
-    """Appends lines to the job's `timeline.jsonl`, within its bound (see the module)."""
+    """Appends lines to the job's `timeline.jsonl`, within its bound (see the module).
+
+    `add` only keeps the line (it runs on the event loop, and from local threads, once per
+    task); `sync` encodes and writes what was added, applying the bound line by line once
+    the file nears it."""
 
     def __init__(self, directory: JobDir, segment: int) -> None:
         self._directory = directory
@@ -156,7 +160,7 @@ class TimelineWriter:
             raise directory.write_error("write", TIMELINE, exc) from None
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._pending: list[bytes] = []
+        self._pending: list[tuple[Line, int | None]] = []
         self._sampling = self._size >= TIMELINE_FULL_BYTES
         self._full = self._size >= TIMELINE_MAX_BYTES
         self.failed: str | None = None  # why writing stopped, if a write failed
@@ -164,23 +168,34 @@ class TimelineWriter:
     def add(self, line: Line, sample_key: int | None = None) -> None:
         """Keep `line` (routine lines give a `sample_key`; see the module for the rule)."""
         with self._lock:
-            if self._full:
-                return
+            if not self._full:
+                self._pending.append((line, sample_key))
+
+    def _bounded(self, pending: list[tuple[Line, int | None]]) -> bytes:
+        """The bytes of `pending` as the bound lets them into the file: all of them while
+        the file stays under TIMELINE_FULL_BYTES, else line by line by the rule."""
+        data = _encoder.encode_lines([line for line, _ in pending])
+        if not self._sampling and self._size + len(data) <= TIMELINE_FULL_BYTES:
+            self._size += len(data)
+            return data
+        out: list[bytes] = []
+        for line, key in pending:
             if self._size >= TIMELINE_FULL_BYTES and not self._sampling:
                 self._sampling = True
-                self._put(Sampling(self.segment, TIMELINE_SAMPLE_EVERY))
-            if self._sampling and sample_key is not None and sample_key % TIMELINE_SAMPLE_EVERY:
-                return
+                out.append(self._encoded(Sampling(self.segment, TIMELINE_SAMPLE_EVERY)))
+            if self._sampling and key is not None and key % TIMELINE_SAMPLE_EVERY:
+                continue
             if self._size >= TIMELINE_MAX_BYTES:
                 self._full = True
-                self._put(Truncated(self.segment))
-                return
-            self._put(line)
+                out.append(self._encoded(Truncated(self.segment)))
+                break
+            out.append(self._encoded(line))
+        return b"".join(out)
 
-    def _put(self, line: Line) -> None:
+    def _encoded(self, line: Line) -> bytes:
         data = _encoder.encode(line) + b"\n"
         self._size += len(data)
-        self._pending.append(data)
+        return data
 
     def sync(self) -> None:
         """Write what was added (from any thread; one writer at a time, in order). A write
@@ -191,7 +206,10 @@ class TimelineWriter:
                 pending, self._pending = self._pending, []
             if not pending or self._fd < 0 or self.failed is not None:
                 return
-            data = memoryview(b"".join(pending))
+            data = memoryview(self._bounded(pending))  # the loop may add meanwhile
+            if self._full:
+                with self._lock:
+                    self._pending = []
             try:
                 while data:
                     data = data[os.write(self._fd, data) :]
