@@ -115,7 +115,7 @@ async def job_files(
         if resume is not None:
             book.append(ledger.Resumed(time.time(), os.getpid()))
         # A resumed job's coordinator appends the next segment to the same timeline.
-        segment = resume.recovered.resumes + 1 if resume is not None else 0
+        segment = resume.recovered.resumes if resume is not None else 0  # counts this one
         syncs = [book.sync]
         if with_timeline:
             timeline = TimelineWriter(directory, segment)
