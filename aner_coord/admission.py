@@ -100,7 +100,24 @@ def admit(request: JobRequest) -> Job:
             "output",
         )
         output = jobdir.check_new_output(request.output)
+    if request.after is not None:
+        _check_after(request.after)
     return Job(request, computation, admitted, workers, output, chunk, notes)
+
+
+def _check_after(after: str) -> None:
+    """The job to run after must be a job directory (its manifest is there) now."""
+    from aner_coord import jobdir
+
+    posix.require("running after another job ({after})", "after")
+    path = Path(after).expanduser()
+    try:
+        with jobdir.JobDir.open(path) as directory:
+            directory.read_bytes(jobdir.MANIFEST)
+    except OSError:
+        raise RequestError(
+            f"there is no job directory at {after} to run after: give one ({{after}})", "after"
+        ) from None
 
 
 def admit_execution(execution: Execution) -> Workers:

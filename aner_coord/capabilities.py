@@ -149,6 +149,7 @@ async def _worker(record: Any) -> dict[str, Any]:
             build=build_of(dict(link.build), link.machine),
             kernels=list(link.kernels),
             precisions=list(link.precisions),
+            host=link.host,  # docs/contracts.md, "Host identity"
             error=None,
         )
         await link.transport.write(connection.shutdown("capabilities reported"))

@@ -72,6 +72,9 @@ class JobRequest(_Data, frozen=True):
     output: str | None = None
     audit: float = 0.0
     retries: int = 0  # lost workers the job survives (docs/contracts.md, section 11)
+    # A job directory this job runs after: it starts once that job completes, and fails
+    # if that one fails or is cancelled (docs/contracts.md, section 13).
+    after: str | None = None
 
 
 def with_absolute_paths(request: JobRequest) -> JobRequest:
@@ -82,7 +85,8 @@ def with_absolute_paths(request: JobRequest) -> JobRequest:
         config = Path(execution.config).expanduser().absolute()
         execution = msgspec.structs.replace(execution, config=str(config))
     output = None if request.output is None else str(Path(request.output).absolute())
-    return msgspec.structs.replace(request, output=output, execution=execution)
+    after = None if request.after is None else str(Path(request.after).absolute())
+    return msgspec.structs.replace(request, output=output, execution=execution, after=after)
 
 
 def encode_request(request: JobRequest) -> bytes:

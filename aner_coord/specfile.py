@@ -21,6 +21,7 @@ class _Placement(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     output: str | None = None
     audit: float = 0.0
     retries: int = 0
+    after: str | None = None
 
 
 def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
@@ -44,6 +45,7 @@ def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
             output=rest.output,
             audit=rest.audit,
             retries=rest.retries,
+            after=rest.after,
         )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(f"{source}: {exc}") from None

@@ -8,9 +8,12 @@ fingerprint that both sides compare at the handshake.
 - `kernels/`: the worker halves of the computations, by name;
 - `worker`: the worker process; `cli`: its command; `contract`: this installation's
   fingerprint;
-- `inventory`: what this process may use (affinity, cgroup quotas, memory), with `cgroups`
-  reading the quota and memory limit of its cgroup hierarchy; `machine`: the hardware and
-  software identity reported at the handshake; `build`: where this installation came
+- `inventory`: what this process may use (affinity, cgroup quotas, the scheduler's hints,
+  memory), with `cgroups` reading the quota and memory limit of its cgroup hierarchy;
+  `leases`: the per-user, per-host lease table of CPU slots that local jobs and granted
+  workers take; `machine`: the hardware and software identity reported at the handshake;
+  `host`: the host identity reported with it (a salted hash of the machine ID and boot id);
+  `build`: where this installation came
   from (the provenance it reports too);
 - `blocks`: the staging block cache; `files`: bounded reads and the one atomic writer;
   `npzfile`: the files a user names (data, a model), read without trusting them;

@@ -7,12 +7,16 @@ gets a note that starts with the field's name (``"physical_cores: ..."``), never
 
 Effective CPUs, the exact rule:
 
-    effective_cpus = max(1, min(len(affinity), floor(cgroup_quota_cpus), logical_cpus))
+    effective_cpus = max(1, min(len(affinity), floor(cgroup_quota_cpus), logical_cpus,
+                                the scheduler's hints))
 
 where each term takes part only when it is known, and the quota term is at least 1 (a quota of
 0.5 CPU still runs one worker, just slowly). A fractional quota rounds down: 1.5 CPUs of
 bandwidth gives 1, because two busy workers would be throttled. With nothing known the result
-is 1, with notes saying why.
+is 1, with notes saying why. The scheduler's hints (`SCHEDULER_HINTS`: Slurm's
+`SLURM_CPUS_PER_TASK` and `SLURM_CPUS_ON_NODE`, PBS's `NCPUS`, LSF's `LSB_DJOB_NUMPROC`,
+OpenMP's `OMP_THREAD_LIMIT`, and `OMP_NUM_THREADS` inside a batch job) bound it too; each
+one applied is named in the rule, and one applied or ignored gets a note naming its source.
 
 The cgroup quota (read by `aner_worker.cgroups`) is the tightest one found walking from the
 process's own cgroup up to the root of the hierarchy, because every ancestor's bandwidth
@@ -33,6 +37,7 @@ import functools
 import math
 import os
 import platform as _platform
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +76,8 @@ class Inventory:
     memory_cgroup_limit: int | None
     platform: dict[str, str]
     notes: tuple[str, ...]
+    # This host's identity (`aner_worker.host`): None where nothing identifies it (see notes).
+    host: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """The JSON-ready form used by ``aner parallel inventory --json`` and run manifests."""
@@ -90,6 +97,7 @@ class Inventory:
             "memory_cgroup_limit": self.memory_cgroup_limit,
             "platform": dict(self.platform),
             "notes": list(self.notes),
+            "host": self.host,
         }
 
 
@@ -97,6 +105,8 @@ def collect(
     *,
     cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
     proc_self_cgroup: str | os.PathLike[str] = "/proc/self/cgroup",
+    machine_id: str | os.PathLike[str] | None = None,
+    boot_id: str | os.PathLike[str] | None = None,
 ) -> Inventory:
     """Discover the allocation now. The paths exist so tests can point at fixture trees."""
     notes: list[str] = []
@@ -110,7 +120,15 @@ def collect(
     cgroups = read_cgroups(Path(cgroup_root), Path(proc_self_cgroup), notes)
 
     effective, derivation = _effective_cpus(logical, affinity, cgroups.quota_cpus, notes)
+    effective, derivation = _apply_hints(effective, derivation, scheduler_hints(os.environ, notes))
     auto = min(effective, LOCAL_WORKER_LIMIT)
+    from aner_worker.host import BOOT_ID, MACHINE_ID, host_identity  # loads the wire's rules
+
+    host = host_identity(
+        MACHINE_ID if machine_id is None else Path(machine_id),
+        BOOT_ID if boot_id is None else Path(boot_id),
+    )
+    notes.extend(f"host: {note}" for note in host.notes)
     rule = (
         f"automatic workers = effective CPUs ({effective} = {derivation}), "
         f"capped at {LOCAL_WORKER_LIMIT} local workers"
@@ -130,6 +148,7 @@ def collect(
         memory_cgroup_limit=cgroups.memory_limit,
         platform=_platform_identity(),
         notes=tuple(notes),
+        host=host.value,
     )
 
 
@@ -213,6 +232,57 @@ def _effective_cpus(
     return effective, "min of " + ", ".join(text for _, text in terms)
 
 
+# The batch schedulers' statements of a job's CPUs, in the order they are looked at. Each is
+# a limit wherever it is set, except OMP_NUM_THREADS, which outside a batch job is a request
+# to OpenMP runtimes (people set it to 1 to stop BLAS oversubscription), not an allocation.
+SCHEDULER_HINTS = (
+    ("SLURM_CPUS_PER_TASK", "Slurm"),
+    ("SLURM_CPUS_ON_NODE", "Slurm"),
+    ("NCPUS", "PBS"),
+    ("LSB_DJOB_NUMPROC", "LSF"),
+    ("OMP_THREAD_LIMIT", "OpenMP"),
+    ("OMP_NUM_THREADS", "OpenMP, inside a batch job"),
+)
+BATCH_JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
+
+
+def scheduler_hints(environ: Mapping[str, str], notes: list[str]) -> list[tuple[int, str]]:
+    """The CPU counts the environment's scheduler states, each with its source; a value
+    that is not a positive integer is noted and ignored (OMP_NUM_THREADS's list form
+    "4,2" counts by its first level)."""
+    hints: list[tuple[int, str]] = []
+    in_batch_job = any(environ.get(name) for name in BATCH_JOB_VARIABLES)
+    for name, source in SCHEDULER_HINTS:
+        raw = environ.get(name)
+        if raw is None or raw.strip() == "":
+            continue
+        if name == "OMP_NUM_THREADS" and not in_batch_job:
+            notes.append(
+                f"effective_cpus: {name}={raw} is a request to OpenMP outside a batch job "
+                "(no SLURM_JOB_ID, PBS_JOBID or LSB_JOBID): not applied"
+            )
+            continue
+        text = raw.split(",")[0].strip() if name == "OMP_NUM_THREADS" else raw.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            notes.append(f"effective_cpus: {name}={raw!r} is not a positive integer: ignored")
+            continue
+        hints.append((value, f"{name}={value} ({source})"))
+        notes.append(f"effective_cpus: bounded by {name}={value}, set by {source}")
+    return hints
+
+
+def _apply_hints(effective: int, derivation: str, hints: list[tuple[int, str]]) -> tuple[int, str]:
+    """The effective count bounded by the scheduler's hints, and the rule that says so."""
+    for value, text in hints:
+        derivation += f", {text}"
+        effective = min(effective, value)
+    return max(1, effective), derivation
+
+
 def _is_noted(inv: Inventory, field: str) -> bool:
     return any(note.startswith(field + ":") for note in inv.notes)
 
@@ -282,6 +352,7 @@ def format_table(inv: Inventory) -> str:
             f"{p.get('system', '?')} {p.get('release', '?')} {p.get('machine', '?')}, "
             f"{p.get('python_implementation', '?')} {p.get('python_version', '?')}",
         ),
+        ("host identity", _or_unknown(inv, "host", inv.host, "unknown")),
     ]
     rows += [("notes" if i == 0 else "", note) for i, note in enumerate(inv.notes)]
     if not inv.notes:

@@ -33,12 +33,22 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 from aner_worker.blocks import BlockCache, expected_sizes
 from aner_worker.kernels import KERNELS
 from aner_worker.kernels.base import PRECISIONS, StagesData, Stopped, decode, encode
+from aner_worker.leases import (
+    GRANTED,
+    Holder,
+    Lease,
+    LeaseError,
+    LeaseTable,
+    leases_enabled,
+    private_dir,
+)
 from protocol import (
     BlockReceived,
     HelloReceived,
@@ -72,6 +82,7 @@ HOLD_TASK_S = 0.001
 PIPE_BYTES = 1 << 20
 READ_BYTES = 1 << 18  # a read of stdin: a pass's parameters in three, not eleven
 HOLD_MAX_S = 0.002
+GRANT_POLL_S = 0.01  # how often a granted task waiting for its slot looks again
 HOLD_MAX_FRAMES = 64
 
 
@@ -235,9 +246,12 @@ class _Serving:
     with the moment each was read (so its result says how long it queued), the slot
     threads that run them, and staging."""
 
-    def __init__(self, connection: WorkerConnection, out: _Output) -> None:
+    def __init__(
+        self, connection: WorkerConnection, out: _Output, grant: Grant | None = None
+    ) -> None:
         self.connection = connection
         self.out = out
+        self.grant = grant
         self.tasks: queue.SimpleQueue[tuple[Task, float] | None] = queue.SimpleQueue()
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -309,13 +323,12 @@ class _Serving:
             with out.lock:
                 params = connection.params_for(task.pass_id)
             kernel = KERNELS[params.kernel]
+            check = self._stop_check(task, began)
             try:
-                stats = kernel.run(
-                    self._params_of(params, kernel.params_type),
-                    task.start,
-                    task.count,
-                    self._stop_check(task, began),
-                )
+                with self._granted(task, check):
+                    stats = kernel.run(
+                        self._params_of(params, kernel.params_type), task.start, task.count, check
+                    )
                 body = encode(stats)
                 busy = time.monotonic() - began
                 with out.lock:
@@ -327,6 +340,36 @@ class _Serving:
                     frame = connection.failed(task.task_id, f"{type(error).__name__}: {error}")
                 busy = time.monotonic() - began
             out.send(frame, hold=busy < HOLD_TASK_S and not tasks.empty())
+
+    @contextlib.contextmanager
+    def _granted(self, task: Task, check: Callable[[], bool]) -> Iterator[None]:
+        """With a grant (`--max-slots`), the task computes holding one of this host's
+        granted lease slots: waiting for one (saying `Working` meanwhile, as `check` does)
+        until another coordinator's task lets it go. Each granted computation is logged
+        with its slot and times: the worker's own record of what ran when."""
+        grant = self.grant
+        if grant is None:
+            yield
+            return
+        while True:
+            got = grant.table.take(1, grant.holder)
+            if isinstance(got, Lease):
+                break
+            if check():
+                raise Stopped
+            time.sleep(GRANT_POLL_S)
+        began = time.time()
+        try:
+            yield
+        finally:
+            got.release()
+            log.info(
+                "task %d computed on granted slot %d from %.6f to %.6f",
+                task.task_id,
+                got.slots[0],
+                began,
+                time.time(),
+            )
 
     def _stop_check(self, task: Task, began: float) -> Callable[[], bool]:
         """What the kernel asks between its sub-ranges: whether to stop, and, where the
@@ -362,10 +405,31 @@ class _Serving:
         self.out.flush()
 
 
-def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
+@dataclass(frozen=True)
+class Grant:
+    """The slots this worker's host granted (`--max-slots N`): the first N slots of the
+    host's grant table (`granted/` beside the lease table's `slots/`, shared by every
+    granted worker of this user on this host), and how this worker signs the slot it holds."""
+
+    table: LeaseTable
+    holder: Holder
+
+    @classmethod
+    def of(cls, max_slots: int | None) -> Grant | None:
+        """None without a grant, or with leases switched off (ANER_LEASES=off): the handshake
+        still refuses more than the grant. A table that cannot be used stops the worker
+        (LeaseError, one line naming its directory)."""
+        if max_slots is None or not leases_enabled():
+            return None
+        table = LeaseTable(max_slots, private_dir(GRANTED))
+        return cls(table, Holder(os.getpid(), kind="worker", slots=1))
+
+
+def serve(stdin_fd: int = 0, stdout_fd: int = 1, max_slots: int | None = None) -> int:
     """Run the worker loop until EOF or Shutdown; return the process exit status."""
     from aner_worker.build import build_identity
     from aner_worker.contract import source_fingerprint
+    from aner_worker.host import host_identity
     from aner_worker.inventory import current
     from aner_worker.machine import machine_identity
 
@@ -377,9 +441,11 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1) -> int:
         machine=machine_identity(),
         precisions=PRECISIONS,
         build=build_identity(),
+        host=host_identity().value,
+        grant=max_slots,
     )
     out = _Output(stdout_fd, connection)
-    serving = _Serving(connection, out)
+    serving = _Serving(connection, out, Grant.of(max_slots))
     status = 0
     try:
         while True:
@@ -409,7 +475,7 @@ def _warm_up(kernels: tuple[str, ...]) -> None:
         KERNELS[name].warm_up()
 
 
-def main() -> int:
+def main(max_slots: int | None = None) -> int:
     # An interrupt is for the coordinator, which cancels and stops its workers in order: a
     # terminal's Ctrl-C or a Jupyter kernel interrupt reaches the whole process group, and a
     # session's workers must outlive a cancelled call. End of input still stops a worker.
@@ -423,7 +489,11 @@ def main() -> int:
     sys.stdout = sys.stderr
     for fd in (0, stdout_fd):
         widen_pipe(fd)
-    return serve(0, stdout_fd)
+    try:
+        return serve(0, stdout_fd, max_slots)
+    except LeaseError as exc:
+        log.error("%s", exc)
+        return 2
 
 
 def widen_pipe(fd: int, size: int = PIPE_BYTES) -> None:

@@ -13,6 +13,7 @@ byte of the protocol can be tested without starting anything.
 """
 
 from protocol.connection import (
+    HOST_HEX_DIGITS,
     MAX_ITEMS,
     MAX_MACHINE_FIELDS,
     MAX_MACHINE_KEY_CHARS,
@@ -69,6 +70,7 @@ from protocol.version import PROTOCOL_VERSION
 
 __all__ = [
     "CONTRACT_PACKAGES",
+    "HOST_HEX_DIGITS",
     "MAX_FRAME_BYTES",
     "MAX_ITEMS",
     "MAX_MACHINE_FIELDS",

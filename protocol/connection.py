@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Collection, Mapping
 
 import msgspec
@@ -96,6 +97,9 @@ MAX_MACHINE_FIELDS = 32
 MAX_MACHINE_KEY_CHARS = 64
 MAX_MACHINE_VALUE_CHARS = 256
 MAX_PLATFORM_CHARS = 256
+# A host identity (docs/contracts.md, "Host identity") is this many lowercase hex digits.
+HOST_HEX_DIGITS = 32
+_HOST = re.compile(f"[0-9a-f]{{{HOST_HEX_DIGITS}}}")
 # A worker's slots say they are computing no more often than this (a frame each time).
 MIN_HEARTBEAT_S = 0.05
 # A refusal's or a failed task's reason is shown to people and kept in status.json.
@@ -126,6 +130,8 @@ def _machine_problem(welcome: Welcome) -> str | None:
         return f"more than {MAX_MACHINE_FIELDS} kernels, or a kernel name too long"
     if len(welcome.platform) > MAX_PLATFORM_CHARS:
         return f"platform identity longer than {MAX_PLATFORM_CHARS} characters"
+    if welcome.host is not None and _HOST.fullmatch(welcome.host) is None:
+        return f"host identity {welcome.host[:40]!r} is not {HOST_HEX_DIGITS} lowercase hex digits"
     return None
 
 
@@ -422,9 +428,15 @@ class WorkerConnection(_Side):
         machine: dict[str, str] | None = None,
         precisions: Collection[str] = ("float64",),
         build: dict[str, str] | None = None,
+        host: str | None = None,
+        grant: int | None = None,
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
+        # The slots its host's owner granted (`--max-slots`), if any: a Hello assigning more
+        # is refused, naming the grant.
+        self.grant = grant
         self.machine = bounded_machine(machine or {})
+        self.host = host
         self.build = bounded_machine(build or {})
         self.precisions = tuple(precisions)
         self.fingerprint = fingerprint
@@ -478,6 +490,7 @@ class WorkerConnection(_Side):
                 self.precisions,
                 self.build,
                 tuple(sorted(self.kernels))[:MAX_MACHINE_FIELDS],
+                self.host,
             )
         )
 
@@ -624,6 +637,12 @@ class WorkerConnection(_Side):
             return (
                 f"assigned {hello.slots} slots but this worker's effective CPU allocation is "
                 f"{self.effective_cpus}: lower its slots in the cluster file"
+            )
+        if self.grant is not None and hello.slots > self.grant:
+            return (
+                f"assigned {hello.slots} slots but this worker's grant is {self.grant} "
+                f"(--max-slots {self.grant}, set on its host): lower its slots in the cluster "
+                f"file to at most {self.grant}"
             )
         unknown = sorted(set(hello.kernels) - self.kernels)
         if unknown:

@@ -62,6 +62,10 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     # capabilities`. An older worker says neither.
     build: dict[str, str] = {}
     kernels: tuple[str, ...] = ()
+    # The host it runs on: a salted hash of its machine ID and boot id, never the raw values
+    # (docs/contracts.md, "Host identity"), so that records sharing one host are known as
+    # such. None where the worker cannot tell, or is older than the field.
+    host: str | None = None
 
 
 class Refused(_Wire, frozen=True, tag="refused"):

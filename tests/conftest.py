@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 from slurm_support import SlurmCluster, SlurmUnavailable, start_slurm
 from sshd_support import SshdUnavailable, SshServer, start_sshd
 from support import Coordinators
+
+# Slot leases (docs/contracts.md, section 13) are off for the suite, which runs many jobs at
+# once on two CPUs under pytest-xdist: they would queue behind each other. The lease tests
+# switch them back on with a table of their own (`tests/integration/test_sharing_a_machine.py`).
+os.environ["ANER_LEASES"] = "off"
+# The job index (`aner parallel jobs`) of each test process is its own, not the user's.
+os.environ["ANER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="aner-runtime-")
 
 
 @pytest.fixture(scope="session")

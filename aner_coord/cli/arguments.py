@@ -99,7 +99,18 @@ def add_execution_arguments(
         metavar="N",
         help="lost workers to survive: their chunks go to the others (default 0)",
     )
+    p.add_argument(
+        "--after",
+        metavar="DIR",
+        help="start once the job in DIR completes; fail, saying why, if it fails or is cancelled",
+    )
     p.add_argument("--background", action="store_true", help="detach; watch with `status`")
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="refuse at once (exit 2, naming their holders) if this host's CPU slots are "
+        "taken, instead of queueing",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
 
 

@@ -70,7 +70,12 @@ log = logging.getLogger("aner.background")
 
 
 def submit(
-    job: Job, *, quiet: bool, resume: bool = False, ready_timeout_s: float = READY_TIMEOUT_S
+    job: Job,
+    *,
+    quiet: bool,
+    resume: bool = False,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    wait: bool = True,
 ) -> int:
     """Start `job` (or, with `resume`, the resumption of its existing directory) under a
     detached coordinator; return once it is ready (0) or has failed."""
@@ -89,7 +94,7 @@ def submit(
     try:
         with tempfile.TemporaryFile(prefix="aner-coordinator-", suffix=".log") as early_log:
             try:
-                child = _spawn(how, write_end, early_log)
+                child = _spawn((*how, *(() if wait else ("--no-wait",))), write_end, early_log)
             finally:
                 os.close(write_end)  # only the child holds it now: its death means EOF
             try:
@@ -110,12 +115,25 @@ def submit(
         where = shlex.quote(str(output))
         started = "resumed" if resume else "started"
         print(f"job {started} in the background: {output} (coordinator pid {pid})")
+        queued = _queued(output)
+        if queued is not None:
+            print(f"  queued: {queued}")
         print(f"  watch:  aner parallel status --job {where} --watch")
         print(f"  cancel: aner parallel cancel --job {where}")
     return EXIT_OK
 
 
-def _spawn(how: tuple[str, str], ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
+def _queued(output: os.PathLike[str]) -> str | None:
+    """What a job that is QUEUED now waits for (its first status says), else None."""
+    from aner_coord.cli.progress import queue_text
+
+    try:
+        return queue_text(jobdir.read_status(output))
+    except (OSError, AnerError):
+        return None  # it is the coordinator's now: `status` will say
+
+
+def _spawn(how: tuple[str, ...], ready_fd: int, early_log: IO[bytes]) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
         "-P",  # no working-directory entry on sys.path to shadow our packages
@@ -199,7 +217,9 @@ def _report_failure(child: subprocess.Popen[bytes], line: bytes, early_log: IO[b
 # --------------------------------------------------------------------------- coordinator
 
 
-def coordinate_command(spec_json: str | None, resume_job: str | None, ready_fd: int) -> int:
+def coordinate_command(
+    spec_json: str | None, resume_job: str | None, ready_fd: int, *, wait: bool = True
+) -> int:
     """The detached coordinator: `aner parallel coordinate`, started only by `submit()`."""
     try:
         os.set_inheritable(ready_fd, False)  # workers must not keep the submitter waiting
@@ -231,7 +251,7 @@ def coordinate_command(spec_json: str | None, resume_job: str | None, ready_fd: 
         msgspec.json.encode(job.describe_execution()).decode(),  # identities, never endpoints
     )
     try:
-        report = _run(job, ready, resumption)
+        report = _run(job, ready, resumption, wait)
     except AnerError as exc:
         ready.error(exc.exit_code, str(exc))
         log.error("%s", exc)
@@ -270,7 +290,7 @@ class _Readiness:
             self._fd = None
 
 
-def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobReport:
+def _run(job: Job, ready: _Readiness, resumption: Resumption | None, wait: bool) -> JobReport:
     from aner_coord.runner import run_sync
 
     held: list[jobdir.JobDir] = []  # the job directory this run holds (execute gives it)
@@ -293,6 +313,7 @@ def _run(job: Job, ready: _Readiness, resumption: Resumption | None) -> JobRepor
                 on_ready=on_ready,
                 resume=resumption,
                 on_directory=held.append,
+                wait=wait,
             )
         finally:
             for sig in CANCEL_SIGNALS:

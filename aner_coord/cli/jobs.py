@@ -67,6 +67,12 @@ def _add_job_arguments(p: argparse.ArgumentParser, command: str) -> list[str]:
 def add_resume_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, metavar="DIR", help="the job directory to continue")
     p.add_argument("--background", action="store_true", help="detach; watch with `status`")
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="refuse at once (exit 2, naming their holders) if this host's CPU slots are "
+        "taken, instead of queueing",
+    )
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
 
@@ -92,6 +98,7 @@ def job_request(args: argparse.Namespace, computation: ComputationRequest) -> Jo
         output=args.output,
         audit=args.audit,
         retries=args.retries,
+        after=args.after,
     )
 
 
@@ -156,17 +163,18 @@ def start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) 
         if resumption is not None:
             resumption.lock.release()  # the detached coordinator takes it again
             resumption.directory.close()
-        return submit(job, quiet=args.quiet, resume=resumption is not None)
+        return submit(job, quiet=args.quiet, resume=resumption is not None, wait=not args.no_wait)
     from aner_coord.cli.sdnotify import Notifier
 
     notifier = Notifier.from_environment()  # run by a systemd Type=notify unit
     if notifier is None:
-        return run_foreground(job, quiet=args.quiet, resume=resumption)
+        return run_foreground(job, quiet=args.quiet, resume=resumption, wait=not args.no_wait)
     try:
         return run_foreground(
             job,
             quiet=args.quiet,
             resume=resumption,
+            wait=not args.no_wait,
             extra_observers=(notifier,),
             on_ready=notifier.ready,
         )
@@ -217,6 +225,7 @@ def run_foreground(
     resume: Resumption | None = None,
     extra_observers: tuple[Callable[..., None], ...] = (),
     on_ready: Callable[[], None] | None = None,
+    wait: bool = True,
 ) -> int:
     from aner_coord.runner import run_sync
 
@@ -229,7 +238,12 @@ def run_foreground(
             if show_live:
                 observers.insert(0, stack.enter_context(LiveProgress()))
             return await execute(
-                job, observers=observers, cancel=cancel, on_ready=on_ready, resume=resume
+                job,
+                observers=observers,
+                cancel=cancel,
+                on_ready=on_ready,
+                resume=resume,
+                wait=wait,
             )
 
     report = run_sync(main())

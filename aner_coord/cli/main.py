@@ -66,6 +66,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cv": ("K-fold cross-validation of one Dense configuration", "aner_coord.cli.search"),
     "status": ("report a job directory's state", "aner_coord.cli.monitor"),
     "timeline": ("where a job's time went: summary, Gantt chart, trace", "aner_coord.cli.timeline"),
+    "jobs": ("this user's jobs on this host: queued, running, finished", "aner_coord.cli.joblist"),
     "cancel": ("ask a running job to stop", "aner_coord.cli.monitor"),
     "resume": ("continue a job whose coordinator is gone, from its ledger", "aner_coord.cli.jobs"),
     "scaling": ("timed scaling experiment: trials, records, charts", "aner_coord.scaling.command"),
@@ -116,6 +117,7 @@ def _coordinate_parser() -> argparse.ArgumentParser:
     how.add_argument("--spec-json")
     how.add_argument("--resume-job")
     parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--no-wait", action="store_true")
     return parser
 
 
@@ -209,7 +211,9 @@ def _main(args_list: list[str]) -> int:
 
             hidden = _coordinate_parser().parse_args(args_list[2:])
             release()
-            return coordinate_command(hidden.spec_json, hidden.resume_job, hidden.ready_fd)
+            return coordinate_command(
+                hidden.spec_json, hidden.resume_job, hidden.ready_fd, wait=not hidden.no_wait
+            )
         named = args_list[1] if args_list[:1] == ["parallel"] and len(args_list) > 1 else None
         parser = build_parser(named if named in COMMANDS else None)
         args = parser.parse_args(args_list)

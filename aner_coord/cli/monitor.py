@@ -44,6 +44,7 @@ from aner_coord.cli.progress import (
     eta_text,
     pacing_text,
     position_text,
+    queue_text,
     rate_text,
     work_text,
 )
@@ -55,6 +56,7 @@ from aner_coord.errors import (
     RequestError,
     bounded_message,
 )
+from aner_coord.hosts import hosts_text
 from aner_coord.jobdir.status import JobState, StatusSnapshot
 
 OFFLINE = JobState.COORDINATOR_OFFLINE
@@ -258,11 +260,20 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         if snap.committed_steps is not None:
             lines.append(f"steps     {snap.committed_steps} committed")
     lines.extend(f"plan      {note}" for note in snap.notes)
+    queued = queue_text(snap)
+    if queued is not None:
+        lines.append(f"queued    {queued}")
     for i, worker in enumerate(snap.workers):
         slots = "slot" if worker.slots == 1 else "slots"
         lines.append(
             f"{'workers' if i == 0 else '':<9} {worker.identity}: {worker.slots} {slots}, "
             f"{worker.items:,} {unit}, {worker.chunks:,} chunks{pacing_text(worker)}"
+        )
+    if len(snap.workers) > 1 and any(w.host is not None for w in snap.workers):
+        # Workers that share a host share its CPUs, whatever their names (two `local`
+        # records of one cluster file, or threads).
+        lines.append(
+            f"hosts     {hosts_text({w.identity: w.host for w in snap.workers}, 'worker')}"
         )
     lines.extend(_progress_lines(snap))
     for loss in snap.losses:

@@ -82,7 +82,33 @@ def position_text(snapshot: StatusSnapshot, *, short: bool = False) -> str | Non
     return text
 
 
+def queue_text(snapshot: StatusSnapshot) -> str | None:
+    """`waiting for CPU slots held by job 3f2a9c41d07e (monte-carlo, pid 4242, 2 slot(s))`
+    for a QUEUED job: the jobs holding the CPU slots it waits for, or the job it runs after
+    (named with 0 slots), `waiting for job ... to complete` (docs/contracts.md, section 13);
+    None otherwise."""
+    if snapshot.state is not JobState.QUEUED:
+        return None
+    behind = snapshot.queued_behind
+    if behind and all(h.slots == 0 for h in behind):  # the job it runs after (`--after`)
+        return (
+            "waiting for "
+            + "; ".join(f"job {h.job} ({h.kind}, pid {h.pid})" for h in behind)
+            + " to complete"
+        )
+    names = [
+        f"job {h.job} ({h.kind}, pid {h.pid}, {h.slots} slot(s))"
+        if h.job
+        else f"a {h.kind or 'process'} (pid {h.pid}, {h.slots} slot(s))"
+        for h in snapshot.queued_behind
+    ]
+    return "waiting for CPU slots held by " + ("; ".join(names) or "another process")
+
+
 def _where(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
+    queued = queue_text(snapshot)
+    if queued is not None:
+        return queued
     position = position_text(snapshot, short=short)
     if position is not None:
         return position

@@ -1,5 +1,5 @@
 """`aner parallel timeline --job DIR`: where a job's time went, from its `timeline.jsonl`
-(docs/contracts.md, section 13): a summary to read in ten seconds, or `--json`, and the
+(docs/contracts.md, section 14): a summary to read in ten seconds, or `--json`, and the
 files `--png` (a Gantt chart) and `--chrome` (Trace Event format) beside it.
 
 A job directory without a timeline, or one whose timeline is damaged, cut short, not a

@@ -16,5 +16,7 @@
   `audits`: what `--audit` checked, per worker, for the result;
 - `liveness`: when a connected worker counts as lost, judged on whole frames;
   `checkpoints`: a training's committed state, written and read through the job directory;
+- `queue`: the job's CPU slots on this host, taken from the lease table, waited for (QUEUED)
+  or refused (`--no-wait`);
 - `execute`: one job run inside its job directory; `resume`: continuing one from its ledger.
 """

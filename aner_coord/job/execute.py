@@ -35,7 +35,8 @@ from aner_coord.job.checkpoints import Checkpointer, Policy, Restored
 from aner_coord.job.coordinator import Coordinator, JobReport, Observer
 from aner_coord.job.events import ShellFailed
 from aner_coord.job.pool import WorkerPool
-from aner_coord.jobdir import ledger
+from aner_coord.job.queue import QueuedPublisher, Ticket, Turn
+from aner_coord.jobdir import index, ledger
 from aner_coord.jobdir.manifest import encode_manifest, manifest_of
 from aner_coord.jobdir.results import encode_result
 from aner_coord.jobdir.status import JobState
@@ -90,6 +91,7 @@ async def job_files(
     resume: Resumption | None,
     on_error: Callable[[jobdir.JobDirError], None],
     policy: Policy,
+    key: bytes,
     with_timeline: bool = True,
 ) -> AsyncIterator[JobFiles | None]:
     """The job directory of one run, or None for a job without one: a new job's is created,
@@ -99,7 +101,7 @@ async def job_files(
     if resume is not None:
         directory, lock, key = resume.directory, resume.lock, resume.job_key
     elif job.output is not None:
-        directory, lock, key = _create(job)
+        directory, lock = _create(job, key)
     else:
         yield None
         return
@@ -157,12 +159,11 @@ def _syncs(*syncs: Callable[[], None]) -> Callable[[], None]:
     return sync
 
 
-def _create(job: Job) -> tuple[jobdir.JobDir, jobdir.JobLock, bytes]:
-    """A new job directory, locked, with its manifest and request, and the job's identity;
-    a run that could not start leaves nothing behind."""
+def _create(job: Job, key: bytes) -> tuple[jobdir.JobDir, jobdir.JobLock]:
+    """A new job directory, locked, with its manifest and request, for the job of identity
+    `key`; a run that could not start leaves nothing behind."""
     assert job.output is not None
     request = encode_request(with_absolute_paths(job.request))
-    key = ledger.new_job_key()
     digest = "sha256:" + hashlib.sha256(request).hexdigest()
     manifest = encode_manifest(manifest_of(job, job_key=key, request_sha256=digest))
     directory = jobdir.JobDir.create(job.output)
@@ -177,7 +178,7 @@ def _create(job: Job) -> tuple[jobdir.JobDir, jobdir.JobLock, bytes]:
             lock.release()
         directory.remove()
         raise
-    return directory, lock, key
+    return directory, lock
 
 
 async def execute(
@@ -189,6 +190,7 @@ async def execute(
     resume: Resumption | None = None,
     pool: WorkerPool | None = None,
     on_directory: Callable[[jobdir.JobDir], None] | None = None,
+    wait: bool = True,
 ) -> JobReport:
     """Run an admitted job; with an output directory, write its files as docs/contracts.md, section
     7 says and honour `aner parallel cancel` as well as `cancel`. With `resume`, continue the job
@@ -196,54 +198,51 @@ async def execute(
     a worker group's processes are taken from it and given back afterwards. `on_ready` is
     called once the job's first status is on disk; `on_directory` before that, with the
     job directory this run holds (a detached coordinator adopts its log through that very
-    descriptor, never by path)."""
+    descriptor, never by path).
+
+    The job's local CPU slots come first (`aner_coord.job.queue`), and the job it runs after
+    (`--after`) before them: while another job holds them (or has not completed) this one is
+    QUEUED, or, with `wait=False`, refused at once (AdmissionError, exit 2, nothing made);
+    the slots are held until the run ends."""
     cancel = cancel if cancel is not None else asyncio.Event()
     policy = Policy.from_environ()  # a bad setting is refused before anything starts
     with_timeline = timeline_wanted()
     coordinator: Coordinator | None = None
+    key = resume.job_key if resume is not None else ledger.new_job_key()
+    ticket = Ticket.take(job, ledger.job_id(key), wait)
 
     def writer_failed(error: jobdir.JobDirError) -> None:  # on the writer's thread
         if coordinator is not None:
             coordinator.deliver(ShellFailed("writing the job directory", str(error)))
 
-    if resume is None:
+    if resume is None and ticket.waiting is None:
         # A new job's workers start first (threads load the kernel, processes start and shake
         # hands) and the job directory is made meanwhile; what they report waits for startup.
         coordinator = Coordinator(job, cancel=cancel, pool=pool)
         coordinator.launch()
     try:
-        async with job_files(job, resume, writer_failed, policy, with_timeline) as files:
-            if files is not None and on_directory is not None:
-                on_directory(files.directory)
-            chain: list[Observer] = [*observers]
-            if on_ready is not None:
-                chain.append(_Once(on_ready))
-            if files is not None:
-                chain.insert(0, files.writer)
-            book = files.ledger if files is not None else None
-            checkpoints = files.checkpoints if files is not None else None
+        async with job_files(job, resume, writer_failed, policy, key, with_timeline) as files:
+            chain = _observers(files, key, observers, on_ready, on_directory)
+            first_seq = resume.last_seq if resume is not None else 0
+            if ticket.waiting is not None:
+                queue = QueuedPublisher(job, chain, first_seq)
+                async with _cancel_requests(files, cancel):
+                    turn = await ticket.wait(cancel, queue)
+                if turn.cancelled or turn.failure is not None:
+                    return _ended_while_queued(files, queue, turn)
+                first_seq = queue.seq
             if coordinator is None:
-                assert resume is not None
-                coordinator = Coordinator(
-                    job,
-                    observers=chain,
-                    cancel=cancel,
-                    ledger=book,
-                    recovered=resume.recovered,
-                    first_seq=resume.last_seq,
-                    pool=pool,
-                    checkpoint=resume.checkpoint,
-                    checkpoints=checkpoints,
-                    timeline=files.timeline if files is not None else None,
+                coordinator = _late_coordinator(
+                    job, resume, chain, files, cancel=cancel, pool=pool, first_seq=first_seq
                 )
             else:
-                timeline = files.timeline if files is not None else None
-                coordinator.attach(chain, book, checkpoints, timeline)
-            async with (
-                jobdir.cancel_requests(files.directory, cancel)
-                if files is not None
-                else contextlib.nullcontext()
-            ):
+                coordinator.attach(
+                    chain,
+                    files.ledger if files is not None else None,
+                    files.checkpoints if files is not None else None,
+                    files.timeline if files is not None else None,
+                )
+            async with _cancel_requests(files, cancel):
                 report = await coordinator.run()
             if files is not None:
                 failed = files.writer.first_write_failed
@@ -256,6 +255,83 @@ async def execute(
             # Workers launched for a run that never began; a no-op once the run has ended.
             await coordinator.shutdown()
         raise
+    finally:
+        ticket.release()
+
+
+def _observers(
+    files: JobFiles | None,
+    key: bytes,
+    observers: Sequence[Observer],
+    on_ready: Callable[[], None] | None,
+    on_directory: Callable[[jobdir.JobDir], None] | None,
+) -> list[Observer]:
+    """The job's observers, its status writer first; a job directory is registered in the
+    job index (`aner parallel jobs`) and handed to `on_directory` first."""
+    chain: list[Observer] = [*observers]
+    if on_ready is not None:
+        chain.append(_Once(on_ready))
+    if files is not None:
+        index.register(files.directory.path, key)
+        if on_directory is not None:
+            on_directory(files.directory)
+        chain.insert(0, files.writer)
+    return chain
+
+
+def _late_coordinator(
+    job: Job,
+    resume: Resumption | None,
+    observers: list[Observer],
+    files: JobFiles | None,
+    *,
+    cancel: asyncio.Event,
+    pool: WorkerPool | None,
+    first_seq: int,
+) -> Coordinator:
+    """The coordinator of a job that resumes, or that waited for its slots: made once its
+    directory is ready, its statuses numbered after those already written; a new job's
+    workers start now."""
+    coordinator = Coordinator(
+        job,
+        observers=observers,
+        cancel=cancel,
+        ledger=files.ledger if files is not None else None,
+        recovered=resume.recovered if resume is not None else None,
+        first_seq=first_seq,
+        pool=pool,
+        checkpoint=resume.checkpoint if resume is not None else None,
+        checkpoints=files.checkpoints if files is not None else None,
+        timeline=files.timeline if files is not None else None,
+    )
+    if resume is None:
+        coordinator.launch()
+    return coordinator
+
+
+def _cancel_requests(
+    files: JobFiles | None, cancel: asyncio.Event
+) -> contextlib.AbstractAsyncContextManager[object]:
+    """`aner parallel cancel` (a `cancel-request` file) sets `cancel`, for a job with a
+    directory."""
+    if files is None:
+        return contextlib.nullcontext()
+    return jobdir.cancel_requests(files.directory, cancel)
+
+
+def _ended_while_queued(files: JobFiles | None, queue: QueuedPublisher, turn: Turn) -> JobReport:
+    """A job cancelled while queued (CANCELLED), or whose job to run after failed or was
+    cancelled (FAILED, saying so): nothing computed."""
+    snapshot = queue.ended(turn)
+    report = JobReport(
+        state=snapshot.state,
+        error=snapshot.error,
+        snapshot=snapshot,
+        seconds=snapshot.elapsed_s,
+    )
+    if files is not None:
+        files.finish(report)
+    return report
 
 
 class _Once:

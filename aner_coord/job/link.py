@@ -68,6 +68,8 @@ class WorkerLink:
     # Its build provenance and the kernels it offers (empty from a worker that did not say).
     build: dict[str, str] = field(default_factory=dict)
     kernels: tuple[str, ...] = ()
+    # The host it runs on (docs/contracts.md, "Host identity"); None where it did not say.
+    host: str | None = None
 
     @property
     def identity(self) -> str:
@@ -153,6 +155,7 @@ async def handshake(
             link.precisions = tuple(welcome.precisions)
             link.build = dict(welcome.build)
             link.kernels = tuple(welcome.kernels)
+            link.host = welcome.host
             return link
         case Rejected(reason=reason):
             raise WorkerRefused(record.identity, reason)

@@ -240,7 +240,7 @@ class ProcessBackend:
         pacer = Pacer(link.record.slots, self._seconds_per_task, link.connection.limit)
         link.connection.resize(pacer.window.size)
         peer.pacer = pacer
-        self.timing.machine(identity, link.machine)
+        self.timing.machine(identity, link.machine, link.host)
         if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
             peer.phase = "staging"
             bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)

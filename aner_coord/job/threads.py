@@ -96,12 +96,16 @@ class ThreadBackend:
         self.timing = TaskTimes(link=False)
 
     def start(self, deliver: Deliver) -> None:
+        from aner_worker.host import host_identity
         from aner_worker.machine import machine_identity
 
         handover = Handover(asyncio.get_running_loop(), deliver)
         self.timing.start()
+        # Local threads run on this host: they report its identity as a worker process
+        # here would, so that they compare equal with pipe workers on the same host.
+        machine, host = machine_identity(), host_identity().value
         for name in self._names:
-            self.timing.machine(name, machine_identity())
+            self.timing.machine(name, machine, host)
             thread = threading.Thread(
                 target=self._run, args=(name, handover), name=f"aner-{name}", daemon=True
             )

@@ -141,6 +141,7 @@ class ClockOffset:
 class _Worker:
     sums: WorkerSums = field(default_factory=WorkerSums)
     machine: dict[str, str] | None = None
+    host: str | None = None
     open: dict[int, TaskRecord] = field(default_factory=dict)  # outstanding, by task id
     clock: ClockOffset = field(default_factory=ClockOffset)
     rtt_s: float | None = None
@@ -183,9 +184,13 @@ class TaskTimes:
             worker = self._workers[identity] = _Worker()
         return worker
 
-    def machine(self, identity: str, machine: dict[str, str]) -> None:
+    def machine(self, identity: str, machine: dict[str, str], host: str | None = None) -> None:
+        """Record the machine identity and the host (docs/contracts.md, "Host identity")
+        that `identity` reported."""
         with self._lock:
-            self._worker(identity).machine = dict(machine) if machine else None
+            worker = self._worker(identity)
+            worker.machine = dict(machine) if machine else None
+            worker.host = host
 
     def machine_of(self, identity: str) -> dict[str, str] | None:
         """The machine identity `identity` reported, if any."""
@@ -288,7 +293,7 @@ class TaskTimes:
             worker.rtt_s, worker.task_s, worker.window = rtt_s, task_s, window
 
     def annotate(self, accounts: Iterable[WorkerAccount]) -> list[WorkerAccount]:
-        """`accounts` with each worker's measured costs and machine filled in."""
+        """`accounts` with each worker's measured costs, machine and host filled in."""
         with self._lock:
             span = self._last - self._started
             out = []
@@ -308,6 +313,7 @@ class TaskTimes:
                         rtt_s=_round(worker.rtt_s),
                         task_s=_round(worker.task_s),
                         window=worker.window,
+                        host=worker.host,
                     )
                 )
             return out

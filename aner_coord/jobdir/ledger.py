@@ -131,6 +131,12 @@ def new_job_key() -> bytes:
     return os.urandom(JOB_KEY_BYTES)
 
 
+def job_id(key: bytes) -> str:
+    """The short id people see (`aner parallel jobs`, a QUEUED job's holders): the first
+    12 hex digits of the job's identity."""
+    return key.hex()[:12]
+
+
 def frame(job: bytes, record: Record) -> bytes:
     """The bytes of one record of job `job`."""
     payload = _encoder.encode(Entry(job, record))

@@ -26,6 +26,9 @@ _OLD_KINDS = {"fixture": "regression"}
 
 
 class JobState(enum.Enum):
+    # Waiting for its CPU slots in the lease table (docs/contracts.md, section 13): written
+    # by the coordinator before any worker starts, with the jobs in its way.
+    QUEUED = "QUEUED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
@@ -53,6 +56,7 @@ class JobState(enum.Enum):
 
 
 _EXIT_CODES = {
+    JobState.QUEUED: EXIT_OK,
     JobState.STARTING: EXIT_OK,
     JobState.RUNNING: EXIT_OK,
     JobState.CANCELLING: EXIT_OK,  # still running, as far as a script is concerned
@@ -84,6 +88,9 @@ class WorkerAccount(msgspec.Struct, frozen=True, omit_defaults=True):
     rtt_s: float | None = None
     task_s: float | None = None
     window: int | None = None
+    # The host it ran on (docs/contracts.md, "Host identity"), so that readers can tell
+    # records that share one; None where unknown (or from an older writer).
+    host: str | None = None
 
 
 class WorkerLoss(msgspec.Struct, frozen=True):
@@ -119,6 +126,16 @@ class TrainingPosition(msgspec.Struct, frozen=True, omit_defaults=True):
     step: int
     steps: int
     validation_accuracy: float | None = None
+
+
+class QueuedBehind(msgspec.Struct, frozen=True):
+    """A job (or granted worker) holding slots that a QUEUED job waits for: its job id,
+    computation and pid, never its directory (a path is private)."""
+
+    job: str
+    kind: str
+    pid: int
+    slots: int
 
 
 class StatusSnapshot(msgspec.Struct, frozen=True):
@@ -164,6 +181,8 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     # checkpoint, and those the job's latest checkpoint holds (None: none written yet).
     steps_recovered: int = 0
     checkpointed_steps: int | None = None
+    # Appended with slot leases (issue 28): while QUEUED, who holds the slots it waits for.
+    queued_behind: list[QueuedBehind] = []
 
     @property
     def total_work(self) -> int:

@@ -1,5 +1,5 @@
 """`timeline.jsonl`: where a job's time went, one JSON object per line (docs/contracts.md,
-section 13).
+section 14).
 
 Lines (`Line`, tagged by `kind`):
 - `segment`: one per coordinator that ran the job (a resumed job appends one more): its

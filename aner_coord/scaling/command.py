@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from aner_coord.cli.arguments import count
+from aner_coord.cli.progress import si
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.errors import EXIT_OK, RequestError
+from aner_coord.hosts import host_groups, hosts_text
 from aner_coord.requests import ComputationRequest
 from aner_coord.scaling.experiment import Case, Experiment
 from aner_coord.scaling.plan import (
@@ -225,6 +228,7 @@ def plan(
         cases = {c.name: predict_case(probe, c, computation) for c in experiment.cases}
     if as_json:
         data: dict[str, Any] = {"probe": probe.to_dict(), **advice.to_dict()}
+        data["hosts"] = hosts_summary(probe)
         if experiment is not None:
             data["cases"] = cases
         print(json.dumps(data, indent=2))
@@ -244,18 +248,23 @@ def format_plan(
     local = probe.local
     lines = [
         f"this machine: {local.cpus} effective CPU(s), a command costs {local.command_s:.3f} s, "
-        f"{local.rates[1] / 1e6:,.1f} M {unit}/s per thread, {local.task_s * 1e6:.1f} us a task",
+        f"{rate_text(local.rates[1], unit)} per thread, {local.task_s * 1e6:.1f} us a task",
     ]
     for w in probe.workers:
         bandwidth = "N/A" if w.bandwidth_bps is None else f"{w.bandwidth_bps / 1e6:,.0f} MB/s"
+        here = ", this host" if w.host is not None and w.host == local.host else ""
         lines.append(
-            f"{w.identity} ({w.transport}, {w.slots} slots): start-up {w.startup_s:.3f} s, "
-            f"{w.rate_per_slot / 1e6:,.1f} M {unit}/s per slot, {w.task_s * 1e6:.1f} us a task, "
+            f"{w.identity} ({w.transport}, {w.slots} slot{'' if w.slots == 1 else 's'}{here}): "
+            f"start-up {w.startup_s:.3f} s, "
+            f"{rate_text(w.rate_per_slot, unit)} per slot, {w.task_s * 1e6:.1f} us a task, "
             f"round trip {w.round_trip_s * 1e3:.2f} ms, {bandwidth}"
         )
+    if probe.workers:
+        lines.append(f"hosts: {hosts_summary(probe)['text']}")
     lines += ["", f"{'plan':<28} {'slots':>5} {'chunk':>12} {'predicted s':>12}"]
     for c in advice.candidates[:12]:
-        lines.append(f"{c.name:<28} {c.slots:>5} {c.chunk:>12,} {c.predicted_s:>12.3f}")
+        name = f"{c.name} (this host)" if c.on_this_host else c.name
+        lines.append(f"{name:<28} {c.slots:>5} {c.chunk:>12,} {c.predicted_s:>12.3f}")
     if len(advice.candidates) > 12:
         lines.append(f"... {len(advice.candidates) - 12} more (--json lists them all)")
     if cases:
@@ -264,3 +273,23 @@ def format_plan(
             lines.append(f"  {name:<30} {'N/A' if seconds is None else f'{seconds:.3f} s'}")
     lines += ["", f"recommended: {advice.reason}"]
     return "\n".join(lines)
+
+
+def hosts_summary(probe: Probe) -> dict[str, Any]:
+    """Which probed records share a host, and which run on this one (docs/contracts.md,
+    "Host identity"): a sentence, the groups of records on one host, and this host's."""
+    hosts = {w.identity: w.host for w in probe.workers}
+    here = probe.local.host
+    return {
+        "text": hosts_text(hosts, here=here),
+        "groups": [list(g) for g in host_groups(hosts)],
+        "this_host": [i for i, h in hosts.items() if h is not None and h == here],
+    }
+
+
+def rate_text(rate: float, unit: str) -> str:
+    """`590.0k rows/s`, `245.4M samples/s`, `0.35 rows/s`: a unit that fits the rate (never
+    "0.0 M"), N/A where none was measured."""
+    if not (math.isfinite(rate) and rate > 0):
+        return "N/A"
+    return f"{si(rate) if rate >= 1000 else f'{rate:.3g}'} {unit}/s"

@@ -16,11 +16,22 @@ link (an sshd on the same host included) and the worker spend on it, not a round
 round trip enters once per pass. (Timed with tiny tasks written one at a time, as the probe
 once did, it came out 4-6 times larger over loopback SSH.)
 
+Local threads compute at the rate measured with as many threads as compute at once: a pass
+of fewer chunks than threads leaves the others idle, and its chunks run at the rate of that
+many threads, not at a share of all of them.
+
+One host is one host (docs/contracts.md, "Host identity"): records whose handshakes report
+the same host share its CPUs, so their slots beyond its CPUs (this machine's effective CPUs,
+another host's logical CPUs where it reported them) add no rate. A group, or a worker alone,
+whose every record runs on this very host is never recommended over local threads: it can
+only add start-up, links and copies to the CPUs the threads already have, so its predicted
+time, made of noisy measurements, is shown but never trusted over theirs.
+
 Candidates: local with 1..p workers, each worker alone, the whole group; chunks between
 the overhead bound (task cost at most 5% of a task's computing) and the load-balance bound
-(at least 4 chunks per slot), by factors of 4, and the default chunk. Tasks in flight per
-worker: its slots plus enough to cover one round trip. The plan is only advice: nothing here
-changes how a job runs.
+(at least 4 chunks per slot, and a chunk for each of p threads), by factors of 4, and the
+default chunk. Tasks in flight per worker: its slots plus enough to cover one round trip.
+The plan is only advice: nothing here changes how a job runs.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from aner_coord.hosts import hosts_text, on_one_host
 from aner_coord.limits import DEFAULT_CHUNK, MAX_CHUNKS
 from aner_coord.scaling.probe import Probe, WorkerProbe
 
@@ -50,6 +62,7 @@ class Candidate:
     startup_s: float  # what the plan pays before computing (command and workers)
     compute_s: float  # the passes
     in_flight: dict[str, int]  # tasks per worker to keep in flight
+    on_this_host: bool = False  # a cluster plan whose every record runs on this host
 
     @property
     def local(self) -> bool:
@@ -66,6 +79,7 @@ class Candidate:
             "startup_s": round(self.startup_s, 4),
             "compute_s": round(self.compute_s, 4),
             "in_flight": self.in_flight,
+            "on_this_host": self.on_this_host,
         }
 
 
@@ -101,7 +115,9 @@ def _scheduled(items: int, chunk: int, lanes: list[tuple[int, float, float, floa
 
 
 def predict_local(probe: Probe, items: int, passes: int, workers: int, chunk: int) -> Candidate:
-    rate = probe.local.rate(workers) / workers
+    # Threads without a chunk of the pass idle: the others run at their own count's rate.
+    busy = max(1, min(workers, math.ceil(items / chunk)))
+    rate = probe.local.rate(busy) / busy
     seconds = passes * _pass_seconds(items, chunk, [(workers, rate, probe.local.task_s, 0.0)])
     return Candidate(
         f"local, {workers} worker(s)",
@@ -116,10 +132,43 @@ def predict_local(probe: Probe, items: int, passes: int, workers: int, chunk: in
     )
 
 
+def host_cpus(probe: Probe, worker: WorkerProbe) -> int | None:
+    """The CPUs of the host `worker` runs on, where known: this machine's effective CPUs
+    for this host, else the logical CPUs its handshake reported."""
+    if worker.host is not None and worker.host == probe.local.host:
+        return probe.local.cpus
+    logical = worker.machine.get("logical_cpus", "")
+    return int(logical) if logical.isdigit() and int(logical) > 0 else None
+
+
+def shared_rates(probe: Probe, group: tuple[WorkerProbe, ...]) -> list[float]:
+    """Each worker's rate per slot, as its host can give it to the group: records that
+    share a host share its CPUs, so where their slots outnumber them each slot gets its
+    share (a worker of an unknown host is taken alone, at its measured rate)."""
+    slots_on: dict[str, int] = {}
+    for w in group:
+        if w.host is not None:
+            slots_on[w.host] = slots_on.get(w.host, 0) + w.slots
+    rates = []
+    for w in group:
+        cpus = host_cpus(probe, w)
+        share = 1.0 if w.host is None or cpus is None else min(1.0, cpus / slots_on[w.host])
+        rates.append(w.rate_per_slot * share)
+    return rates
+
+
+def on_this_host(probe: Probe, group: tuple[WorkerProbe, ...]) -> bool:
+    """Whether every record of `group` runs on the host the plan is made on."""
+    return on_one_host({w.identity: w.host for w in group}, probe.local.host)
+
+
 def predict_group(
     probe: Probe, items: int, passes: int, group: tuple[WorkerProbe, ...], chunk: int
 ) -> Candidate:
-    lanes = [(w.slots, w.rate_per_slot, w.task_s, w.round_trip_s) for w in group]
+    rates = shared_rates(probe, group)
+    lanes = [
+        (w.slots, rate, w.task_s, w.round_trip_s) for w, rate in zip(group, rates, strict=True)
+    ]
     per_pass = _pass_seconds(items, chunk, lanes)
     params = max(PARAMS_BYTES / (w.bandwidth_bps or math.inf) for w in group)
     seconds = passes * (per_pass + (params if passes > 1 else 0.0))
@@ -140,6 +189,7 @@ def predict_group(
         * (1 + math.ceil(w.round_trip_s / (min(chunk, items) / w.rate_per_slot + w.task_s)))
         for w in group
     }
+    here = on_this_host(probe, group)
     name = group[0].identity + " alone" if len(group) == 1 else "the group"
     return Candidate(
         name,
@@ -151,6 +201,7 @@ def predict_group(
         startup,
         seconds,
         in_flight,
+        here,
     )
 
 
@@ -175,16 +226,16 @@ def candidates(probe: Probe, items: int, passes: int) -> list[Candidate]:
     out = []
     local_rate = probe.local.rates[1]
     for p in range(1, probe.local.cpus + 1):
-        for chunk in chunk_candidates(items, p, local_rate, probe.local.task_s):
+        for chunk in chunk_candidates(items, p, local_rate, probe.local.task_s, p):
             out.append(predict_local(probe, items, passes, p, chunk))
     groups: list[tuple[WorkerProbe, ...]] = [(w,) for w in probe.workers]
     if len(probe.workers) > 1:
         groups.append(probe.workers)
     for group in groups:
         slots = sum(w.slots for w in group)
-        slowest = min(group, key=lambda w: w.rate_per_slot)
+        slowest = min(shared_rates(probe, group))
         for chunk in chunk_candidates(
-            items, slots, slowest.rate_per_slot, max(w.task_s for w in group), len(group)
+            items, slots, slowest, max(w.task_s for w in group), len(group)
         ):
             out.append(predict_group(probe, items, passes, group, chunk))
     return sorted(out, key=lambda c: c.predicted_s)
@@ -207,11 +258,14 @@ class Recommendation:
 def recommend(
     probe: Probe, items: int, passes: int, rows_per_step: int | None = None
 ) -> Recommendation:
-    """The fastest predicted plan, and one sentence on why it beats the other kind."""
+    """The fastest predicted plan that is not a group on this host, and one sentence on why
+    it beats the other kind."""
     ranked = candidates(probe, items, passes)
-    best = ranked[0]
+    best = next(c for c in ranked if not c.on_this_host)  # local threads always qualify
     other = next((c for c in ranked if c.local != best.local), None)
-    if other is None:
+    if other is not None and other.on_this_host:
+        reason = f"{best.name}: {same_host_sentence(probe, other, best)}"
+    elif other is None:
         reason = f"{best.name} at chunk {best.chunk:,}: the only kind of plan available."
     elif best.local:
         saves = best.compute_s - other.compute_s
@@ -238,12 +292,32 @@ def recommend(
     return Recommendation(best, reason, ranked)
 
 
+def same_host_sentence(probe: Probe, candidate: Candidate, best: Candidate) -> str:
+    """Why `candidate`, on this host's records, is not taken over local threads (`best`)."""
+    hosts = {w.identity: w.host for w in probe.workers if w.identity in candidate.identities}
+    predicted = f"predicted {candidate.predicted_s:.2f} s against {best.predicted_s:.2f} s"
+    if candidate.predicted_s < best.predicted_s:
+        predicted += ": a difference of measurement, not of CPUs"
+    return (
+        f"{candidate.name} runs on this host ({hosts_text(hosts, here=probe.local.host)}) and "
+        f"adds no CPU to the {probe.local.cpus} local threads use, only its start-up and "
+        f"links ({predicted})."
+    )
+
+
 def step_break_even(probe: Probe, rows: int) -> str:
     """For training: does one step gain from the group, against its round trip and
     parameter transfer?"""
     group = probe.workers
+    if on_this_host(probe, group):
+        return (
+            f"Per step of {rows:,} rows the group cannot gain: its workers share this "
+            f"machine's {probe.local.cpus} CPU(s) with local threads."
+        )
     local = rows / probe.local.rate(probe.local.cpus)
-    remote = rows / sum(w.slots * w.rate_per_slot for w in group)
+    remote = rows / sum(
+        w.slots * rate for w, rate in zip(group, shared_rates(probe, group), strict=True)
+    )
     link = max(w.round_trip_s + PARAMS_BYTES / (w.bandwidth_bps or math.inf) for w in group)
     verdict = "gains" if local - remote > link else "loses"
     gain = local - remote

@@ -60,6 +60,7 @@ class LocalProbe:
     rates: dict[int, float]  # threads -> aggregate items per second
     task_s: float  # coordinator seconds per task with local threads
     machine: dict[str, str] = field(default_factory=dict)
+    host: str | None = None  # this host's identity (docs/contracts.md, "Host identity")
 
     def rate(self, workers: int) -> float:
         """Aggregate items/s with `workers` threads, interpolated between measured counts."""
@@ -84,6 +85,7 @@ class WorkerProbe:
     round_trip_s: float
     bandwidth_bps: float | None  # bytes per second; None if not resolvable
     machine: dict[str, str] = field(default_factory=dict)
+    host: str | None = None  # the host its handshake reported; None: it did not say
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,7 @@ def _compute(kernel: Any, params: Any, count: int, limit: int) -> None:
 
 # -- local -------------------------------------------------------------------------------
 def probe_local(computation: ComputationRequest) -> LocalProbe:
+    from aner_worker.host import host_identity
     from aner_worker.inventory import current
     from aner_worker.machine import machine_identity
 
@@ -199,21 +202,24 @@ def probe_local(computation: ComputationRequest) -> LocalProbe:
     kernel, params, limit = _params(computation)
     kernel.warm_up()
     count = _calibrate(kernel, params, limit)
-    rates: dict[int, float] = {}
-    p = 1
-    while True:
-        # The best of a few: the machine may be shared, and a rate is only ever lowered
-        # by what else runs.
-        rates[p] = max(_threads_rate(kernel, params, count, p, limit) for _ in range(RATE_REPEATS))
-        if p >= cpus:
-            break
-        p = min(cpus, p * 2)
+    counts = [1]
+    while counts[-1] < cpus:
+        counts.append(min(cpus, counts[-1] * 2))
+    rates = dict.fromkeys(counts, 0.0)
+    # The best of a few: the machine may be shared, and a rate is only ever lowered by what
+    # else runs. The repeats take turns across thread counts, so that a burst of other work
+    # lowers one of each count's tries, not all of one count's (which made 2 threads look
+    # slower than 1 on a loaded 2-CPU machine).
+    for _ in range(RATE_REPEATS):
+        for p in counts:
+            rates[p] = max(rates[p], _threads_rate(kernel, params, count, p, limit))
     return LocalProbe(
         cpus=cpus,
         command_s=_command_seconds(computation),
         rates=rates,
         task_s=_local_task_seconds(computation),
         machine=machine_identity(),
+        host=host_identity().value,
     )
 
 
@@ -388,6 +394,7 @@ async def probe_worker(
         round_trip_s=rtt,
         bandwidth_bps=_bandwidth(per_size),
         machine=dict(link.machine),
+        host=link.host,
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aner_coord.hosts import host_groups, hosts_text, on_one_host
 from aner_coord.scaling.experiment import Case, Experiment
 from aner_coord.scaling.load import BUSY_SHARE
 from aner_coord.scaling.registry import Registry
@@ -177,6 +178,7 @@ def report_md(
     *,
     interrupted: bool,
     chart_note: str | None = None,
+    here: str | None = None,
 ) -> str:
     computation = experiment.to_dict()["computation"]
     fingerprints = sorted({r["source_fingerprint"] for r in records if r["source_fingerprint"]})
@@ -195,6 +197,7 @@ def report_md(
     if interrupted:
         lines += ["", "**Interrupted**: only the trials that finished are counted."]
     lines += ["", "## Machines", "", *_machines(records, registry)]
+    lines += _hosts_lines(experiment, records, here)
     lines += ["", f"## {experiment.kind}", ""]
     lines += [
         "| case | execution | slots | chunk | median s | min:max s | speedup | efficiency "
@@ -291,6 +294,37 @@ def _training_table(summaries: list[CaseSummary], records: list[dict[str, Any]])
             "Staging: " + "; ".join(f"{r['case']} warm-up {r['staged']}" for r in warm) + ".",
         ]
     return lines
+
+
+def _hosts_lines(
+    experiment: Experiment, records: list[dict[str, Any]], here: str | None
+) -> list[str]:
+    """Which of each group case's records share a host (docs/contracts.md, "Host
+    identity"), from its last trial whose workers reported one; `here` is the host the
+    experiment ran on, where its local cases' threads ran."""
+    lines = []
+    for case in experiment.cases:
+        if case.local:
+            continue
+        reported = [
+            r
+            for r in records
+            if r["case"] == case.name and any(w.get("host") for w in r["workers"])
+        ]
+        if not reported:
+            lines.append(f"- {case.name}: no trial reported its workers' hosts.")
+            continue
+        hosts = {w["identity"]: w.get("host") for w in reported[-1]["workers"]}
+        line = f"- {case.name}: {hosts_text(hosts, here=here)}."
+        if len(hosts) > 1 and on_one_host(hosts, here):
+            line += (
+                " Its records share the CPUs of the machine that ran the experiment (and of"
+                " its local cases): it cannot scale beyond them."
+            )
+        elif len(hosts) > len(host_groups(hosts)):
+            line += " Records on one host share its CPUs: its slots are not that many CPUs."
+        lines.append(line)
+    return ["", "## Hosts", "", *lines] if lines else []
 
 
 def _machines(records: list[dict[str, Any]], registry: Registry) -> list[str]:

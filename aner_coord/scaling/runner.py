@@ -250,6 +250,8 @@ def trial_record(
                 "compute_s": account.get("compute_s"),
                 "transfer_s": account.get("transfer_s"),
                 "wait_s": account.get("wait_s"),
+                # Its host (docs/contracts.md, "Host identity"): equal on one host.
+                "host": account.get("host"),
             }
         )
     record: dict[str, Any] = {
@@ -357,6 +359,8 @@ def write_summaries(
     interrupted: bool,
 ) -> list[CaseSummary]:
     """`cases.csv`, the charts (with the `charts` extra) and `report.md` of an experiment."""
+    from aner_worker.host import host_identity
+
     summaries = summarize(experiment, records, predicted)
     write_text(output / CASES, cases_csv(summaries))
     charts: list[str] = []
@@ -371,7 +375,7 @@ def write_summaries(
         output / REPORT,
         report_md(
             experiment, records, summaries, registry, charts, interrupted=interrupted,
-            chart_note=note,
+            chart_note=note, here=host_identity().value,
         ),
     )  # fmt: skip
     return summaries

@@ -16,6 +16,7 @@ from typing import Any
 from support import ANER, ROOT, run_aner, write_cluster, write_pipe_pair
 
 from aner_worker.contract import fingerprint_of, source_fingerprint
+from aner_worker.host import host_identity
 from protocol import PROTOCOL_VERSION
 
 BUILD = {"install_hash", "editable", "numpy", "numba", "blas", "blas_threads"}
@@ -128,6 +129,7 @@ def test_each_worker_of_a_cluster_reports_its_capabilities_by_its_handshake(
         assert worker["kernels"] == ["dense", "monte-carlo", "regression", "search"]
         assert worker["precisions"] == ["float64", "float32"]
         assert worker["machine"]["source"] == report["fingerprint"]
+        assert worker["host"] == host_identity().value  # both on this host
     shown = run_aner("parallel", "capabilities", "--cluster", str(tmp_path / "c"), timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "worker       w1 (local, 1 slots):" in shown.stdout

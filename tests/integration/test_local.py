@@ -21,6 +21,7 @@ from aner_coord.job.threads import LOCAL_BATCH_S, LOCAL_MAX_BATCH, ThreadBackend
 from aner_coord.jobdir.status import JobState, StatusSnapshot
 from aner_coord.limits import MAX_CHUNKS
 from aner_coord.requests import JobRequest, LocalExecution
+from aner_worker.host import host_identity
 from aner_worker.inventory import current
 from aner_worker.kernels.montecarlo import McParams, McStats, MonteCarloKernel
 from aner_worker.kernels.philox import count_hits
@@ -96,7 +97,7 @@ def test_result_attributes() -> None:
     assert data["schema"] == "aner-result/3"
     assert data["hits"] == HITS and data["samples"] == SAMPLES and data["seed"] == SEED
     (worker,) = data["workers"]
-    costs = {k: worker.pop(k) for k in ("compute_s", "wait_s", "machine")}
+    costs = {k: worker.pop(k) for k in ("compute_s", "wait_s", "machine", "host")}
     assert worker == {
         "identity": "local-1",
         "slots": 1,
@@ -107,6 +108,7 @@ def test_result_attributes() -> None:
     # Measured costs: threads compute and wait; they have no link, so no transfer_s at all.
     assert costs["compute_s"] > 0 and costs["wait_s"] >= 0
     assert costs["machine"]["logical_cpus"].isdigit()
+    assert costs["host"] == host_identity().value  # threads report this host (issue 28)
     assert "samples_" not in repr(result)
     assert isinstance(result, msgspec.Struct)
     with pytest.raises(AttributeError):

@@ -18,6 +18,7 @@ from support import ANER, interrupted_at, wait_for, write_cluster
 
 from aner_coord.scaling.plan import recommend
 from aner_coord.scaling.probe import Probe
+from aner_worker.host import host_identity
 
 matplotlib_image = pytest.importorskip("matplotlib.image")
 
@@ -117,6 +118,8 @@ def check_trials(out: Path) -> None:
     threads = next(t for t in trials if t["case"] == "threads")
     pipes = next(t for t in trials if t["case"] == "pipes")
     assert [w["identity"] for w in pipes["workers"]] == ["p1", "p2"]
+    # Every trial's workers, threads and pipe workers alike, report this one host.
+    assert {w["host"] for t in trials for w in t["workers"]} == {host_identity().value}
     assert {w["configuration"] for w in pipes["workers"]} == {"p1 / C01", "p2 / C01"}
     assert threads["workers"][0]["configuration"] == "local / C01"
     assert sum(w["items"] for w in pipes["workers"]) == SAMPLES
@@ -157,6 +160,12 @@ def check_report(out: Path) -> None:
     assert not (out / "training.png").exists()  # no per-epoch history in Monte Carlo
     probe = json.loads((out / "probe.json").read_text())
     assert [w["identity"] for w in probe["workers"]] == ["p1", "p2"]
+    # One host is one host: the pipe pair runs where the threads do, and the report says so.
+    here = host_identity().value
+    assert probe["local"]["host"] == here and [w["host"] for w in probe["workers"]] == [here] * 2
+    assert "## Hosts\n\n- pipes: 2 records on 1 host, this one. Its records share the CPUs" in (
+        report
+    )
     # The group's start-up is measured with its workers starting together, as in a job.
     assert [g["identities"] for g in probe["groups"]] == [["p1", "p2"]]
 
@@ -284,18 +293,35 @@ def test_plan_recommends_local_for_a_tiny_job_and_the_group_for_a_large_one(
     # What the command advised is what the probe it saved gives.
     again = recommend(probe, 10**6, 1)
     assert (advice["recommended"], advice["reason"]) == (again.best.to_dict(), again.reason)
+    # Both records run on this host, as the local threads do: one host, and the plan says so.
+    here = host_identity().value
+    assert here is not None and probe.local.host == here
+    assert [w.host for w in probe.workers] == [here, here]
+    assert advice["hosts"] == {
+        "text": "2 records on 1 host, this one",
+        "groups": [["s1", "s2"]],
+        "this_host": ["s1", "s2"],
+    }
+    assert all(c["on_this_host"] for c in advice["candidates"] if c["execution"] == "cluster")
     # The advice itself is judged on costs measured at one moment: on a busy machine a
     # local command measured during a burst may cost more than the group's measured in a
     # lull, and the advice rightly follows. So the group's fixed cost is taken as a local
     # command plus its own measured start and stop (the 0.5 s delay among them), and a
-    # local thread as fast as one of its slots: the machine is the same.
+    # local thread as fast as one of its slots.
     steady = replace(probe, groups=tuple(replace(g, command_s=None) for g in probe.groups))
     tiny = recommend(steady, 10**6, 1)
     assert tiny.best.local, tiny.reason
-    assert tiny.reason.startswith("local, ") and "start-up" in tiny.reason
+    assert tiny.reason.startswith("local, ") and "runs on this host" in tiny.reason
     slot_rate = min(w.rate_per_slot for w in probe.workers)
     one_cpu = replace(steady, local=replace(probe.local, cpus=1, rates={1: slot_rate}))
-    large = recommend(one_cpu, 10**10, 1)
+    # On this host the pair adds no CPU, however large the job (issue 28): local threads.
+    same = recommend(one_cpu, 10**10, 1)
+    assert same.best.local and " runs on this host (" in same.reason, same.reason
+    assert all(c.on_this_host for c in same.candidates if not c.local)
+    # Had the same measurements come from another host, its 2 slots would win a large job.
+    elsewhere = "f" * 32
+    away = replace(one_cpu, workers=tuple(replace(w, host=elsewhere) for w in probe.workers))
+    large = recommend(away, 10**10, 1)
     assert not large.best.local and large.best.identities == ("s1", "s2"), large.reason
     assert large.reason.startswith("the group: its 2 slots save ")
 

@@ -447,6 +447,12 @@ def test_sigterm_to_the_sbatch_script_cancels_the_aner_job_and_every_step(
     assert any(line.startswith("CANCELLED ") for line in output.splitlines()), output
 
 
+def _held_until_begin_time(slurm: SlurmCluster, job_id: str) -> bool:
+    """Whether the batch job is pending, held by its begin time (as a requeued job is)."""
+    listed = slurm.command("squeue", "-h", "-j", job_id, "-o", "%T %r").stdout.split()
+    return listed == ["PENDING", "BeginTime"]
+
+
 def test_a_training_the_time_limit_stops_is_requeued_and_resumed_from_its_checkpoint(
     tmp_path: Path, slurm: SlurmCluster
 ) -> None:
@@ -455,7 +461,7 @@ def test_a_training_the_time_limit_stops_is_requeued_and_resumed_from_its_checkp
     the aner job, which keeps its committed steps, and requeues the batch job; the script,
     run again, resumes the job directory to completion."""
     jobs = tmp_path / "jobs"
-    plan = "train --teacher 8000,16,4 --hidden 32,32 --batch 64 --epochs 12 --patience 100 --seed 3"
+    plan = "train --teacher 4000,16,4 --hidden 32,32 --batch 128 --epochs 4 --patience 100 --seed 3"
     job_id = _submit_template(
         tmp_path, slurm, jobs, plan, ANER_REQUEUE_WITHIN="1000000000", ANER_CHECKPOINT_S="3600"
     )
@@ -471,6 +477,12 @@ def test_a_training_the_time_limit_stops_is_requeued_and_resumed_from_its_checkp
             wait_for(lambda: (job / "cancel-request").exists(), 60, "the script's cancel")
         finally:
             os.kill(pid, signal.SIGCONT)
+        # Slurm holds a requeued batch job for two minutes (reason BeginTime) before it may
+        # start again; the test starts it as soon as it is held, which a user may do too.
+        wait_for(lambda: _held_until_begin_time(slurm, job_id), 600, "the requeued job")
+        assert (
+            slurm.command("scontrol", "update", f"JobId={job_id}", "StartTime=now").returncode == 0
+        )
         wait_for(lambda: (job / "result.json").exists(), 600, "the requeued job's result")
     finally:
         wait_for(

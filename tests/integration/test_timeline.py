@@ -1,4 +1,4 @@
-"""The job timeline end to end (docs/contracts.md, section 13): every job directory gets a
+"""The job timeline end to end (docs/contracts.md, section 14): every job directory gets a
 `timeline.jsonl` whose per-worker sums reconcile with the result's `compute_s`,
 `transfer_s` and `wait_s` (Monte Carlo, the fixture, Dense and search, on local threads and
 on a pipe group); `aner parallel timeline` summarises it, draws it and exports it; and a

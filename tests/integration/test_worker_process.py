@@ -16,6 +16,7 @@ from support import HANG_S, reap
 
 from aner_worker.build import build_identity
 from aner_worker.contract import source_fingerprint
+from aner_worker.host import host_identity
 from aner_worker.inventory import current
 from aner_worker.kernels.base import decode, encode
 from aner_worker.kernels.fixture import fixture_pass
@@ -166,6 +167,7 @@ def test_hello_gets_welcome(worker: Worker) -> None:
         precisions=("float64", "float32"),  # what a Dense job may declare
         build=build_identity(),  # what `aner parallel capabilities --cluster` shows
         kernels=("dense", "monte-carlo", "regression", "search"),
+        host=host_identity().value,  # this host, as this test process computes it
     )
 
 

@@ -461,7 +461,28 @@ def test_a_welcome_carries_the_build_and_kernels_and_an_older_one_decodes_withou
     # A worker older than the report sends the first seven fields only.
     older = msgspec.msgpack.encode(["welcome", PROTOCOL_VERSION, FP, "p", 2, 2, {}, ["float64"]])
     decoded = msgspec.msgpack.decode(older, type=Welcome)
-    assert (decoded.build, decoded.kernels) == ({}, ())
+    assert (decoded.build, decoded.kernels, decoded.host) == ({}, (), None)
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["A" * 32, "a" * 31, "a" * 33, "3d1219c7-c4c5-404a-aa1f-6d2a48adfda4", "g" * 32, ""],
+)
+def test_a_host_identity_not_in_its_format_is_a_protocol_error(host: str) -> None:
+    coordinator, _ = pair()
+    coordinator.hello()
+    with pytest.raises(RemoteProtocolError) as error:
+        coordinator.receive(frame(Welcome(PROTOCOL_VERSION, FP, "p", 2, 2, host=host)))
+    assert "is not 32 lowercase hex digits" in error.value.detail
+    assert coordinator.phase is Phase.CLOSED
+
+
+def test_a_welcome_carries_the_host_identity() -> None:
+    coordinator = CoordinatorConnection("w1", 2, FP, ())
+    worker = WorkerConnection(FP, 2, "p", {"mc"}, host="0123456789abcdef" * 2)
+    worker.receive(coordinator.hello())
+    [accepted] = coordinator.receive(worker.reply())
+    assert isinstance(accepted, Accepted) and accepted.welcome.host == "0123456789abcdef" * 2
 
 
 def test_an_oversized_build_description_is_a_protocol_error() -> None:

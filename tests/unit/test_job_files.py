@@ -19,6 +19,7 @@ from aner_coord.jobdir.results import RESULT_SCHEMA, encode_result
 from aner_coord.jobdir.status import (
     STATUS_SCHEMA,
     JobState,
+    StatusSnapshot,
     TrainingPosition,
     WorkerAccount,
     decode_status,
@@ -104,6 +105,7 @@ def test_unknown_state_is_refused() -> None:
 
 def test_the_offline_state_is_observed_never_written_and_each_state_has_its_exit_code() -> None:
     assert {s: s.exit_code for s in JobState} == {
+        JobState.QUEUED: EXIT_OK,
         JobState.STARTING: EXIT_OK,
         JobState.RUNNING: EXIT_OK,
         JobState.CANCELLING: EXIT_OK,
@@ -273,3 +275,37 @@ def test_a_new_manifest_records_the_identity_of_every_file_its_numbers_come_from
     again = decode_manifest(encode_manifest(newer))
     assert again == newer
     assert again.sources["aner_coord/computations/regression.py"].startswith("sha256:")
+
+
+def test_a_queued_job_says_whom_it_waits_for_and_how_it_ended() -> None:
+    """The statuses of a job that waits (`aner_coord.job.queue`): QUEUED naming the holders
+    of its slots, or the job it runs after; CANCELLED or FAILED if it never started."""
+    from aner_coord.admission import admit
+    from aner_coord.computations.montecarlo import MonteCarloRequest
+    from aner_coord.job.queue import QueuedPublisher, Turn
+    from aner_coord.requests import JobRequest, LocalExecution
+    from aner_worker.leases import Holder
+
+    job = admit(JobRequest(MonteCarloRequest(samples=1000, seed=1), LocalExecution(workers=1)))
+    seen: list[StatusSnapshot] = []
+    queue = QueuedPublisher(job, [seen.append], first_seq=4)
+    queue.queued([Holder(42, "0123456789ab", "regression", 2, "/private/path")])
+    queue.queued([Holder(43, "ba9876543210", "monte-carlo", 0)])
+    queue.ended(Turn(cancelled=True))
+    queue.ended(Turn(failure="the job it was to run after, /a, ended FAILED: it did not start"))
+    assert [(s.seq, s.state) for s in seen] == [
+        (5, JobState.QUEUED),
+        (6, JobState.QUEUED),
+        (7, JobState.CANCELLED),
+        (8, JobState.FAILED),
+    ]
+    assert describe(seen[0]).startswith(
+        "QUEUED [waiting for CPU slots held by job 0123456789ab (regression, pid 42, "
+        "2 slot(s))] 0 of 1,000 samples (0.0%)"
+    )
+    assert "/private/path" not in encode_status(seen[0]).decode()  # a path is private
+    assert describe(seen[1]).startswith(
+        "QUEUED [waiting for job ba9876543210 (monte-carlo, pid 43) to complete]"
+    )
+    assert seen[3].error == "the job it was to run after, /a, ended FAILED: it did not start"
+    assert decode_status(encode_status(seen[0])) == seen[0]

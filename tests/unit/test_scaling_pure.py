@@ -1,5 +1,6 @@
 """The scaling command's pure parts: the configuration registry, the agreement of trials,
-experiment files refused with one line, and the recommender on probe fixtures."""
+experiment files refused with one line, and the recommender on probe fixtures (records on
+one host among them)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from aner_coord.errors import RequestError
+from aner_coord.scaling.command import format_plan, rate_text
 from aner_coord.scaling.experiment import load_experiment
-from aner_coord.scaling.plan import chunk_candidates, recommend
+from aner_coord.scaling.plan import chunk_candidates, predict_local, recommend, shared_rates
 from aner_coord.scaling.probe import LocalProbe, Probe, WorkerProbe
 from aner_coord.scaling.registry import Registry
 from aner_coord.scaling.trials import disagreement, scientific
@@ -282,3 +284,78 @@ def test_the_report_flags_a_machine_replaced_under_its_name_and_what_did_not_sca
     assert "**local / C02 is a different machine**" in text
     assert "- two reached a speedup of 1.25 on 2 slots (efficiency 0.62)." in text
     assert "| one | local | 1 | 65,536 | 2.000 | 2.000:2.000 | 1.00 | 1.00 | 2.100 | N/A |" in text
+
+
+# -- one host is one host (docs/contracts.md, "Host identity") ----------------------------
+HERE, ELSEWHERE = "a" * 32, "b" * 32
+
+
+def _issue_probe(host: str | None) -> Probe:
+    """Issue 28's reproduction, as `plan` probed it: two `local` records of one slot on this
+    2-CPU machine, measured (noise) faster per slot and quicker to start than its threads,
+    for a Dense job of 114 steps of 256 rows."""
+    local = LocalProbe(cpus=2, command_s=0.5, rates={1: 40e3, 2: 80e3}, task_s=300e-6, host=HERE)
+    workers = tuple(
+        WorkerProbe(
+            identity=f"p{i}", transport="local", slots=1, startup_s=0.01, shutdown_s=0.01,
+            rate_per_slot=400e3, task_s=20e-6, round_trip_s=1e-5, bandwidth_bps=1e9, host=host,
+        )
+        for i in (1, 2)
+    )  # fmt: skip
+    return Probe(kind="dense", local=local, workers=workers)
+
+
+def test_a_group_on_this_host_is_never_recommended_over_local_threads() -> None:
+    advice = recommend(_issue_probe(HERE), 256, 114, rows_per_step=256)
+    assert advice.best.local, advice.reason
+    group = next(c for c in advice.candidates if c.name == "the group")
+    assert group.on_this_host and group.predicted_s < advice.best.predicted_s  # on paper
+    assert all(c.on_this_host for c in advice.candidates if not c.local)
+    assert "runs on this host (" in advice.reason and ", this one)" in advice.reason
+    assert "a difference of measurement, not of CPUs" in advice.reason
+    assert advice.reason.endswith(
+        "Per step of 256 rows the group cannot gain: its workers share this machine's 2 "
+        "CPU(s) with local threads."
+    )
+    assert advice.to_dict()["recommended"]["on_this_host"] is False
+    # The same measurements from another host, or from workers that did not say: the group.
+    for host in (ELSEWHERE, None):
+        assert not recommend(_issue_probe(host), 256, 114).best.local
+
+
+def test_two_local_threads_are_not_predicted_slower_than_one() -> None:
+    probe = _issue_probe(HERE)  # 2 threads compute twice as fast as 1
+    advice = recommend(probe, 256, 114)
+    fastest = {p: min(c.predicted_s for c in advice.candidates if c.workers == p) for p in (1, 2)}
+    assert fastest[2] < fastest[1]  # a chunk of its own for each thread: 128 rows
+    assert {c.chunk for c in advice.candidates if c.workers == 2} == {128}
+    # A pass of one chunk leaves the second thread idle: the first computes at one
+    # thread's rate, not at half of a contended pair's.
+    contended = replace(probe, local=replace(probe.local, rates={1: 40e3, 2: 60e3}))
+    one, two = (predict_local(contended, 256, 114, p, 256).predicted_s for p in (1, 2))
+    assert one == two
+
+
+def test_records_sharing_a_host_share_its_cpus() -> None:
+    remote = {"logical_cpus": "2"}
+    pair = tuple(
+        replace(w, slots=2, host=ELSEWHERE, machine=remote) for w in _issue_probe(None).workers
+    )
+    probe = replace(_issue_probe(None), workers=pair)
+    assert shared_rates(probe, pair) == [200e3, 200e3]  # 4 slots on 2 CPUs
+    apart = (pair[0], replace(pair[1], host=HERE))  # this host: its 2 effective CPUs
+    assert shared_rates(probe, apart) == [400e3, 400e3]
+    unknown = tuple(replace(w, host=None) for w in pair)  # nobody says: measured, alone
+    assert shared_rates(probe, unknown) == [400e3, 400e3]
+
+
+def test_the_plan_shows_rates_in_a_unit_that_fits_and_marks_this_host() -> None:
+    probe = _issue_probe(HERE)
+    text = format_plan(probe, recommend(probe, 256, 114), {}, "rows")
+    assert "0.0 M" not in text
+    assert "40.0k rows/s per thread" in text
+    assert "p1 (local, 1 slot, this host): " in text and "400.0k rows/s per slot" in text
+    assert "hosts: 2 records on 1 host, this one" in text
+    assert "the group (this host)" in text
+    assert rate_text(0.35, "rows") == "0.35 rows/s" and rate_text(0.0, "rows") == "N/A"
+    assert rate_text(245.4e6, "samples") == "245.4M samples/s"

@@ -1,0 +1,82 @@
+"""`aner parallel jobs`: this user's jobs on this host, from the job index
+(`aner_coord.jobdir.index`; docs/contracts.md, section 13): queued, running, offline and
+finished, each observed as `status` observes it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from aner_coord.errors import AnerError, RequestError
+
+
+def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON object, a list of jobs")
+
+
+def jobs_command(args: argparse.Namespace) -> int:
+    from aner_coord.jobdir.index import entries, index_dir
+    from aner_worker.leases import LeaseError
+
+    try:
+        index = index_dir()
+    except LeaseError as exc:
+        raise RequestError(str(exc)) from None
+    rows = [_row(e.job, e.directory, e.registered) for e in entries(index)]
+    if args.json:
+        document = {"schema": "aner-jobs/1", "jobs": rows}
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(document)) + b"\n")
+        return 0
+    if not rows:
+        print("no jobs of yours on this host (jobs register when they start)")
+        return 0
+    print(f"{'ID':<12}  {'KIND':<12}  {'STATE':<19}  {'DONE':>6}  {'WORKERS':>7}  DIRECTORY")
+    for row in rows:
+        done = "-" if row["percent"] is None else f"{row['percent']:.1f}%"
+        workers = "-" if row["workers"] is None else str(row["workers"])
+        print(
+            f"{row['id']:<12}  {row['kind']:<12}  {row['state']:<19}  {done:>6}  {workers:>7}  "
+            f"{row['directory']}"
+        )
+        if row["queued_behind"]:
+            print(f"{'':<12}  behind job(s) {', '.join(row['queued_behind'])}")
+        if row["note"]:
+            print(f"{'':<12}  {row['note']}")
+    return 0
+
+
+def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
+    """One job as the listing shows it; a job that cannot be observed now (no status yet,
+    a file that is not one) is listed with the reason instead of its state."""
+    from aner_coord.cli.monitor import observe
+    from aner_coord.cli.progress import percent
+
+    row: dict[str, Any] = {
+        "id": job,
+        "directory": str(directory),
+        "registered": registered,
+        "kind": "-",
+        "state": "UNKNOWN",
+        "percent": None,
+        "workers": None,
+        "queued_behind": [],
+        "note": None,
+    }
+    try:
+        obs = observe(directory)
+    except (AnerError, OSError) as exc:
+        row["note"] = str(exc)
+        return row
+    snap = obs.snapshot
+    row.update(
+        kind=snap.kind,
+        state=obs.state.value,
+        percent=percent(snap),
+        workers=len(snap.workers) if snap.workers else None,
+        queued_behind=[h.job for h in snap.queued_behind if h.job],
+    )
+    return row
