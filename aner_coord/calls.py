@@ -11,6 +11,10 @@ has both forms (as dask writes each `Client` method once and bridges it with
   task cancels the job, waits for it to stop, then re-raises the CancelledError, as asyncio's
   convention asks (`awaited`).
 
+Both also take `progress=` (`aner_coord.handle`: checked by `check_progress`, drained by a
+`Reporter` thread off the coordinator's loop), and `Calls.submit` starts any call by name
+and returns its `JobHandle` (`_start`: the job runs on without the caller).
+
 `Calls` holds the calls; how a job runs is its subclasses' business (`OneOff` for
 `parallel`'s functions, `aner_coord.session.Session` on kept workers). A computation's options
 are those of its request type, declared once there: a call converts its keyword arguments
@@ -22,18 +26,19 @@ anything else: an argument it does not take, or a missing one, is refused in one
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 import msgspec
 
 from aner_coord.admission import Job, admit
-from aner_coord.arguments import missing_options, refuse_others, takes
+from aner_coord.arguments import ArgumentError, missing_options, refuse_others, takes
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.computations.montecarlo import (
     MonteCarloReplicatesResult,
@@ -47,11 +52,12 @@ from aner_coord.computations.regression import (
 )
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import JobCancelled, JobFailed, RequestError
-from aner_coord.job.coordinator import JobReport
+from aner_coord.handle import JobHandle, ProgressCallback, Relay, Reporter, check_progress
+from aner_coord.job.coordinator import JobReport, Observer
 from aner_coord.job.execute import execute
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import ComputationRequest, Execution, JobRequest, LocalExecution
-from aner_coord.runner import run_interruptible
+from aner_coord.runner import run_in_thread, run_interruptible
 
 if TYPE_CHECKING:
     from aner_coord.computations.dense.result import DenseFit
@@ -71,6 +77,9 @@ class Placement(TypedDict, total=False):
     audit: float  # the fraction of chunks the coordinator recomputes itself
     retries: int  # lost workers the job survives (docs/contracts.md, section 11)
     chunk: int  # items a task, instead of the execution's (or the computation's default)
+    # a function given status snapshots as the job runs, or True for a progress bar
+    # (`aner_coord.handle`); taken by the drivers, never by the job
+    progress: ProgressCallback | bool
 
 
 PLACEMENT: tuple[str, ...] = tuple(Placement.__annotations__)
@@ -110,8 +119,14 @@ def synchronous(
     @functools.wraps(build)
     def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
         refuse_others(name, signature, (self, *args), kwargs)
+        progress = check_progress(kwargs.pop("progress", None), name)
         ready = build(self, *args, **kwargs)
-        report, interrupt = self._wait(ready.job)
+        reporter = Reporter(progress) if progress is not None else None
+        try:
+            report, interrupt = self._wait(ready.job, _observers(reporter))
+        finally:
+            if reporter is not None:
+                reporter.close()  # the final snapshot given before the call returns
         return ready.finish(report, interrupt)
 
     call.__name__ = call.__qualname__ = name
@@ -129,13 +144,23 @@ def awaitable(
     @functools.wraps(build)
     async def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
         refuse_others(name, signature, (self, *args), kwargs)
+        progress = check_progress(kwargs.pop("progress", None), name)
         ready = build(self, *args, **kwargs)
-        report = await self._wait_async(ready.job)
+        reporter = Reporter(progress) if progress is not None else None
+        try:
+            report = await self._wait_async(ready.job, _observers(reporter))
+        finally:
+            if reporter is not None:
+                await asyncio.to_thread(reporter.close)
         return ready.finish(report, None)
 
     call.__name__ = call.__qualname__ = name
     call.__signature__ = signature  # type: ignore[attr-defined]
     return call
+
+
+def _observers(reporter: Reporter | None) -> tuple[Observer, ...]:
+    return (reporter.relay,) if reporter is not None else ()
 
 
 # What each call takes: its request type's options, and where its job runs. A search's own
@@ -167,14 +192,44 @@ class Calls:
     execution: Execution = LocalExecution()
 
     # -- how a job runs: the subclasses' ---------------------------------------------------
-    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
-        """Run `job` to its end from a blocking caller; an interrupt cancels it gracefully
-        and is handed back, to be chained."""
+    def _wait(
+        self, job: Job, observers: Sequence[Observer] = ()
+    ) -> tuple[JobReport, KeyboardInterrupt | None]:
+        """Run `job` to its end from a blocking caller, publishing its snapshots to
+        `observers`; an interrupt cancels it gracefully and is handed back, to be chained."""
         raise NotImplementedError
 
-    async def _wait_async(self, job: Job) -> JobReport:
+    async def _wait_async(self, job: Job, observers: Sequence[Observer] = ()) -> JobReport:
         """Run `job` to its end for an awaiting caller, never blocking its loop."""
         raise NotImplementedError
+
+    def _start(
+        self, job: Job, observers: Sequence[Observer]
+    ) -> tuple[concurrent.futures.Future[JobReport], Callable[[], None]]:
+        """Start `job` running on without the caller: its report to come, and a function
+        that cancels it gracefully from any thread."""
+        raise NotImplementedError
+
+    # -- a call started, held by a handle ----------------------------------------------------
+    def submit(
+        self, call: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
+    ) -> JobHandle[Any]:
+        """Start `call` (a call of this API, as `parallel.dense_fit`, or its name) with these
+        arguments, checked as the call checks them, and return at once: a `JobHandle` whose
+        `status()`, `watch()`, `result()` and `cancel()` follow the job (`aner_coord.handle`)."""
+        name = call if isinstance(call, str) else getattr(call, "__name__", repr(call))
+        if name not in SUBMITTED:
+            known = ", ".join(SUBMITTED)
+            raise ArgumentError(f"submit() takes a call of the API ({known}), got {name!r}")
+        build, signature = SUBMITTED[name]
+        refuse_others(name, signature, (self, *args), kwargs)
+        progress = check_progress(kwargs.pop("progress", None), name)
+        ready = build(self, *args, **kwargs)
+        relay = Relay()
+        reporter = Reporter(progress) if progress is not None else None
+        observers: tuple[Observer, ...] = (relay, *_observers(reporter))
+        future, cancel = self._start(ready.job, observers)
+        return JobHandle(future, ready.finish, cancel, relay, reporter)
 
     def _finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
         return outcome(report, interrupt)
@@ -325,15 +380,34 @@ class Calls:
     search_async = awaitable(_search, SEARCH)
 
 
+# The calls `submit` starts, by name: how each is built, and the arguments it takes.
+SUBMITTED: dict[str, tuple[Callable[..., Call[Any]], inspect.Signature]] = {
+    "run": (Calls._run, RUN),
+    "monte_carlo": (Calls._monte_carlo, MONTE_CARLO),
+    "regression": (Calls._regression, REGRESSION),
+    "dense_fit": (Calls._dense_fit, DENSE_FIT),
+    "cross_validate": (Calls._cross_validate, CROSS_VALIDATE),
+    "search": (Calls._search, SEARCH),
+}
+
+
 class OneOff(Calls):
     """`parallel`'s functions: each call's job starts its own workers and ends them."""
 
-    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
-        return run_interruptible(lambda cancel: execute(job, cancel=cancel))
+    def _wait(
+        self, job: Job, observers: Sequence[Observer] = ()
+    ) -> tuple[JobReport, KeyboardInterrupt | None]:
+        return run_interruptible(lambda cancel: execute(job, cancel=cancel, observers=observers))
 
-    async def _wait_async(self, job: Job) -> JobReport:
+    async def _wait_async(self, job: Job, observers: Sequence[Observer] = ()) -> JobReport:
         cancel = asyncio.Event()
-        return await awaited(asyncio.ensure_future(execute(job, cancel=cancel)), cancel.set)
+        running = asyncio.ensure_future(execute(job, cancel=cancel, observers=observers))
+        return await awaited(running, cancel.set)
+
+    def _start(
+        self, job: Job, observers: Sequence[Observer]
+    ) -> tuple[concurrent.futures.Future[JobReport], Callable[[], None]]:
+        return run_in_thread(lambda cancel: execute(job, cancel=cancel, observers=observers))
 
 
 async def awaited(job: asyncio.Future[JobReport], cancel: Callable[[], None]) -> JobReport:

@@ -36,6 +36,15 @@ one-off call); the workers end on leaving `with`, on garbage collection and at i
 exit; a worker lost between calls is started again and reported in the next call's
 `result.losses` (or, with `restart=False`, counted as that call's lost worker).
 
+Every call takes `progress=` (a function given status snapshots, or True for a progress bar
+in a terminal or a notebook), and `submit` starts any call without waiting for it
+(`aner_coord.handle`):
+
+    handle = parallel.submit(parallel.dense_fit, data="digits", seed=1, progress=True)
+    for snapshot in handle.watch():       # or `async for`; handle.status() is the latest
+        ...
+    fit = handle.result()                 # handle.cancel() cancels gracefully
+
 Errors: `RequestError`/`AdmissionError` for an invalid request (nothing ran; the message
 names the argument to change, as `workers=`; an argument a call does not take, or a missing
 one, is refused by name too), `JobFailed` for a failed job (its message says
@@ -56,6 +65,7 @@ from aner_coord.computations.montecarlo import MonteCarloRequest, MonteCarloResu
 from aner_coord.computations.regression import RegressionRequest, RegressionResult
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import AdmissionError, AnerError, JobCancelled, JobFailed, RequestError
+from aner_coord.handle import JobHandle
 from aner_coord.jobdir.status import WorkerAccount
 from aner_coord.requests import ClusterExecution, LocalExecution
 from aner_coord.session import Session, session
@@ -77,6 +87,7 @@ __all__ = [
     "DenseResult",
     "JobCancelled",
     "JobFailed",
+    "JobHandle",
     "LocalExecution",
     "MonteCarloRequest",
     "MonteCarloResult",
@@ -106,6 +117,7 @@ __all__ = [
     "search",
     "search_async",
     "session",
+    "submit",
 ]
 
 
@@ -152,6 +164,7 @@ cross_validate = _one_off.cross_validate
 cross_validate_async = _one_off.cross_validate_async
 search = _one_off.search
 search_async = _one_off.search_async
+submit = _one_off.submit
 
 
 def __getattr__(name: str) -> Any:

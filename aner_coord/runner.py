@@ -3,6 +3,7 @@
 Works where an event loop is already running in this thread (a Jupyter notebook): the
 coroutine then runs on a fresh loop in a helper thread, and the caller blocks until it ends.
 
+`run_in_thread` starts a job that the caller holds a handle to (`parallel.submit`).
 `run_interruptible` is for jobs: an interrupt of the calling thread (Ctrl-C, a Jupyter kernel
 interrupt) does not abandon the coordinator and its workers to run on, it sets the job's
 cancel event, waits for the graceful cancel (workers stop at their kernels' next sub-range
@@ -14,6 +15,8 @@ the calling thread takes the interrupt, as it does in a notebook.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import functools
 import signal
 import threading
@@ -60,6 +63,42 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         raise box["error"]
     result: T = box["value"]
     return result
+
+
+def run_in_thread(
+    make: Callable[[asyncio.Event], Coroutine[Any, Any, T]],
+) -> tuple[concurrent.futures.Future[T], Callable[[], None]]:
+    """Start `make(cancel)` on a loop of its own in a thread ("aner-job") and return at once:
+    its value to come, and a function that sets `cancel` from any thread."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    box: dict[str, Any] = {}
+    ready = threading.Event()
+
+    async def in_thread() -> T:
+        box["loop"] = asyncio.get_running_loop()
+        box["cancel"] = cancel = asyncio.Event()
+        ready.set()
+        return await make(cancel)
+
+    def target() -> None:
+        try:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                value = runner.run(in_thread())
+        except BaseException as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(value)
+        finally:
+            ready.set()
+
+    def cancel() -> None:
+        ready.wait()
+        if "loop" in box:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the job is over
+                box["loop"].call_soon_threadsafe(box["cancel"].set)
+
+    threading.Thread(target=target, name="aner-job").start()
+    return future, cancel
 
 
 def run_interruptible(

@@ -40,7 +40,7 @@ import concurrent.futures
 import logging
 import threading
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -49,7 +49,7 @@ from aner_coord.admission import Job
 from aner_coord.arguments import checked
 from aner_coord.calls import Calls, Placement, awaited, outcome
 from aner_coord.errors import RequestError
-from aner_coord.job.coordinator import JobReport
+from aner_coord.job.coordinator import JobReport, Observer
 from aner_coord.job.execute import execute
 from aner_coord.job.pool import WorkerPool
 from aner_coord.jobdir.results import ResultBase
@@ -102,11 +102,13 @@ class _Runner:
         if not self.loop.is_closed():
             self.loop.call_soon_threadsafe(event.set)
 
-    async def job(self, job: Job, cancel: asyncio.Event) -> JobReport:
+    async def job(
+        self, job: Job, cancel: asyncio.Event, observers: Sequence[Observer] = ()
+    ) -> JobReport:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            return await execute(job, cancel=cancel, pool=self.pool)
+            return await execute(job, cancel=cancel, pool=self.pool, observers=observers)
 
     def close(self) -> None:
         """Shut down the kept workers and stop the loop thread (the session's finalizer)."""
@@ -180,9 +182,11 @@ class Session(Calls):
             )
         return super()._job(computation, placement)
 
-    def _wait(self, job: Job) -> tuple[JobReport, KeyboardInterrupt | None]:
+    def _wait(
+        self, job: Job, observers: Sequence[Observer] = ()
+    ) -> tuple[JobReport, KeyboardInterrupt | None]:
         cancel = asyncio.Event()
-        future = self._runner.submit(self._runner.job(job, cancel))
+        future = self._runner.submit(self._runner.job(job, cancel, observers))
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
         interrupted: list[KeyboardInterrupt] = []
@@ -194,10 +198,17 @@ class Session(Calls):
                 self._runner.cancel(cancel)
         return future.result(), (interrupted[0] if interrupted else None)
 
-    async def _wait_async(self, job: Job) -> JobReport:
+    async def _wait_async(self, job: Job, observers: Sequence[Observer] = ()) -> JobReport:
         cancel = asyncio.Event()
-        future = asyncio.wrap_future(self._runner.submit(self._runner.job(job, cancel)))
+        future = asyncio.wrap_future(self._runner.submit(self._runner.job(job, cancel, observers)))
         return await awaited(future, lambda: self._runner.cancel(cancel))
+
+    def _start(
+        self, job: Job, observers: Sequence[Observer]
+    ) -> tuple[concurrent.futures.Future[JobReport], Callable[[], None]]:
+        cancel = asyncio.Event()
+        future = self._runner.submit(self._runner.job(job, cancel, observers))
+        return future, lambda: self._runner.cancel(cancel)
 
     def _finish(self, report: JobReport, interrupt: BaseException | None) -> Any:
         """The call's result, with the workers lost since the last call in its `losses`."""

@@ -46,14 +46,12 @@ def rate_text(snapshot: StatusSnapshot) -> str:
 
 
 def percent(snapshot: StatusSnapshot) -> float:
-    """Work done, in percent of the planned work: never above 100, and 100 only for a
-    completed job (rounding never shows an unfinished one as done)."""
-    total = snapshot.total_work
+    """Work done, in percent of the planned work weighted by its cost (`fraction`): never
+    above 100, and 100 only for a completed job (rounding never shows an unfinished one as
+    done)."""
     if snapshot.state is JobState.COMPLETED:
         return 100.0
-    if not total:
-        return 0.0
-    return min(99.9, math.floor(1000.0 * snapshot.accepted / total) / 10)
+    return min(99.9, math.floor(1000.0 * snapshot.fraction) / 10)
 
 
 def work_text(snapshot: StatusSnapshot) -> str:
@@ -148,9 +146,10 @@ def compact(snapshot: StatusSnapshot) -> str:
 
 
 class LiveProgress:
-    """Observer drawing a progress bar on stderr while the job runs."""
+    """Observer drawing a progress bar on stderr while the job runs; `transient`: gone
+    once stopped (the CLI's, which prints its summary instead), else left as it ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transient: bool = True) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn
 
@@ -159,7 +158,7 @@ class LiveProgress:
             BarColumn(bar_width=16),
             TextColumn("{task.fields[detail]}"),
             console=Console(stderr=True),
-            transient=True,
+            transient=transient,
         )
         self._task: Any = None
 
@@ -177,7 +176,7 @@ class LiveProgress:
         self._progress.update(
             self._task,
             total=total,
-            completed=min(snapshot.accepted, total),
+            completed=round(snapshot.fraction * total),
             description=snapshot.state.value,
             detail=compact(snapshot),
         )

@@ -46,13 +46,28 @@ class Diverged(Exception):
     too large, say), not of any worker."""
 
 
+# The kind of every pass of a computation whose passes all cost alike (`PassSpec.kind`).
+ONE_KIND = "pass"
+
+
 @dataclass(frozen=True)
 class PassSpec:
-    """One pass: `items` items cut into chunks, and the frozen parameters its tasks use."""
+    """One pass: `items` items cut into chunks, and the frozen parameters its tasks use.
+    `kind` says what its items cost alike with (`Segment`): progress weighs each kind's
+    items by their measured cost (`aner_coord.job.pace`)."""
 
     items: int
     params: Any  # the kernel's params Struct
     label: str
+    kind: str = ONE_KIND
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`items` items of passes of one `kind`, a stretch of a job's planned work in order."""
+
+    kind: str
+    items: int
 
 
 @dataclass(frozen=True)
@@ -77,10 +92,20 @@ class Admitted:
     # Items a task when the execution names none, where the request decides it (replicates
     # run whole on a slot); None: the computation's `default_chunk`.
     chunk: int | None = None
+    # The planned work in the order it runs, by kind of pass, where passes differ in what an
+    # item costs (empty: `planned_work` items of one kind), and each kind's cost per item
+    # relative to the others before any is measured (a kind not named: 1).
+    plan: tuple[Segment, ...] = ()
+    prior_costs: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def planned_work(self) -> int:
         return self.work if self.work is not None else self.items * self.passes
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The planned work in order, by kind: `plan`, or all of it of one kind."""
+        return self.plan or (Segment(ONE_KIND, self.planned_work),)
 
     @property
     def largest(self) -> int:

@@ -30,7 +30,7 @@ import msgspec
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
-from aner_coord.computations.base import Checkpoints, ExplainsDifference
+from aner_coord.computations.base import Checkpoints, ExplainsDifference, Segment
 from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
 from aner_coord.job.backend import Backend, BackendPlan, backend_for
@@ -59,6 +59,7 @@ from aner_coord.job.instructions import (
 )
 from aner_coord.job.link import precision_of
 from aner_coord.job.machine import JobMachine
+from aner_coord.job.pace import Pace, added, prefix
 from aner_coord.job.pool import WorkerPool
 from aner_coord.job.staging import plan_of
 from aner_coord.job.timeline import JobTimeline
@@ -147,6 +148,9 @@ class Coordinator:
             first_pass=checkpoint.passes if checkpoint is not None else 0,
             first_items=checkpoint.items if checkpoint is not None else 0,
         )
+        admitted = job.admitted
+        self._pace = Pace(admitted.segments, admitted.prior_costs)
+        self._kept: tuple[int, dict[str, int]] = (0, {})  # recovered items, by kind
         self._seq = first_seq
         self._created = time.time()
         self._started = time.monotonic()
@@ -426,6 +430,8 @@ class Coordinator:
             self._final_checkpoint()  # before the status that says CANCELLING
         self._progress = instruction.progress
         self._progress_at = time.monotonic()
+        if instruction.progress.state is JobState.RUNNING:
+            self._pace.observe(self._progress_at, instruction.progress.live)
         changed = instruction.progress.state is not self._state
         self._state = instruction.progress.state
         if instruction.progress.error != self._error_full:
@@ -542,11 +548,14 @@ class Coordinator:
         done = progress.accepted
         state = self._state if self._state.terminal else progress.state
         work, upper_bound = self._work(state, done)
-        throughput = done / elapsed if elapsed > 0 and done else None
-        eta: float | None = None
-        # ETA only once it means something: 1% of the work and half a second observed.
-        if throughput and done >= work / 100 and elapsed >= 0.5 and not state.terminal:
-            eta = max(0.0, (work - done) / throughput)
+        live = sum(progress.live.values())  # this run's own: recovered work took no time
+        throughput = live / elapsed if elapsed > 0 and live else None
+        if self._kept[0] != progress.recovered:
+            self._kept = (progress.recovered, prefix(self._job_plan, progress.recovered))
+        kept = self._kept[1]
+        finished = added(kept, progress.live)
+        fraction = 1.0 if state is JobState.COMPLETED else self._pace.fraction(finished)
+        eta = None if state.terminal else self._pace.eta(finished)
         own = (progress.detail or {}).get("eta_s")
         if own is not None and not state.terminal:
             # The computation's own estimate (a search's, from measured fit times), made when
@@ -592,7 +601,12 @@ class Coordinator:
             notes=list(self.job.notes),
             steps_recovered=self._steps_recovered,
             checkpointed_steps=self._checkpoints.steps if self._checkpoints is not None else None,
+            fraction_done=round(fraction, 6),
         )
+
+    @property
+    def _job_plan(self) -> tuple[Segment, ...]:
+        return self.job.admitted.segments
 
     def _work(self, state: JobState, done: int) -> tuple[int, bool]:
         """The items of every planned pass, and whether that is an upper bound. What a

@@ -8,7 +8,8 @@ exhaustively (mypy flags an instruction it does not carry out).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aner_coord.jobdir.status import JobState, TrainingPosition, WorkerAccount, WorkerLoss
@@ -52,6 +53,8 @@ class Progress:
     committed_steps: int | None
     losses: tuple[WorkerLoss, ...] = ()
     recovered: int = 0  # items taken from the ledger of an earlier coordinator
+    # Items of `accepted` that this coordinator accepted itself, by kind of pass.
+    live: Mapping[str, int] = field(default_factory=dict)
     detail: dict[str, Any] | None = None  # the run's own account (`ReportsProgress`)
     position: TrainingPosition | None = None  # where a training stands (`ReportsPosition`)
 

@@ -45,6 +45,9 @@ the instructions in `aner_coord.job.instructions`.
   chunk statistics: each pass first accepts those chunks, each checked as a live result is
   (range, then the computation's `check`; one that fails fails the job naming the ledger),
   then dispatches only the rest.
+- Each status also says how many of the items it counts this coordinator accepted itself
+  (not recovered), by the kind of their pass (`PassSpec.kind`): what the shell measures
+  rates and costs on (`aner_coord.job.pace`).
 - A run restored from a checkpoint of its first `first_pass` committed passes (the shell
   restores it before the machine starts) numbers its next pass `first_pass`, and counts
   their `first_items` items (the checkpoint records them) as done and recovered.
@@ -80,7 +83,12 @@ from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from aner_coord.computations import Diverged, PassSpec, Run
-from aner_coord.computations.base import NamesWorkers, ReportsPosition, ReportsProgress
+from aner_coord.computations.base import (
+    ONE_KIND,
+    NamesWorkers,
+    ReportsPosition,
+    ReportsProgress,
+)
 from aner_coord.errors import bounded_message
 from aner_coord.job.chunks import ChunkQueue
 from aner_coord.job.events import (
@@ -193,6 +201,9 @@ class JobMachine:
         # only, so that no status reports work a resume would do again.
         self._items_total = first_items
         self._items_committed = first_items  # the items of every committed pass
+        # This coordinator's own share of `_items_total`, by kind of pass (`PassSpec.kind`):
+        # what its rate and ETA are measured on.
+        self._live: dict[str, int] = {}
         self._chunks_done = 0  # accepted in the current pass
         self._todo = ChunkQueue(0, set())  # chunks of the current pass still to dispatch
         self._next_task_id = 1
@@ -374,6 +385,7 @@ class JobMachine:
         self._items_done += count
         if self._ledger_chunks:
             self._items_total += count
+            self._count_live(count)
         self._chunks_done += 1
         out: list[Instruction] = []
         if self._ledger_chunks:
@@ -403,6 +415,7 @@ class JobMachine:
         self._items_committed += self._items_done
         if not self._ledger_chunks:
             self._items_total += self._items_done
+            self._count_live(self._items_done)
         committed = RecordCommitted(self._pass_id)
         begin = self._begin_pass()
         if self.state.terminal:
@@ -420,6 +433,10 @@ class JobMachine:
         # Every pass is reported (observers see each step), but after its tasks are sent:
         # the workers compute while the shell publishes.
         return [committed, *begin, *self._dispatch(), self._status(urgent=True)]
+
+    def _count_live(self, items: int) -> None:
+        kind = self._pass.kind if self._pass is not None else ONE_KIND
+        self._live[kind] = self._live.get(kind, 0) + items
 
     def _begin_pass(self) -> list[Instruction]:
         try:
@@ -593,6 +610,7 @@ class JobMachine:
                 committed_steps=self._run.committed_steps,
                 losses=tuple(self._losses),
                 recovered=self._recovered_items,
+                live=dict(self._live),
                 detail=self._detail(),
                 position=self._position() if self._position is not None else None,
             ),

@@ -183,6 +183,18 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     checkpointed_steps: int | None = None
     # Appended with slot leases (issue 28): while QUEUED, who holds the slots it waits for.
     queued_behind: list[QueuedBehind] = []
+    # Appended with weighted progress (issue 27): the planned cost done, 0..1, each kind of
+    # pass's items weighted by their measured cost (`aner_coord.job.pace`); None from older
+    # writers, whose readers take `accepted / total_work`.
+    fraction_done: float | None = None
+
+    @property
+    def fraction(self) -> float:
+        """The planned work done, 0..1: by cost where the writer weighed it, else by items."""
+        if self.fraction_done is not None:
+            return self.fraction_done
+        total = self.total_work
+        return min(1.0, self.accepted / total) if total else 0.0
 
     @property
     def total_work(self) -> int:

@@ -12,6 +12,8 @@ the directory left as it was.
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import io
 import json
 import os
@@ -38,7 +40,12 @@ from support import (
     wait_for,
 )
 
-from aner_coord.jobdir.status import JobState
+from aner_coord.job.coordinator import JobReport
+from aner_coord.job.execute import execute
+from aner_coord.job.pace import Pace, prefix
+from aner_coord.job.resume import prepare_resume
+from aner_coord.jobdir.status import JobState, StatusSnapshot
+from aner_coord.runner import run_sync
 
 # 8,000 teacher rows: 4,800 training rows, 75 steps of 64 rows an epoch, 12 epochs.
 # Long enough (about 1 s on an idle machine after this round's speed-ups; 8,000 rows ran in
@@ -286,3 +293,75 @@ def test_a_checkpoint_the_disk_cannot_hold_fails_the_job_and_resume_continues_to
     result = _resume(job)
     assert result["steps_recovered"] > 0
     assert_same_bits(job, uninterrupted)
+
+
+def _lock_free(job: Path) -> bool:
+    with open(job / "coordinator.lock", "rb") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(held, fcntl.LOCK_UN)
+        return True
+
+
+def _checkpoint_of_steps(job: Path, steps: int) -> Callable[[], int | None]:
+    """A check: the committed items of the job's checkpoint once it holds `steps` steps."""
+
+    def check() -> int | None:
+        try:
+            data = (job / "checkpoint.npz").read_bytes()
+        except FileNotFoundError:
+            return None
+        with np.load(io.BytesIO(data)) as kept:
+            return 1 if int(kept["committed"]) >= steps else None
+
+    return check
+
+
+def test_a_resumed_job_counts_what_its_checkpoint_holds_from_its_first_status(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    """Issue 27 item 6: killed mid-way and resumed (here, its coordinator in this process,
+    every snapshot observed), the job's numerator starts at the checkpoint's work, its total
+    stays the plan, and its rate and ETA wait for work of its own. The resumed run is
+    cancelled after a few dozen snapshots: the rest is the tests above."""
+    job = tmp_path / "job"
+    pid = _start(job, coordinators, ANER_CHECKPOINT_S="0")  # a checkpoint at every pass
+    advance_until(pid, _checkpoint_of_steps(job, 30), "a checkpoint of 30 steps")
+    os.kill(pid, signal.SIGKILL)
+    # A zombie's other threads may still hold its files (the lock) a moment longer.
+    wait_for(lambda: _lock_free(job), 30, "the killed coordinator to go")
+    admitted, resumption = prepare_resume(job)
+    assert resumption.checkpoint is not None
+    kept = resumption.checkpoint.items
+    plan = admitted.admitted.planned_work
+    seen: list[StatusSnapshot] = []
+
+    async def resumed() -> JobReport:
+        cancel = asyncio.Event()
+
+        def observe(snapshot: StatusSnapshot) -> None:
+            seen.append(snapshot)
+            if len(seen) == 40:
+                cancel.set()
+
+        return await execute(admitted, resume=resumption, observers=[observe], cancel=cancel)
+
+    report = run_sync(resumed())
+    assert report.state is JobState.CANCELLED
+    first = seen[0]
+    assert 0 < kept < plan
+    assert first.accepted == first.recovered == kept
+    assert first.total_work == plan
+    pace = Pace(admitted.admitted.segments, admitted.admitted.prior_costs)
+    assert first.fraction_done == round(pace.fraction(prefix(admitted.admitted.segments, kept)), 6)
+    assert first.eta_s is None and first.throughput is None  # nothing of its own yet
+    assert all(s.total_work == plan for s in seen)
+    assert seen[-1].accepted > kept
+    fractions = [s.fraction for s in seen]
+    assert fractions == sorted(fractions)
+    print(
+        f"checkpoint {kept:,} of {plan:,} rows ({kept / plan:.1%} of the rows, "
+        f"{first.fraction:.1%} of the cost); {len(seen)} snapshots"
+    )

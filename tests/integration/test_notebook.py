@@ -128,8 +128,10 @@ def _interrupt_when_computing(kernel: Kernel, code: str) -> dict[str, Any]:
         return cpu() - began > 0.5
 
     wait_for(computing, DEADLINE_S, "the call to compute")
+    interrupted = time.monotonic()
     kernel.manager.interrupt_kernel()
     reply = kernel.reply(msg_id)
+    print(f"the cell ended {time.monotonic() - interrupted:.2f} s after the interrupt")
     kernel.stdout(msg_id)
     return reply
 
@@ -184,3 +186,48 @@ def test_a_kernel_interrupt_cancels_a_session_call_and_the_session_goes_on(
     state = json.loads(kernel.execute(REPORT.format()))
     assert state["workers"] == []
     assert "aner-session" not in state["threads"]
+
+
+def _outputs(kernel: Kernel, msg_id: str) -> list[dict[str, Any]]:
+    """The cell's display messages, in order, up to its end."""
+    shown = []
+    while True:
+        message = kernel.client.get_iopub_msg(timeout=DEADLINE_S)
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        if message["msg_type"] in ("display_data", "update_display_data"):
+            shown.append(message)
+        if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+            return shown
+
+
+def test_a_cell_shows_a_progress_bar_that_updates_before_the_call_returns(kernel: Kernel) -> None:
+    code = (
+        "R = parallel.monte_carlo(samples=10**8, seed=42, progress=True,\n"
+        "                         execution=parallel.local(2, chunk=10**6))\n"
+        "print(R.hits)"
+    )
+    msg_id = kernel.client.execute(code)
+    reply = kernel.reply(msg_id)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    shown = _outputs(kernel, msg_id)
+    kinds = [m["msg_type"] for m in shown]
+    print(f"{len(shown)} progress outputs: {kinds.count('update_display_data')} updates")
+    assert kinds[0] == "display_data" and kinds.count("display_data") == 1, kinds
+    assert kinds.count("update_display_data") >= 1, kinds  # more than one update in all
+    ids = {m["content"]["transient"]["display_id"] for m in shown}
+    assert len(ids) == 1  # one bar, replaced in place
+    last = shown[-1]["content"]["data"]
+    assert "<progress" in last["text/html"]
+    assert last["text/plain"].startswith("COMPLETED"), last["text/plain"]
+    assert "100,000,000 of 100,000,000 samples (100.0%)" in last["text/plain"]
+    assert kernel.execute("print(R.hits)").split() == ["78542873"]
+
+
+def test_a_kernel_interrupt_cancels_a_call_showing_progress(kernel: Kernel) -> None:
+    code = "parallel.monte_carlo(samples=10**10, seed=1, execution=LOCAL, progress=True)"
+    reply = _interrupt_when_computing(kernel, code)
+    assert reply["content"]["ename"] == "JobCancelled", reply["content"]
+    state = _quiet(kernel, workers_remain=False)
+    assert "KeyboardInterrupt" in (state["cause"], state["context"]), state
+    assert not [t for t in state["threads"] if t.startswith("aner")], state["threads"]

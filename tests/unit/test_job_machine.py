@@ -7,6 +7,7 @@ only from the `WriteStatus` instructions, as the shell reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from aner_coord.computations import Accounting, Diverged, PassSpec, Run
+from aner_coord.computations.base import ONE_KIND
 from aner_coord.computations.montecarlo import MonteCarlo, MonteCarloRequest
 from aner_coord.computations.regression import N_PARAMS, Regression, RegressionRequest
 from aner_coord.job.events import (
@@ -1125,3 +1127,50 @@ def test_an_event_for_a_worker_the_job_does_not_have_fails_it() -> None:
     assert plain(machine.handle(WorkerReady("z", 1))) == failed(
         "the shell reported an event for unknown worker 'z'"
     )
+
+
+# -- what this coordinator did itself, by kind of pass (aner_coord.job.pace) -----------------
+
+
+def test_live_counts_this_coordinators_own_items_never_the_ledgers() -> None:
+    run = Recorded(MonteCarlo().start(MonteCarloRequest(samples=10, seed=SEED), 3))
+    recovered = {0: {0: McStats(2), 2: McStats(3)}}
+    machine = JobMachine(run, {"a": 1}, chunk=3, passes=1, recovered=recovered)
+    p = progress(machine.start())
+    assert (p.accepted, p.recovered, dict(p.live)) == (6, 6, {})
+    machine.handle(WorkerReady("a", 8))
+    p = progress(machine.handle(answer("a", task(1, 3, 3), McStats(1))))
+    assert (p.accepted, p.recovered, dict(p.live)) == (9, 6, {ONE_KIND: 3})
+
+
+class Kinds(Recorded):
+    """A run whose passes alternate two kinds, as a training's steps and validations."""
+
+    passes = 0
+
+    def next_pass(self) -> PassSpec | None:
+        spec = super().next_pass()
+        if spec is None:
+            return None
+        self.passes += 1
+        return dataclasses.replace(spec, kind="odd" if self.passes % 2 else "even")
+
+
+def test_live_counts_a_committed_pass_by_its_kind() -> None:
+    fx = Fixture()
+    fx.run = Kinds(fx.run.run)
+    fx.machine = JobMachine(fx.run, {"a": 1, "b": 1}, chunk=FX_CHUNK, passes=STEPS + 2)
+    fx.start()
+    out = fx.handle(WorkerReady("a", 8)) + fx.handle(WorkerReady("b", 8))
+    seen = []
+    while not (out and isinstance(out[-1], JobEnded)):
+        sent = sends(out)
+        for s in sent:
+            out = fx.answer(s.worker, s.task)
+            assert fx.last is not None
+            seen.append(dict(fx.last.live))
+    # A training's pass counts when it commits (its chunks are not in the ledger): pass 1
+    # (odd), then 2 (even), 3, 4; all of it this coordinator's own.
+    assert seen[2] == {"odd": N_ROWS} and seen[5] == {"odd": N_ROWS, "even": N_ROWS}
+    assert seen[-1] == {"odd": 2 * N_ROWS, "even": 2 * N_ROWS}
+    assert fx.last is not None and fx.last.accepted == N_ROWS * (STEPS + 2)

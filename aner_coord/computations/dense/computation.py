@@ -24,7 +24,12 @@ from aner_coord.computations.dense.options import (
     check_option,
 )
 from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
-from aner_coord.computations.dense.run import DenseRun, feature_names
+from aner_coord.computations.dense.run import (
+    PRIOR_COSTS,
+    DenseRun,
+    feature_names,
+    training_plan,
+)
 from aner_coord.computations.dense.summary import summarize
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import check_seed
@@ -247,6 +252,8 @@ class Dense:
             largest_pass=max(counts.values()),
             upper_bound=epochs > request.patience,  # early stopping may end it sooner
             steps=True,
+            plan=training_plan(n_train, counts["validation"], counts["test"], epochs),
+            prior_costs=PRIOR_COSTS,
             load_s=load_s,
             describe={
                 "data": dataset.identity,

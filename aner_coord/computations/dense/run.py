@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from aner_coord.computations.base import Accounting, Diverged, PassSpec, StagePlan
+from aner_coord.computations.base import Accounting, Diverged, PassSpec, Segment, StagePlan
 from aner_coord.computations.dense import checkpoint, splits, suspect
 from aner_coord.computations.dense.model import DenseModel, encode_model
 from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
@@ -85,6 +85,21 @@ def features_named(dataset: Dataset) -> bool:
     """Whether the features have the user's names (a frame's columns, a CSV's header)."""
     named = isinstance(dataset, ArrayDataset) and dataset.feature_names is not None
     return named and feature_names(dataset) is not None
+
+
+# The kinds of a training's passes (`PassSpec.kind`) and what a row of each costs beside a
+# training row until the job has measured it: a normalisation row is only summed, and an
+# evaluated row goes forward only (a third of forward and backward, about).
+NORMALISATION, STEP, VALIDATION_PASS, TEST_PASS = "normalisation", "step", "validation", "test"
+PRIOR_COSTS = {NORMALISATION: 0.05, STEP: 1.0, VALIDATION_PASS: 0.35, TEST_PASS: 0.35}
+
+
+def training_plan(train: int, validation: int, test: int, epochs: int) -> tuple[Segment, ...]:
+    """A training's planned rows in the order they run, by kind of pass: normalisation,
+    each epoch's steps and validation, the test."""
+    epoch = (Segment(STEP, train), Segment(VALIDATION_PASS, validation))
+    tail = (Segment(TEST_PASS, test),) if test else ()
+    return (Segment(NORMALISATION, train), *epoch * epochs, *tail)
 
 
 class DenseRun:
@@ -168,7 +183,15 @@ class DenseRun:
         spec = self.training.next_pass()
         if spec is None:
             return None
-        return PassSpec(spec.items, self._params(spec), self._label(spec))
+        return PassSpec(spec.items, self._params(spec), self._label(spec), self._kind(spec))
+
+    @staticmethod
+    def _kind(spec: TrainingPass) -> str:
+        if spec.step == MOMENTS:
+            return NORMALISATION
+        if spec.role < 0:
+            return STEP
+        return VALIDATION_PASS if spec.role == VALIDATION else TEST_PASS
 
     def _label(self, spec: TrainingPass) -> str:
         """The pass in its user's terms, epochs and steps counted from 1 (as the job files
