@@ -5,8 +5,9 @@ The documented entry point for Python is `import aner.parallel` (the package `an
 
 - `parallel`, `session`, `calls`: the Python API, one-off calls and sessions; `handle`: a
   submitted call's handle and `progress=`, kept off the computing path; `progressbar`: the
-  bar of `progress=True`, in a terminal or a notebook; `cli/`: the command line, one module
-  per command group;
+  bar of `progress=True`, in a terminal or a notebook; `estimator`: `DenseClassifier`, Dense
+  training as a scikit-learn estimator; `cli/`: the command line, one module per command
+  group;
 - `requests`, `specfile`: the one request type and its file forms; `admission`, `limits`:
   the one place that admits a request, and every limit; `clusterfile`: the cluster file;
 - `computations/`: the coordinator halves of the computations; `job/`: the job engine (the

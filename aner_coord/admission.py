@@ -3,7 +3,9 @@ starts.
 
 `admit(request)` validates the computation's parameters, the execution policy (worker
 counts against this machine's allocation and the limits, the cluster file), the chunk plan
-and the output path, and returns a frozen `Job`; it creates nothing. `local()` and
+and the output path, and returns a frozen `Job`; it creates nothing. `precheck(request)`
+makes those of its checks that do no work in proportion to the data's rows, for a command
+that hands the job to a detached coordinator, which admits it whole. `local()` and
 `cluster()` (the API's execution contexts) run the execution part of the same checks when
 they are made, so a bad context fails where it is written.
 """
@@ -19,6 +21,7 @@ from aner_coord import posix
 from aner_coord.arguments import checked
 from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord, load_cluster_file
 from aner_coord.computations import Admitted, Computation, computation_for
+from aner_coord.computations.base import Prechecks
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import (
     MAX_CHUNKS,
@@ -78,31 +81,66 @@ class Job:
         return self.workers.describe(self.chunk)
 
 
+@dataclass(frozen=True)
+class Prechecked:
+    """A request that `precheck` passed, for a detached coordinator to admit whole."""
+
+    request: JobRequest
+    output: Path | None
+
+
 def admit(request: JobRequest) -> Job:
     """Check `request` completely, creating nothing. Raises RequestError (exit 2)."""
-    from aner_coord import jobdir
-
     computation = computation_for(request.computation)
     admitted = computation.admit(request.computation)
+    workers = _admit_job_options(request)
+    chunk = request.execution.chunk
+    if chunk is None:
+        chunk = admitted.chunk or computation.default_chunk
+    notes = _check_plan(admitted, chunk, workers, computation.unit)
+    output = _check_output(request)
+    return Job(request, computation, admitted, workers, output, chunk, notes)
+
+
+def precheck(request: JobRequest) -> Prechecked:
+    """The checks of `admit` that do no work in proportion to the data's rows, for a command
+    that hands the job to a detached coordinator (`--background`): that coordinator admits
+    it whole before it says it is ready, so a mistake only the whole admission finds (a
+    role without rows, a chunk plan over the limit) is still the command's own one line
+    and exit status, while the rows are read, generated and assigned in the coordinator's
+    process alone. A computation that `Prechecks` checks its request without its rows;
+    any other is admitted whole here (its admission is small)."""
+    computation = computation_for(request.computation)
+    if isinstance(computation, Prechecks):
+        computation.precheck(request.computation)
+    else:
+        computation.admit(request.computation)
+    _admit_job_options(request)
+    return Prechecked(request, _check_output(request))
+
+
+def _admit_job_options(request: JobRequest) -> Workers:
+    """The execution, the audit fraction, the retries and the job to run after."""
     workers = admit_execution(request.execution)
     check_fraction("audit", request.audit)
     retries = check_int("retries", request.retries)
     if retries < 0:
         raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
-    chunk = request.execution.chunk
-    if chunk is None:
-        chunk = admitted.chunk or computation.default_chunk
-    notes = _check_plan(admitted, chunk, workers, computation.unit)
-    output = None
-    if request.output is not None:
-        posix.require(
-            "job directories ({output}, and so background jobs, status, cancel and resume)",
-            "output",
-        )
-        output = jobdir.check_new_output(request.output)
     if request.after is not None:
         _check_after(request.after)
-    return Job(request, computation, admitted, workers, output, chunk, notes)
+    return workers
+
+
+def _check_output(request: JobRequest) -> Path | None:
+    from aner_coord import jobdir
+
+    if request.output is None:
+        return None
+    posix.require(
+        "job directories ({output}, and so background jobs, status, cancel and resume)",
+        "output",
+    )
+    return jobdir.check_new_output(request.output)
 
 
 def _check_after(after: str) -> None:

@@ -87,6 +87,24 @@ PLACEMENT: tuple[str, ...] = tuple(Placement.__annotations__)
 # Cross-validation and search take the first two (their folds validate).
 ROW_ARRAYS = ("groups", "split", "validation")
 FOLD_ARRAYS = ROW_ARRAYS[:2]
+# An argument a call does not take for a reason its caller should read (not a misspelling,
+# for which `refuse_others` suggests a name): the call, the argument and why.
+_FOLDS_VALIDATE = (
+    "its folds validate (each fit on one fold of X, y); to validate on rows of your own, "
+    "append them to X, y and give split= (each row's role: train, validation or test) with "
+    "folds=1, or train once with dense_fit(validation=...)"
+)
+NOT_TAKEN: dict[str, dict[str, str]] = {
+    "cross_validate": {"validation": _FOLDS_VALIDATE},
+    "search": {"validation": _FOLDS_VALIDATE},
+}
+
+
+def refuse_not_taken(call: str, kwargs: dict[str, Any]) -> None:
+    """Refuse an argument that `call` (or its awaitable form) does not take, saying why."""
+    for name, why in NOT_TAKEN.get(call.removesuffix("_async"), {}).items():
+        if name in kwargs:
+            raise ArgumentError(f"{call}() takes no {name}=: {why}")
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,7 @@ def synchronous(
 
     @functools.wraps(build)
     def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        refuse_not_taken(name, kwargs)
         refuse_others(name, signature, (self, *args), kwargs)
         progress = check_progress(kwargs.pop("progress", None), name)
         ready = build(self, *args, **kwargs)
@@ -143,6 +162,7 @@ def awaitable(
 
     @functools.wraps(build)
     async def call(self: C, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        refuse_not_taken(name, kwargs)
         refuse_others(name, signature, (self, *args), kwargs)
         progress = check_progress(kwargs.pop("progress", None), name)
         ready = build(self, *args, **kwargs)

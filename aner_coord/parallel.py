@@ -71,10 +71,10 @@ from aner_coord.requests import ClusterExecution, LocalExecution
 from aner_coord.session import Session, session
 
 if TYPE_CHECKING:
-    from aner_coord.computations.dense.estimator import DenseClassifier
     from aner_coord.computations.dense.model import DenseModel
     from aner_coord.computations.dense.result import DenseFit, DenseResult
     from aner_coord.computations.search.result import SearchFit, SearchResult
+    from aner_coord.estimator import DenseClassifier
 
 __all__ = [
     "AdmissionError",
@@ -178,7 +178,7 @@ def __getattr__(name: str) -> Any:
 
         return DenseModel
     if name == "DenseClassifier":  # scikit-learn's bases too, where it is installed
-        from aner_coord.computations.dense.estimator import DenseClassifier
+        from aner_coord.estimator import DenseClassifier
 
         return DenseClassifier
     if name in ("SearchFit", "SearchResult"):

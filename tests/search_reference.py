@@ -2,9 +2,9 @@
 `aner-search/v1`: roles, pool, folds, candidates, aggregation, selection and
 refit epochs.
 
-Written from /work/shared/SPEC.md sections 1, 9 and 12 only, with numpy and the
-standard library. It is deliberately plain: loops over rows, no cleverness, so
-that it can be read against the SPEC line by line. Speed is not a goal.
+Written from the contracts alone (docs/contracts.md, sections 1, 9 and 12: the project's
+SPEC), with numpy and the standard library. It is deliberately plain: loops over rows, no
+cleverness, so that it can be read against the SPEC line by line. Speed is not a goal.
 
 Philox words come from numpy directly, exactly as docs/contracts.md, section 1's oracle says:
 

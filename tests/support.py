@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from aner_coord.jobdir.status import JobState, StatusSnapshot, decode_status
+from aner_worker.leases import Holder, Lease, LeaseTable, private_dir
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -355,3 +356,25 @@ def unix_socket(path: Path) -> Path:
             s.close()
         os.rename(address, path)
     return path
+
+
+# --------------------------------------------------------------------------- slot leases
+
+HOLDING_JOB = "feedfacecafe"  # the job id a test's own lease names
+
+
+def leased_env(tmp_path: Path, cpus: int) -> dict[str, str]:
+    """The environment of a user whose host has `cpus` CPU slots, leases on (the rest of the
+    suite runs with them off), in a lease table of the test's own."""
+    environ = {k: v for k, v in os.environ.items() if k != "ANER_LEASES"}
+    environ.update(ANER_RUNTIME_DIR=str(tmp_path / "rt"), SLURM_CPUS_PER_TASK=str(cpus))
+    return environ
+
+
+def hold_slots(env: dict[str, str], slots: int) -> Lease:
+    """Take `slots` slots of `env`'s lease table for this process: a job submitted then
+    waits QUEUED, doing nothing, until the lease is released."""
+    table = LeaseTable(int(env["SLURM_CPUS_PER_TASK"]), private_dir("slots", env))
+    lease = table.take(slots, Holder(os.getpid(), job=HOLDING_JOB, kind="test", slots=slots))
+    assert isinstance(lease, Lease)
+    return lease

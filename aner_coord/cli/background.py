@@ -4,10 +4,21 @@
 terminal, stdin from /dev/null) rather than double-forking, and waits on a pipe for a
 readiness line from it:
 
+    NOTE <text>\\n                 a note on a new job's plan, for the submitter to say
+                                   (any number of them, before READY)
     READY\\n                       the job directory is locked, its manifest and first
                                    status are written: the job is the coordinator's now
-    ERROR <code> <message>\\n      it failed before that (exit code 2 or 3)
+    ERROR <code> <JSON>\\n         it failed before that (exit code 2 or 3): the JSON holds
+                                   the message, and a refused request's template and
+                                   arguments, which the submitter renders in its own words
+                                   (flags, or a spec file's keys)
     end of file, no line           it died (its stderr tail says why)
+
+The submitter checks only what costs no work in proportion to the data's rows
+(`admission.precheck`, `check_resumable`); the coordinator admits the job whole before it
+is ready (reading the data, or generating a teacher set's labels, and assigning every row's
+role), so a refusal found there is still the submitter's one line and exit status, and the
+rows are held in the coordinator's process alone.
 
 Until the directory exists the child's stdout and stderr go to an unlinked temporary file
 that the parent can still read when the child dies early; once ready, the child copies that
@@ -39,7 +50,7 @@ from typing import IO
 import msgspec
 
 from aner_coord import jobdir
-from aner_coord.admission import Job, admit
+from aner_coord.admission import Job, Prechecked, admit
 from aner_coord.cli.progress import describe
 from aner_coord.errors import (
     EXIT_CANCELLED,
@@ -48,6 +59,7 @@ from aner_coord.errors import (
     EXIT_OK,
     AnerError,
     RequestError,
+    bounded_message,
 )
 from aner_coord.job.coordinator import JobReport
 from aner_coord.job.execute import Resumption, execute
@@ -60,6 +72,8 @@ READY_TIMEOUT_S = 180.0  # a first run on this machine may compile the kernels
 REAP_TIMEOUT_S = 30.0
 READY = b"READY"
 ERROR = b"ERROR"
+NOTE = b"NOTE"
+_MAX_TEMPLATE = 1 << 16  # a refusal's template sent back whole; a longer one as its message
 PROGRESS_LOG_INTERVAL_S = 10.0
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -70,7 +84,7 @@ log = logging.getLogger("aner.background")
 
 
 def submit(
-    job: Job,
+    job: Job | Prechecked,
     *,
     quiet: bool,
     resume: bool = False,
@@ -78,7 +92,8 @@ def submit(
     wait: bool = True,
 ) -> int:
     """Start `job` (or, with `resume`, the resumption of its existing directory) under a
-    detached coordinator; return once it is ready (0) or has failed."""
+    detached coordinator, which admits it whole; return once it is ready (0) or has
+    failed, having said the notes it sent on the plan of a new job (unless `quiet`)."""
     if job.output is None:
         raise RequestError(
             "--background needs --output DIR: the job directory is how you follow it"
@@ -98,7 +113,7 @@ def submit(
             finally:
                 os.close(write_end)  # only the child holds it now: its death means EOF
             try:
-                line = _read_line(read_end, ready_timeout_s)
+                line = _read_reply(read_end, ready_timeout_s, quiet)
             except BaseException:  # timeout or Ctrl-C: a coordinator nobody waits for must go
                 _kill_session(child)
                 raise
@@ -161,11 +176,19 @@ class CoordinatorNotReady(AnerError):
     exit_code = EXIT_FAILED
 
 
-def _read_line(fd: int, timeout_s: float) -> bytes:
-    """The child's first line, or b"" at end of file; CoordinatorNotReady after timeout_s."""
+def _read_reply(fd: int, timeout_s: float, quiet: bool) -> bytes:
+    """The child's first line that is not a note, or b"" at end of file; each note before
+    it said on stderr (unless `quiet`); CoordinatorNotReady after timeout_s."""
     deadline = time.monotonic() + timeout_s
     data = b""
-    while b"\n" not in data:
+    while True:
+        while b"\n" in data:
+            line, data = data.split(b"\n", 1)
+            if not line.startswith(NOTE + b" "):
+                return line
+            if not quiet:
+                note = line.removeprefix(NOTE + b" ").decode(errors="replace")
+                print(f"aner: note: {note}", file=sys.stderr)
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             raise CoordinatorNotReady(
@@ -175,7 +198,6 @@ def _read_line(fd: int, timeout_s: float) -> bytes:
         if not chunk:
             return b""
         data += chunk
-    return data.split(b"\n", 1)[0]
 
 
 def _kill_session(child: subprocess.Popen[bytes]) -> None:
@@ -195,14 +217,35 @@ def _reap(child: subprocess.Popen[bytes]) -> int:
         return child.wait()
 
 
+class CoordinatorFailed(AnerError):
+    """The detached coordinator failed before it was ready (its own message)."""
+
+    exit_code = EXIT_FAILED
+
+
+class _Refusal(msgspec.Struct, frozen=True):
+    """An ERROR line's JSON."""
+
+    message: str
+    template: str | None = None  # a refused request's (`RequestError`), for its arguments
+    arguments: tuple[str, ...] = ()
+
+
 def _report_failure(child: subprocess.Popen[bytes], line: bytes, early_log: IO[bytes]) -> int:
-    """Say why the coordinator did not become ready; return the submit's exit status."""
+    """Say why the coordinator did not become ready; return the submit's exit status. A
+    refused request is raised here as a RequestError, for the caller to render."""
     if line.startswith(ERROR + b" "):
         _reap(child)
-        _, code, message = [*line.decode(errors="replace").split(" ", 2), ""][:3]
-        exit_code = int(code) if code in (str(EXIT_INVALID), str(EXIT_FAILED)) else EXIT_FAILED
-        print(f"aner: {message}", file=sys.stderr)
-        return exit_code
+        _, code, payload = [*line.split(b" ", 2), b""][:3]
+        try:
+            refusal = msgspec.json.decode(payload, type=_Refusal)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            refusal = _Refusal(f"unreadable readiness line: {payload[:200]!r}")
+        if code == str(EXIT_INVALID).encode():
+            if refusal.template is not None:
+                raise RequestError(refusal.template, *refusal.arguments)
+            raise RequestError(refusal.message)
+        raise CoordinatorFailed(refusal.message)
     status = _reap(child)
     early_log.seek(0)
     lines = [t for t in early_log.read().decode(errors="replace").splitlines() if t.strip()]
@@ -237,11 +280,13 @@ def coordinate_command(
         else:
             assert spec_json is not None
             job = admit(decode_request(spec_json.encode(), fmt="json", source="--spec-json"))
+            for note in job.notes:
+                ready.note(note)
     except AnerError as exc:
-        ready.error(exc.exit_code, str(exc))
+        ready.error(exc)
         return exc.exit_code
     if job.output is None:
-        ready.error(EXIT_INVALID, "a background job needs an output directory")
+        ready.error(RequestError("a background job needs an output directory"))
         return EXIT_INVALID
     log.info(
         "coordinator pid %d: %s job %s, plan %s",
@@ -253,11 +298,12 @@ def coordinate_command(
     try:
         report = _run(job, ready, resumption, wait)
     except AnerError as exc:
-        ready.error(exc.exit_code, str(exc))
+        ready.error(exc)
         log.error("%s", exc)
         return exc.exit_code
     except Exception as exc:
-        ready.error(EXIT_FAILED, f"the background coordinator failed: {type(exc).__name__}: {exc}")
+        failed = f"the background coordinator failed: {type(exc).__name__}: {exc}"
+        ready.error(CoordinatorFailed(bounded_message(failed, None)))
         log.exception("coordinator failed")
         return EXIT_FAILED
     finally:
@@ -278,11 +324,22 @@ class _Readiness:
             os.write(self._fd, line.encode() + b"\n")
         self.close()
 
+    def note(self, text: str) -> None:
+        """A line before the last: the pipe stays open."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._fd, NOTE + b" " + " ".join(text.split()).encode() + b"\n")
+
     def ready(self) -> None:
         self._send(READY.decode())
 
-    def error(self, code: int, message: str) -> None:
-        self._send(f"{ERROR.decode()} {code} {' '.join(message.split())}")
+    def error(self, exc: AnerError) -> None:
+        refusal = _Refusal(bounded_message(str(exc), None))
+        if isinstance(exc, RequestError) and len(exc.template) <= _MAX_TEMPLATE:
+            refusal = msgspec.structs.replace(
+                refusal, template=exc.template, arguments=exc.arguments
+            )
+        self._send(f"{ERROR.decode()} {exc.exit_code} {msgspec.json.encode(refusal).decode()}")
 
     def close(self) -> None:
         if self._fd is not None:

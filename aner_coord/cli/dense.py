@@ -67,10 +67,9 @@ def train_request(args: argparse.Namespace) -> JobRequest:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from aner_coord.admission import admit
     from aner_coord.cli.jobs import start
 
-    return start(admit(train_request(args)), None, args=args)
+    return start(train_request(args), args=args)
 
 
 # -- predict -------------------------------------------------------------------------------

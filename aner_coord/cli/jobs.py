@@ -10,10 +10,11 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import msgspec
 
-from aner_coord.admission import Job, admit
+from aner_coord.admission import Job, admit, precheck
 from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
@@ -39,6 +40,8 @@ REQUEST_TYPES: dict[str, type[ComputationRequest]] = {
     "run": MonteCarloRequest,
     "regression": RegressionRequest,
 }
+
+T = TypeVar("T")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,15 +118,19 @@ def load_spec_file(path: str) -> JobRequest:
         raise RequestError(f"spec file {path}: nested too deeply to be a job spec") from None
 
 
-def admit_spec(request: JobRequest, args: argparse.Namespace) -> Job:
-    """Admit the command's request; a spec file's values are named by their keys in it (the
-    user never typed `--samples`)."""
+def admit_spec(request: JobRequest, args: argparse.Namespace, how: Callable[[JobRequest], T]) -> T:
+    """Admit the command's request (`how`: `admit`, or `precheck` for --background); a spec
+    file's values are named by their keys in it (the user never typed `--samples`)."""
     spec = getattr(args, "spec", None)
     try:
-        return admit(request)
+        return how(request)
     except RequestError as exc:
         if not spec:
             raise
+        if args.command == "search":  # as the search file's own checks name its keys
+            from aner_coord.computations.search.specfile import render
+
+            raise render(spec, exc) from None
         raise RequestError(f"spec file {spec}: {exc.render(_spec_key)}") from None
 
 
@@ -143,27 +150,49 @@ def _job_command(args: argparse.Namespace) -> int:
     request = request_from_args(args)
     if args.resume and request.output is not None and os.path.lexists(request.output):
         # A unit restarted on failure: the output must hold this very job, which goes on.
-        from aner_coord.job.resume import prepare_resume
-
-        return start(*prepare_resume(request.output, expect=request), args=args)
-    return start(admit_spec(request, args), None, args=args)
+        return start(request, args=args, resume=request.output)
+    return start(request, args=args)
 
 
-def start(job: Job, resumption: Resumption | None, *, args: argparse.Namespace) -> int:
-    """The one way every command starts an admitted job, new or resumed: the plan's notes
-    said first (a new job's; they are in `status.json` too, for `status`), then detached with
-    --background, else here, telling systemd when it is ready if a Type=notify unit started
-    us."""
-    if resumption is None and not args.quiet:
-        for note in job.notes:
-            print(f"aner: note: {note}", file=sys.stderr)
+def start(
+    request: JobRequest | None, *, args: argparse.Namespace, resume: str | None = None
+) -> int:
+    """The one way every command starts a job: a new one (`request`), or the resumption of
+    the job directory `resume` (which must then hold `request`, if given).
+
+    In the foreground the job is admitted whole here (`admit`, `prepare_resume`), a new
+    job's plan notes are said (they are in `status.json` too, for `status`), and it runs
+    here, telling systemd when it is ready if a Type=notify unit started us. With
+    --background only the checks that do no work in proportion to the data's rows are made
+    here (`precheck`, `check_resumable`): the detached coordinator admits the job whole
+    before it says it is ready, and sends back its refusal or the notes (`submit`)."""
     if args.background:
         from aner_coord.cli.background import submit
 
-        if resumption is not None:
-            resumption.lock.release()  # the detached coordinator takes it again
-            resumption.directory.close()
-        return submit(job, quiet=args.quiet, resume=resumption is not None, wait=not args.no_wait)
+        if resume is not None:
+            from aner_coord.job.resume import check_resumable
+
+            prechecked = check_resumable(resume, expect=request)
+            return submit(prechecked, quiet=args.quiet, resume=True, wait=not args.no_wait)
+        assert request is not None
+        # The coordinator's refusal is raised here, to be named as the user named things.
+        return admit_spec(
+            request,
+            args,
+            lambda r: submit(precheck(r), quiet=args.quiet, wait=not args.no_wait),
+        )
+    job: Job
+    resumption: Resumption | None = None
+    if resume is not None:
+        from aner_coord.job.resume import prepare_resume
+
+        job, resumption = prepare_resume(resume, expect=request)
+    else:
+        assert request is not None
+        job = admit_spec(request, args, admit)
+        if not args.quiet:
+            for note in job.notes:
+                print(f"aner: note: {note}", file=sys.stderr)
     from aner_coord.cli.sdnotify import Notifier
 
     notifier = Notifier.from_environment()  # run by a systemd Type=notify unit
@@ -213,9 +242,7 @@ def cancel_on_signals(cancel: asyncio.Event) -> Iterator[None]:
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    from aner_coord.job.resume import prepare_resume
-
-    return start(*prepare_resume(args.job), args=args)
+    return start(None, args=args, resume=args.job)
 
 
 def run_foreground(

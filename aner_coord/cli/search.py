@@ -52,10 +52,9 @@ def add_cv_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, request: object) -> int:
-    from aner_coord.admission import admit
     from aner_coord.cli.jobs import job_request, start
 
-    return start(admit(job_request(args, request)), None, args=args)  # type: ignore[arg-type]
+    return start(job_request(args, request), args=args)  # type: ignore[arg-type]
 
 
 def search_command(args: argparse.Namespace) -> int:
@@ -68,7 +67,8 @@ def search_command(args: argparse.Namespace) -> int:
         )
     if args.output is None:
         raise RequestError("missing --output (see `aner parallel search -h`)")
-    return _run(args, admitted_search_file(args.spec))
+    # With --background the file is checked without its rows; the coordinator admits it.
+    return _run(args, admitted_search_file(args.spec, whole=not args.background))
 
 
 def cv_request(args: argparse.Namespace) -> object:

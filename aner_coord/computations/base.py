@@ -246,6 +246,17 @@ class MakesTiny(Protocol):
 
 
 @runtime_checkable
+class Prechecks(Protocol):
+    """A computation whose admission does work in proportion to its data's rows (Dense and
+    search: the data read or a teacher set's labels generated, every row's role or fold):
+    `precheck` makes every check of `admit` that needs none of it (the options, the data
+    file's kind and size, a teacher set's shape, the layers), for a command that hands the
+    job to a detached coordinator, which admits it whole (`admission.precheck`)."""
+
+    def precheck(self, request: Any) -> None: ...
+
+
+@runtime_checkable
 class WritesFiles(Protocol):
     """A run that leaves files in its job directory (a model, say) however the job ended:
     their names and bytes; the job directory writes them, before `result.json`."""

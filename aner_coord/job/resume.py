@@ -31,6 +31,9 @@ Only then is a `cancel-request` left by `aner parallel cancel` removed (the user
 resume the job it cancelled). The new coordinator replays the ledger through a fresh run
 and recomputes only the rest, so the result is the one an uninterrupted run gives; a run
 with a checkpoint continues after the checkpoint's committed passes (`steps_recovered`).
+
+`check_resumable` makes checks 1 to 4 alone, which do no work in proportion to the job's
+data, for `resume --background`: the detached coordinator then makes them all.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from typing import Any
 import msgspec
 
 from aner_coord import jobdir
-from aner_coord.admission import Job, admit
+from aner_coord.admission import Job, Prechecked, admit
 from aner_coord.computations.base import Checkpoints
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.errors import RequestError, cli_name
@@ -63,6 +66,34 @@ def prepare_resume(path: str | Path, *, expect: JobRequest | None = None) -> tup
     """Check and lock the job at `path` for a new coordinator (RequestError, exit 2). With
     `expect`, the directory must hold that very request (`run --resume`)."""
     target = Path(path)
+    directory, lock = _locked(target)
+    try:
+        return _check(target, directory, lock, expect)
+    except BaseException:
+        lock.release()
+        directory.close()
+        raise
+
+
+def check_resumable(path: str | Path, *, expect: JobRequest | None = None) -> Prechecked:
+    """Checks 1 to 4 of `prepare_resume`, which do no work in proportion to the job's data,
+    for a command that hands the resumption to a detached coordinator (`--background`):
+    that coordinator makes them all before it says it is ready, so a refusal is still the
+    command's own. The lock is let go again; the request and the directory are returned."""
+    target = Path(path)
+    directory, lock = _locked(target)
+    try:
+        _manifest(target, directory)
+        request = _recorded_request(target, directory, expect)[1]
+        _last_seq(target, directory)
+    finally:
+        lock.release()
+        directory.close()
+    return Prechecked(request, target)
+
+
+def _locked(target: Path) -> tuple[jobdir.JobDir, jobdir.JobLock]:
+    """The job directory at `target`, open, with its lock held (checks 1)."""
     try:
         directory = jobdir.JobDir.open(target, own=True)
     except FileNotFoundError:
@@ -87,7 +118,7 @@ def prepare_resume(path: str | Path, *, expect: JobRequest | None = None) -> tup
         except jobdir.JobDirError as exc:
             lock = None
             raise _refuse(target, str(exc)) from None
-        return _check(target, directory, lock, expect)
+        return directory, lock
     except BaseException:
         if lock is not None:
             lock.release()
@@ -103,13 +134,7 @@ def _check(
     target: Path, directory: jobdir.JobDir, lock: jobdir.JobLock, expect: JobRequest | None
 ) -> tuple[Job, Resumption]:
     manifest = _manifest(target, directory)
-    raw, request = _request(target, directory)
-    if expect is not None and with_absolute_paths(
-        msgspec.structs.replace(expect, output=None)
-    ) != with_absolute_paths(msgspec.structs.replace(request, output=None)):
-        raise RequestError(
-            f"{target} holds a different job than this request: give --output a new directory"
-        )
+    raw, request = _recorded_request(target, directory, expect)
     last_seq = _last_seq(target, directory)
     try:
         admitted = admit(msgspec.structs.replace(request, output=None))
@@ -193,6 +218,20 @@ def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
             target, f"its {jobdir.MANIFEST} records no job identity: start it again"
         ) from None
     return manifest
+
+
+def _recorded_request(
+    target: Path, directory: jobdir.JobDir, expect: JobRequest | None
+) -> tuple[bytes, JobRequest]:
+    """`request.json`'s bytes and request, which must be `expect` if given (check 3)."""
+    raw, request = _request(target, directory)
+    if expect is not None and with_absolute_paths(
+        msgspec.structs.replace(expect, output=None)
+    ) != with_absolute_paths(msgspec.structs.replace(request, output=None)):
+        raise RequestError(
+            f"{target} holds a different job than this request: give --output a new directory"
+        )
+    return raw, request
 
 
 def _request(target: Path, directory: jobdir.JobDir) -> tuple[bytes, JobRequest]:

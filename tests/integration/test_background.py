@@ -24,12 +24,14 @@ from support import (
     ANER,
     CHUNK,
     FEW_SECONDS,
+    HANG_S,
     LONG,
     Coordinators,
     finish,
     lock_held,
     process_gone,
     reap,
+    result_of,
     run_aner,
     spawned,
     status_of,
@@ -242,6 +244,122 @@ def test_submit_from_python_returns_once_ready_and_lets_the_coordinator_go(
     assert capsys.readouterr() == ("", "")
     wait_for(lambda: (job / "result.json").exists() and not lock_held(job), 30, "the result")
     assert json.loads((job / "result.json").read_text())["samples"] == 2_000_000
+
+
+# --------------------------------------------------------------------------- admission
+
+# A teacher set large enough that admitting it whole (every row's role) grows a process by
+# about 45 MB (measured: 197 MB against 152 MB for 200 rows before `precheck`, 1 MB apart
+# after), small enough that its one-epoch job is a few seconds of training.
+_LARGE_TEACHER = 4_000_000
+_RSS_SLACK_KB = 8 << 10  # between two runs of the same foreground, whatever their rows
+
+
+def _train_teacher(rows: int, output: Path, *extra: str) -> list[str]:
+    return [
+        ANER, "parallel", "train", "--teacher", f"{rows},1,2", "--seed", "3", "--epochs", "1",
+        "--hidden", "1", "--batch", "1000000", "--chunk", "1000000", "--workers", "1",
+        # most rows only validate or test: one forward pass each, where training takes two
+        "--test-fraction", "0.45", "--validation-fraction", "0.45",
+        "--output", str(output), "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def _foreground_rss_kb(argv: list[str]) -> int:
+    """Run `argv` (a --background command) to its exit; the peak RSS of that process alone
+    (`wait4`: the detached coordinator is not its waited child, and is not counted)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, argv
+    return usage.ru_maxrss
+
+
+@pytest.mark.slow
+def test_background_admission_leaves_the_rows_to_the_coordinator(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    tiny, large, here = tmp_path / "tiny", tmp_path / "large", tmp_path / "here"
+    baseline = _foreground_rss_kb(_train_teacher(200, tiny, "--background"))
+    coordinators.add(status_of(tiny).pid)
+    peak = _foreground_rss_kb(_train_teacher(_LARGE_TEACHER, large, "--background"))
+    coordinators.add(status_of(large).pid)
+    assert peak <= baseline + _RSS_SLACK_KB, (peak, baseline)
+    # The coordinator admitted it whole: the job is the one a foreground run trains.
+    with spawned(_train_teacher(_LARGE_TEACHER, here)) as proc:
+        code, _, err = finish(proc, HANG_S)
+    assert code == 0, err
+    wait_for(lambda: (large / "result.json").exists() and not lock_held(large), HANG_S, "result")
+    assert (large / "model.npz").read_bytes() == (here / "model.npz").read_bytes()
+    ours, theirs = result_of(large), result_of(here)
+    assert ours["roles"] == theirs["roles"] and ours["roles"]["train"] > 350_000
+    assert ours["roles_sha256"] == theirs["roles_sha256"]
+    assert ours["test_loss"] == theirs["test_loss"]
+
+
+@pytest.mark.parametrize("command", ["train", "search"])
+def test_a_refusal_only_the_whole_admission_finds_is_still_the_commands_own(
+    tmp_path: Path, command: str
+) -> None:
+    # Too few teacher rows leave a role empty: found when the rows get their roles, which
+    # with --background is the coordinator's work; the command still says it, as the
+    # foreground does (a search file's keys named as the file writes them), exit 2.
+    spec = tmp_path / "search.toml"
+    spec.write_text("teacher = [3, 2, 2]\nseed = 7\nfolds = 2\nhidden = [4]\n[grid]\nlr = [0.01]\n")
+
+    def argv(output: Path, *extra: str) -> list[str]:
+        if command == "train":
+            return _train_teacher(2, output, *extra)[1:]
+        return ["parallel", "search", "--spec", str(spec), "--output", str(output), *extra]
+
+    here = run_aner(*argv(tmp_path / "here"))
+    job = tmp_path / "job"
+    there = run_aner(*argv(job, "--background"))
+    assert (here.returncode, there.returncode) == (2, 2)
+    assert there.stderr == here.stderr
+    assert there.stderr.count("\n") == 1 and "leave no" in there.stderr
+    assert there.stdout == "" and not job.exists()
+
+
+def test_the_plans_notes_come_back_from_the_coordinator_that_admitted_it(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    from aner_coord.computations.dense.request import DenseRequest
+
+    # A step of 64 rows is one chunk of 128 for two worker slots: one slot idles. The note
+    # is the whole admission's, made in the coordinator; the command says it, as in the
+    # foreground.
+    job = tmp_path / "job"
+    options = {"teacher": (1000, 4, 2), "seed": 1, "batch": 64, "epochs": 1}
+    done = run_aner(
+        "parallel", "train", "--teacher", "1000,4,2", "--seed", "1", "--batch", "64",
+        "--epochs", "1", "--workers", "2", "--output", str(job), "--background",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    coordinators.add(status_of(job).pid)
+    notes = admit(
+        JobRequest(computation=DenseRequest(**options), execution=LocalExecution(workers=2))  # type: ignore[arg-type]
+    ).notes
+    assert len(notes) == 1 and "1 slot(s) idle" in notes[0]
+    assert done.stderr == f"aner: note: {notes[0]}\n"
+    assert status_of(job).notes == list(notes)
+
+
+def test_a_mistake_in_the_options_is_refused_before_any_coordinator_starts(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job"
+    # A missing file: the submitter's own check (a coordinator would have logged its pid).
+    done = run_aner(
+        "parallel", "train", "--data", str(tmp_path / "absent.csv"), "--seed", "1",
+        "--output", str(job), "--background",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("aner: --data: cannot read") and "coordinator" not in done.stderr
+    assert not job.exists()
 
 
 # --------------------------------------------------------------------------- submit errors

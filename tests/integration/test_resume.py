@@ -25,7 +25,9 @@ import pytest
 from support import (
     Coordinators,
     advance_until,
+    hold_slots,
     installed_copy,
+    leased_env,
     process_gone,
     result_of,
     run_aner,
@@ -264,14 +266,20 @@ def test_a_coordinator_whose_numerical_code_changed_cannot_resume_the_job(
     import signal
 
     job = tmp_path / "job"
+    # The job queues behind a slot the test holds, so that it is stopped before it has done
+    # any work, however fast the machine; its 600 steps outlast the slices of `advance_until`.
+    env = leased_env(tmp_path, 1)
+    held = hold_slots(env, 1)
     done = run_aner(
-        "parallel", "regression", "--samples", "200000", "--steps", "40", "--rate", "0.5",
+        "parallel", "regression", "--samples", "200000", "--steps", "600", "--rate", "0.5",
         "--seed", "3", "--chunk", "50000", "--workers", "1", "--output", str(job),
-        "--background", "--quiet",
+        "--background", "--quiet", env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert status_of(job).state is JobState.QUEUED
     pid = coordinators.add(status_of(job).pid)
     os.kill(pid, signal.SIGSTOP)
+    held.release()
     advance_until(pid, lambda: status_of(job).accepted > 0, "accepted work")
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: process_gone(pid), 30, "the killed coordinator to go")

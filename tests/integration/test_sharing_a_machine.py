@@ -22,9 +22,12 @@ from pathlib import Path
 import pytest
 from support import (
     ANER,
+    HOLDING_JOB,
     LONG,
     Coordinators,
     finish,
+    hold_slots,
+    leased_env,
     result_of,
     run_aner,
     spawned,
@@ -35,26 +38,21 @@ from support import (
 )
 
 from aner_coord.jobdir.status import JobState, QueuedBehind
-from aner_worker.leases import Holder, Lease, LeaseTable, private_dir
+from aner_worker.leases import Lease
 from aner_worker.oracle import oracle_hits
 
 SAMPLES = 1_000_000
-TEST_JOB = "feedfacecafe"
+TEST_JOB = HOLDING_JOB
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """The environment of a user whose host has two CPU slots, leases on."""
-    environ = {k: v for k, v in os.environ.items() if k != "ANER_LEASES"}
-    environ.update(ANER_RUNTIME_DIR=str(tmp_path / "rt"), SLURM_CPUS_PER_TASK="2")
-    return environ
+    return leased_env(tmp_path, 2)
 
 
 def hold_both(env: dict[str, str]) -> Lease:
-    table = LeaseTable(2, private_dir("slots", env))
-    lease = table.take(2, Holder(os.getpid(), job=TEST_JOB, kind="test", slots=2))
-    assert isinstance(lease, Lease)
-    return lease
+    return hold_slots(env, 2)
 
 
 def run_job(

@@ -167,3 +167,64 @@ def test_each_run_starts_fresh() -> None:
     first = parallel.run(request, execution=parallel.local(1))
     second = parallel.run(request, execution=parallel.local(1))
     assert first.hits == second.hits
+
+
+# -- precheck: what a --background command checks itself ------------------------------------
+
+
+def _dense(**options: object) -> JobRequest:
+    from aner_coord.computations.dense.request import DenseRequest
+
+    fields = {"teacher": (1000, 4, 3), "seed": 1, **options}
+    return JobRequest(computation=DenseRequest(**fields), execution=LocalExecution(workers=1))  # type: ignore[arg-type]
+
+
+def _search(**options: object) -> JobRequest:
+    from aner_coord.computations.search.request import SearchRequest
+
+    fields = {"teacher": (1000, 4, 3), "seed": 1, "folds": 2, **options}
+    return JobRequest(computation=SearchRequest(**fields), execution=LocalExecution(workers=1))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        _dense(lr=-1.0),
+        _dense(hidden=(0,)),
+        _dense(teacher=(1000, 4, 1)),
+        _dense(teacher=(1000, 100_000, 3)),
+        _dense(hidden=(4096, 4096, 4096)),
+        _dense(test_fraction=0.6, validation_fraction=0.5),
+        _dense(group="g"),
+        _dense(teacher=None, data="/nonexistent/x.csv"),
+        _search(grid={"lr": [1e-3, -1.0]}),
+        _search(grid={"hidden": [[4], [4096, 4096, 4096]]}),
+        _search(teacher=(1 << 25, 4, 3)),
+        _search(folds=0),
+        JobRequest(
+            computation=_dense().computation, execution=LocalExecution(workers=1), retries=-1
+        ),
+    ],
+    ids=[
+        "lr", "hidden", "classes", "features", "parameters", "fractions", "group", "file",
+        "grid-lr", "grid-parameters", "search-rows", "folds", "retries",
+    ],
+)  # fmt: skip
+def test_precheck_refuses_what_admit_refuses_in_the_same_words(request_: JobRequest) -> None:
+    from aner_coord.admission import precheck
+
+    with pytest.raises(RequestError) as whole:
+        admit(request_)
+    with pytest.raises(RequestError) as pre:
+        precheck(request_)
+    assert pre.value.render(cli_name) == whole.value.render(cli_name)
+
+
+def test_precheck_generates_no_row_of_a_teacher_set() -> None:
+    from aner_coord.admission import precheck
+
+    # The largest teacher set: admitted whole, its roles alone take about 3 GB; precheck
+    # gives no row a role (nor generates one).
+    huge = _dense(teacher=(200_000_000, 4, 3), epochs=1)
+    assert precheck(huge).request == huge
+    assert precheck(_search(teacher=(1 << 24, 4, 3))).output is None

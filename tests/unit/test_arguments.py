@@ -184,3 +184,28 @@ def test_the_signatures_are_the_request_types_options() -> None:
 def test_a_valid_call_still_runs() -> None:
     result = parallel.monte_carlo(samples=10**6, seed=42, execution=parallel.local(workers=1))
     assert result.hits == 785_882  # 10**6 samples of seed 42
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+@pytest.mark.parametrize("call", ["cross_validate", "search"])
+def test_validation_arrays_are_refused_where_folds_validate_saying_why(
+    tmp_path: Path, call: str, form: str
+) -> None:
+    # dense_fit takes validation=(X_val, y_val); a search's folds validate: the refusal says
+    # so and what to do instead, not "did you mean validation_fraction=?".
+    import numpy as np
+
+    x = np.arange(40.0).reshape(20, 2)
+    y = np.arange(20) % 2
+    extra = {"grid": {"lr": [1e-3]}} if call == "search" else {}
+    output = tmp_path / "job"
+    function = getattr(parallel, call if form == "sync" else f"{call}_async")
+    name = function.__name__
+    with pytest.raises(ArgumentError) as caught:
+        result = function(x, y, seed=1, validation=(x, y), output=output, **extra)
+        if form == "async":
+            asyncio.run(result)
+    message = str(caught.value)
+    assert message.startswith(f"{name}() takes no validation=: its folds validate")
+    assert "split=" in message and "folds=1" in message and "\n" not in message
+    assert "did you mean" not in message and not output.exists()

@@ -61,3 +61,17 @@ def test_the_references_are_found() -> None:
     assert REFERENCE.findall(flowed("see docs/contracts.md,\n    # sections 2 and 9")) == [
         "2 and 9"
     ]
+
+
+def test_no_file_names_where_a_copy_of_the_contracts_lay_on_some_machine() -> None:
+    # The contracts are named by their place in the repository (docs/contracts.md) or as
+    # "the project's SPEC", never by a development machine's path (a reader has no /work).
+    machine = re.compile("/" + "work/")  # spelled apart: this file would match itself
+    files = [
+        path
+        for folder in (*SHIPPED, "tests", "docs")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.is_file() and path.suffix in (".py", ".md", ".toml", ".txt", ".sh", "")
+    ] + sorted(ROOT.glob("*.md"))
+    named = [str(p.relative_to(ROOT)) for p in files if machine.search(p.read_text("latin-1"))]
+    assert named == []

@@ -79,6 +79,34 @@ def test_dense_worker_modules_do_not_import_sklearn(module: str) -> None:
     assert offending([ROOT / module], {"sklearn"}) == {}
 
 
+# The API and the command line sit above the computations, which they admit and run: a
+# computation that imports them is an arrow back up (`DenseClassifier` is an API object,
+# `aner_coord/estimator.py`, beside `parallel`).
+API_LAYER = (
+    "aner_coord.admission",
+    "aner_coord.arguments",
+    "aner_coord.calls",
+    "aner_coord.cli",
+    "aner_coord.estimator",
+    "aner_coord.parallel",
+    "aner_coord.program",
+    "aner_coord.session",
+)
+
+
+def above(modules: set[str], layer: tuple[str, ...]) -> set[str]:
+    return {m for m in modules if any(m == top or m.startswith(top + ".") for top in layer)}
+
+
+def test_computations_never_import_the_api_layer() -> None:
+    bad = {}
+    for path in sources("aner_coord/computations"):
+        hits = above(imported_modules(path), API_LAYER)
+        if hits:
+            bad[str(path.relative_to(ROOT))] = hits
+    assert bad == {}
+
+
 # -- the checker itself must be able to fail ----------------------------------------------
 
 
@@ -193,6 +221,17 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 
 # -- the checkers themselves must be able to fail -----------------------------------------
+
+
+def test_the_api_layer_checker_sees_a_late_import() -> None:
+    text = "def fit():\n    from aner_coord.calls import OneOff\n    import aner_coord.cli.jobs\n"
+    found = imported_modules(ROOT / "aner_coord" / "computations" / "probe.py", text)
+    assert above(found, API_LAYER) == {
+        "aner_coord.calls",
+        "aner_coord.calls.OneOff",
+        "aner_coord.cli.jobs",
+    }
+    assert above({"aner_coord.callsign", "aner_coord.errors"}, API_LAYER) == set()
 
 
 def test_the_cycle_checker_finds_circles_through_late_imports() -> None:

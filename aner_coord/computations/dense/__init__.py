@@ -8,8 +8,9 @@
 - `splits`: which role each row takes (by row, by group, or a split the user made);
   `columns`: a CSV's group and split columns, set aside from the features;
 - `single`: the same training driven in one process (the reference the tests compare with);
-- `estimator`: `DenseClassifier`, the training as a scikit-learn estimator; `saved`: a
-  finished job's model read back (`predict --model`, `parallel.load_model`);
+  `saved`: a finished job's model read back (`predict --model`, `parallel.load_model`);
+  (`DenseClassifier`, the training as a scikit-learn estimator, is an API object:
+  `aner_coord.estimator`);
 - `model`: `model.npz`; `features`: `predict`'s rows, by feature name; `result`:
   `result.json` and the API's fitted model; `suspect`: divergence, overflowing features and
   a still-improving fit; `summary`: what `status` shows of a finished job (without numpy).

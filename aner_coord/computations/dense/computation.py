@@ -1,6 +1,6 @@
 """Dense classifier training `aner-dense/v1` (docs/contracts.md, section 9): the computation the
-registry names, admission (the data loaded once, every limit) and the start of a run
-(`run.DenseRun`).
+registry names, admission (the data loaded once, every limit; `precheck`, the checks that
+need no rows) and the start of a run (`run.DenseRun`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from aner_worker.kernels.dense.data import (
 from aner_worker.kernels.dense.kernel import DenseKernel
 from aner_worker.kernels.dense.network import parameter_count
 from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
-from aner_worker.kernels.dense.plan import layer_sizes, steps_per_epoch
+from aner_worker.kernels.dense.plan import Roles, layer_sizes, steps_per_epoch
 from aner_worker.npzfile import MAX_FILE_BYTES
 
 # Under groups or a split of your own a role's row positions travel with each of its passes
@@ -145,6 +145,11 @@ def check_moments(dataset: Dataset, rows: Any, where: str) -> None:
 
 
 _kernels_loaded = False
+# The rule and roles admission gave a request's rows, for the run that a job starts next in
+# this process (`Dense.start` takes them, once, for the same request and data): 10**8 rows
+# are assigned once, not twice. An admission that no start follows leaves them here until
+# the next one replaces them.
+_admitted_roles: list[tuple[DenseRequest, Dataset, splits.Rule, Roles]] = []
 
 
 def _load_kernels(kernel: DenseKernel) -> float:
@@ -230,6 +235,7 @@ class Dense:
         n_params = check_parameters(sizes)
         rule, roles = splits.roles_for(request, dataset)
         check_moments(dataset, roles.train, str(request.data))
+        _admitted_roles[:] = [(request, dataset, rule, roles)]
         counts = roles.counts()
         if (rule.groups is not None or rule.given is not None) and max(
             counts.values()
@@ -275,8 +281,33 @@ class Dense:
             },
         )
 
+    def precheck(self, request: DenseRequest) -> None:
+        """`admit`'s checks that need no rows (`Prechecks`): the options and the split's
+        (without the rows it assigns), a data file's kind and size (it is read by the
+        coordinator that admits the job whole), a teacher set's shape and layers within the
+        limits (its weights are made, never its rows)."""
+        options = _check_options(request)
+        _columns(request)
+        splits.rule_of(
+            request.test_fraction,
+            request.validation_fraction,
+            None if request.group is None else [],
+            None if request.split_column is None else [],
+        )
+        if request.teacher is not None:
+            dataset = load_dataset(request)
+            check_dataset(dataset, None)
+            check_parameters(layer_sizes(dataset.n_features, options["hidden"], dataset.n_classes))
+        elif request.data != "digits" and not arrays.is_array_data(request.data):
+            assert request.data is not None
+            check_data_file(request.data)
+
     def start(self, request: DenseRequest, chunk: int) -> DenseRun:
-        return DenseRun(request, chunk, load_dataset(request, admitted=True))
+        dataset = load_dataset(request, admitted=True)
+        kept = _admitted_roles.pop() if _admitted_roles else None
+        if kept is not None and kept[0] == request and kept[1].identity == dataset.identity:
+            return DenseRun(request, chunk, dataset, (kept[2], kept[3]))
+        return DenseRun(request, chunk, dataset)
 
     def summarize(self, result: dict[str, Any]) -> list[str]:
         return summarize(result)

@@ -30,7 +30,7 @@ from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, Dataset, TeacherDataset
 from aner_worker.kernels.dense.network import check_precision
 from aner_worker.kernels.dense.params import MOMENTS, DenseParams, DenseStats
-from aner_worker.kernels.dense.plan import DEFAULT_VALIDATION_FRACTION
+from aner_worker.kernels.dense.plan import DEFAULT_VALIDATION_FRACTION, Roles
 from aner_worker.kernels.dense.rows import to_bytes
 from aner_worker.kernels.dense.streams import VALIDATION
 from aner_worker.kernels.dense.training import (
@@ -108,11 +108,19 @@ class DenseRun:
     # last checkpoint (`Checkpoints`: the state after a committed pass), never a chunk.
     durable_chunks: ClassVar[bool] = False
 
-    def __init__(self, request: DenseRequest, chunk: int, dataset: Dataset) -> None:
+    def __init__(
+        self,
+        request: DenseRequest,
+        chunk: int,
+        dataset: Dataset,
+        roles: tuple[splits.Rule, Roles] | None = None,
+    ) -> None:
+        """`roles`: the rule and roles admission gave `dataset`'s rows for this request, if
+        it kept them (else they are assigned again, as `splits.roles_for` does)."""
         self._request = request
         self._chunk = chunk
         self._dataset = dataset
-        self.rule, self.roles = splits.roles_for(request, dataset)
+        self.rule, self.roles = roles if roles is not None else splits.roles_for(request, dataset)
         # Workers derive a role's rows from the seed and these fractions under the per-row
         # rule; under groups or a given split each role pass carries its rows.
         self._fractions = (

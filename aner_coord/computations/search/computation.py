@@ -71,6 +71,56 @@ def prepare(request: SearchRequest) -> Prepared:
 
 
 def _prepare(request: SearchRequest) -> Prepared:
+    seed, k, fixed, teacher, grid = _check_request(request)
+    rows = search_data.load(
+        request.data, request.label, teacher, request.group, seed, request.split_column
+    )
+    dataset = rows.dataset
+    check_dataset(dataset, request.data)
+    rule, roles = splits.roles_for(request, dataset, validation_used=k == 1)
+    try:
+        folds = assign(seed, rows.labels, k, roles.codes, rule.groups)
+    except FoldError as exc:
+        raise RequestError(str(exc), "folds", "group") from None
+    check_moments(dataset, np.flatnonzero(folds.codes != TEST_FOLD), str(request.data))
+    candidates = grids.candidates(grid)
+    options = [{**fixed, **values} for values in candidates]
+    sizes = [layer_sizes(dataset.n_features, o["hidden"], dataset.n_classes) for o in options]
+    counts = [check_parameters(s, _layers_named(grid, candidates[c])) for c, s in enumerate(sizes)]
+    fits = fits_in_order(folds, [o["epochs"] for o in options], counts)
+    options = [{name: plain(value) for name, value in o.items()} for o in options]
+    return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits, rule)
+
+
+def precheck(request: SearchRequest) -> None:
+    """`prepare`'s checks that need no rows (`Prechecks`): every option and the grid, the
+    split's options, a data file's kind and size (the coordinator reads it), a teacher
+    set's shape and every candidate's layers within the limits."""
+    seed, k, fixed, teacher, grid = _check_request(request)
+    splits.rule_of(
+        request.test_fraction,
+        request.validation_fraction,
+        None if request.group is None else [],
+        None if request.split_column is None else [],
+        validation_used=k == 1,
+    )
+    dataset = search_data.precheck(
+        request.data, request.label, teacher, request.group, seed, request.split_column
+    )
+    if dataset is None:
+        return
+    check_dataset(dataset, request.data)
+    for candidate in grids.candidates(grid):
+        hidden = {**fixed, **candidate}["hidden"]
+        sizes = layer_sizes(dataset.n_features, hidden, dataset.n_classes)
+        check_parameters(sizes, _layers_named(grid, candidate))
+
+
+def _check_request(
+    request: SearchRequest,
+) -> tuple[int, int, dict[str, Any], tuple[int, int, int] | None, dict[str, list[Any]]]:
+    """The seed, the folds, the fixed options, the teacher set and the grid, each checked,
+    within MAX_FITS: what needs no data."""
     seed = check_seed(request.seed)
     if (request.data is None) == (request.teacher is None):
         raise RequestError(
@@ -101,24 +151,7 @@ def _prepare(request: SearchRequest) -> Prepared:
             "grid",
             "folds",
         )
-    rows = search_data.load(
-        request.data, request.label, teacher, request.group, seed, request.split_column
-    )
-    dataset = rows.dataset
-    check_dataset(dataset, request.data)
-    rule, roles = splits.roles_for(request, dataset, validation_used=k == 1)
-    try:
-        folds = assign(seed, rows.labels, k, roles.codes, rule.groups)
-    except FoldError as exc:
-        raise RequestError(str(exc), "folds", "group") from None
-    check_moments(dataset, np.flatnonzero(folds.codes != TEST_FOLD), str(request.data))
-    candidates = grids.candidates(grid)
-    options = [{**fixed, **values} for values in candidates]
-    sizes = [layer_sizes(dataset.n_features, o["hidden"], dataset.n_classes) for o in options]
-    counts = [check_parameters(s, _layers_named(grid, candidates[c])) for c, s in enumerate(sizes)]
-    fits = fits_in_order(folds, [o["epochs"] for o in options], counts)
-    options = [{name: plain(value) for name, value in o.items()} for o in options]
-    return Prepared(request, dataset, folds, grid, candidates, options, sizes, fits, rule)
+    return seed, k, fixed, teacher, grid
 
 
 def _layers_named(grid: dict[str, list[Any]], candidate: dict[str, Any]) -> str:
@@ -147,6 +180,9 @@ class Search:
             describe=prepared.describe(),
         )
 
+    def precheck(self, request: SearchRequest) -> None:
+        precheck(request)
+
     def start(self, request: SearchRequest, chunk: int) -> SearchRun:
         return SearchRun(prepare(request), chunk)
 
@@ -154,4 +190,4 @@ class Search:
         return summarize(result)
 
 
-__all__ = ["GRID_KEYS", "MODEL_ID", "Prepared", "Search", "prepare"]
+__all__ = ["GRID_KEYS", "MODEL_ID", "Prepared", "Search", "precheck", "prepare"]

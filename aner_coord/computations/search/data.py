@@ -69,6 +69,31 @@ def load(
         raise RequestError(f"{{data}}: {exc}", "data") from None
 
 
+def precheck(
+    data: str | None,
+    label: str | None,
+    teacher: tuple[int, int, int] | None,
+    group: str | None,
+    seed: int,
+    split: str | None = None,
+) -> Dataset | None:
+    """`load`'s checks that need no rows: the columns named, a teacher set's shape (the set
+    itself, which makes its weights and never its rows, is returned) or a file's kind and
+    size; None for data that only reading it can check."""
+    splits.columns_named(data, group, split)
+    try:
+        if teacher is not None:
+            rows, features, classes = teacher
+            _check_rows(rows, "teacher")
+            return TeacherDataset(rows, features, classes, seed)
+    except DataError as exc:
+        raise RequestError(f"{{data}}: {exc}", "data") from None
+    assert data is not None
+    if not arrays.is_array_data(data):
+        _check_file(data)
+    return None
+
+
 def teacher_labels(dataset: Dataset) -> Ints:
     labels = np.empty(dataset.n_rows, dtype=np.int64)
     for start in range(0, dataset.n_rows, _BLOCK):

@@ -77,14 +77,18 @@ def render(where: str, error: RequestError) -> RequestError:
     return RequestError(f"{where}: {error.render(lambda name: name)}")
 
 
-def admitted_search_file(path: str) -> SearchRequest:
-    """The search file's request, admitted (its data read, its folds made): every error of
-    the file, admission's included, is one line naming the file and the key."""
-    from aner_coord.computations.search.computation import prepare
+def admitted_search_file(path: str, *, whole: bool = True) -> SearchRequest:
+    """The search file's request, admitted (its data read, its folds made), or with `whole`
+    False only prechecked (`computation.precheck`: nothing in proportion to its rows): every
+    error of the file, admission's included, is one line naming the file and the key."""
+    from aner_coord.computations.search.computation import precheck, prepare
 
     request = load_search_file(path)
     try:
-        prepare(request)
+        if whole:
+            prepare(request)
+        else:
+            precheck(request)
     except RequestError as exc:
         raise render(path, exc) from None
     return request
