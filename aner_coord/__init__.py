@@ -13,7 +13,7 @@ The documented entry point for Python is `import aner.parallel` (the package `an
 - `computations/`: the coordinator halves of the computations; `job/`: the job engine (the
   machine, the coordinator, local threads and worker processes); `transports/`: byte pipes
   to worker processes; `jobdir/`: the job directory's files; `scaling/`: `aner parallel
-  scaling` and `plan`;
+  scaling` and `plan`; `timeline/`: a job's timeline read back (`aner parallel timeline`);
 - `runner`: a coroutine run from synchronous code, interruptibly; `errors`: whose fault a
   failure is, and the exit codes; `arguments`: the signature of each call of the API, and
   the refusal of any other argument; `userfiles`: the bounded reading of every small file a

@@ -283,7 +283,7 @@ class _Serving:
                     self.stager.block(event, connection, out)
                 case PingReceived():
                     with out.lock:
-                        frame = connection.pong(event.nonce)
+                        frame = connection.pong(event.nonce, time.monotonic())
                     out.send(frame)
                 case ParamsReceived():
                     pass  # kept by the connection for the tasks of its pass
@@ -332,7 +332,7 @@ class _Serving:
                 body = encode(stats)
                 busy = time.monotonic() - began
                 with out.lock:
-                    frame = connection.result(task, body, busy, began - arrived)
+                    frame = connection.result(task, body, busy, began - arrived, began)
             except Stopped:
                 return
             except Exception as error:  # the task's failure, reported to the coordinator

@@ -20,5 +20,6 @@ BENCHMARKS: tuple[str, ...] = (
     "search",
     "dense_workers",
     "checkpoints",
+    "timeline",
     "replicates",
 )

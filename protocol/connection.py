@@ -147,6 +147,8 @@ def _timing_problem(result: Result) -> str | None:
                 f"result for task {result.task_id} has {name} = {value!r}, not a number of "
                 f"seconds in 0..{MAX_SECONDS:g}"
             )
+    if not (math.isfinite(result.started) and result.started >= 0.0):
+        return f"result for task {result.task_id} has started = {result.started!r}"
     return None
 
 
@@ -325,7 +327,9 @@ class CoordinatorConnection(_Side):
         if isinstance(message, Pong):
             if not 0 < message.nonce <= self._nonce:
                 raise self._remote(f"Pong {message.nonce} answers no Ping")
-            return Ponged(message.nonce)
+            if not (math.isfinite(message.clock) and message.clock >= 0.0):
+                raise self._remote(f"Pong {message.nonce} has clock = {message.clock!r}")
+            return Ponged(message.nonce, message.clock)
         if isinstance(message, Missing | Staged):
             return self._on_staging(message)
         raise self._remote(f"unexpected {type(message).__name__} message")
@@ -490,19 +494,31 @@ class WorkerConnection(_Side):
             )
         )
 
-    def result(self, task: Task, body: bytes, busy_s: float, queued_s: float = 0.0) -> bytes:
+    def result(
+        self,
+        task: Task,
+        body: bytes,
+        busy_s: float,
+        queued_s: float = 0.0,
+        started: float = 0.0,
+    ) -> bytes:
+        """A task's Result; `started` is the worker's clock when a slot took it."""
         self._answered += 1
         busy_s, queued_s = _seconds(busy_s), _seconds(queued_s)
+        started = started if math.isfinite(started) and started > 0.0 else 0.0
         return self._encode(
-            Result(task.task_id, task.start, task.count, msgspec.Raw(body), busy_s, queued_s)
+            Result(
+                task.task_id, task.start, task.count, msgspec.Raw(body), busy_s, queued_s, started
+            )
         )
 
     def failed(self, task_id: int, reason: str) -> bytes:
         self._answered += 1
         return self._encode(TaskFailed(task_id, reason[:MAX_REASON_CHARS]))
 
-    def pong(self, nonce: int) -> bytes:
-        return self._encode(Pong(nonce))
+    def pong(self, nonce: int, clock: float = 0.0) -> bytes:
+        """The answer to Ping `nonce`, with the worker's monotonic clock now."""
+        return self._encode(Pong(nonce, clock if math.isfinite(clock) and clock > 0 else 0.0))
 
     @property
     def heartbeat_s(self) -> float:

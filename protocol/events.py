@@ -31,6 +31,7 @@ class Answered:
 @dataclass(frozen=True)
 class Ponged:
     nonce: int
+    clock: float = 0.0  # the worker's clock at its answer (0: not said)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,10 @@ class Result(_Wire, frozen=True, tag="result"):
     # Seconds the task waited in the worker's queue before a slot took it, so that the
     # coordinator can tell time on the link from time queued behind other tasks.
     queued_s: float = 0.0
+    # The worker's own monotonic clock when a slot took the task (0: not said, an older
+    # worker). With `Pong.clock` the coordinator maps it onto its own clock for the job's
+    # timeline; the task ended at `started + busy_s` on the same clock.
+    started: float = 0.0
 
 
 class TaskFailed(_Wire, frozen=True, tag="task_failed"):
@@ -121,9 +125,12 @@ class Ping(_Wire, frozen=True, tag="ping"):
 
 
 class Pong(_Wire, frozen=True, tag="pong"):
-    """Worker -> coordinator: the answer to `Ping` with the same nonce."""
+    """Worker -> coordinator: the answer to `Ping` with the same nonce, and the worker's
+    monotonic clock when it answered (0: not said), from which and the round trip the
+    coordinator estimates the offset between the two clocks."""
 
     nonce: int
+    clock: float = 0.0
 
 
 class Working(_Wire, frozen=True, tag="working"):

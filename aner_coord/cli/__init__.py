@@ -6,7 +6,8 @@
   each worker of a cluster) can do; `dense`: `train`, `predict`;
   `search`: `cv`, `search`;
 - `monitor`: `status`, `cancel`; `joblist`: `jobs`, this user's jobs on this host;
-  `background`: `--background` and the detached coordinator;
+  `timeline`: where a job's time went; `background`: `--background` and the detached
+  coordinator;
 - `progress`: the live progress line; `sdnotify`: telling systemd how a job does.
 
 `aner parallel scaling` and `plan` live with the scaling code (`aner_coord.scaling.command`).

@@ -65,6 +65,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "cv": ("K-fold cross-validation of one Dense configuration", "aner_coord.cli.search"),
     "status": ("report a job directory's state", "aner_coord.cli.monitor"),
+    "timeline": ("where a job's time went: summary, Gantt chart, trace", "aner_coord.cli.timeline"),
     "jobs": ("this user's jobs on this host: queued, running, finished", "aner_coord.cli.joblist"),
     "cancel": ("ask a running job to stop", "aner_coord.cli.monitor"),
     "resume": ("continue a job whose coordinator is gone, from its ledger", "aner_coord.cli.jobs"),

@@ -63,6 +63,10 @@ OFFLINE = JobState.COORDINATOR_OFFLINE
 EXIT_INTERRUPTED = 130
 SETTLE_S = 2.0  # how long a one-shot look waits for an ending coordinator to let go
 CANCEL_WAIT_S = 60.0
+# `status --watch`: the busy shares over the last BUSY_WINDOW_S seconds of the timeline,
+# from its last BUSY_TAIL_BYTES (some 2,000 task lines: enough for seconds of any job).
+BUSY_WINDOW_S = 5.0
+BUSY_TAIL_BYTES = 512 << 10
 FOREIGN_RECHECK_S = 0.1  # far longer than a coordinator takes to write its pid in the lock
 
 
@@ -405,9 +409,9 @@ def _watch(directory: jobdir.JobDir, *, as_json: bool) -> int:
     from aner_coord.runner import run_sync
 
     if as_json or not sys.stdout.isatty():
-        obs = run_sync(follow(directory, _JsonLines() if as_json else _PlainLines()))
+        obs = run_sync(follow(directory, _JsonLines() if as_json else _PlainLines(directory)))
     else:
-        with _LiveView(directory.path) as view:
+        with _LiveView(directory) as view:
             obs = run_sync(follow(directory, view))
     if obs is None:
         print("aner: stopped watching; the job itself goes on", file=sys.stderr)
@@ -457,18 +461,34 @@ async def follow(
     return None if interrupted else obs
 
 
+def busy_text(job: jobdir.JobDir) -> str | None:
+    """Each worker's share of its slots spent computing over the last BUSY_WINDOW_S seconds
+    of the job's timeline (its tail only), or None before the first task."""
+    from aner_coord.jobdir.timeline import read_tail
+    from aner_coord.timeline.analysis import recent_busy
+
+    shares = recent_busy(read_tail(job, BUSY_TAIL_BYTES), BUSY_WINDOW_S)
+    if not shares:
+        return None
+    parts = ", ".join(f"{name} {100 * share:.0f}%" for name, share in shares.items())
+    return f"{parts} (computing, last {BUSY_WINDOW_S:g} s of the timeline)"
+
+
 class _PlainLines:
     """One line per change, and never the same line twice in a row: a log (a Slurm job's,
-    say) keeps what changed, not every rewrite of a STARTING status."""
+    say) keeps what changed, not every rewrite of a STARTING status. A running job's line
+    ends with its workers' recent busy shares (`busy_text`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: jobdir.JobDir) -> None:
+        self._job = job
         self._last: str | None = None
 
     def __call__(self, obs: Observation, changed: bool) -> None:
         line = render_line(obs)
         if changed and line != self._last:
-            print(line, flush=True)
             self._last = line
+            busy = busy_text(self._job) if obs.state is JobState.RUNNING else None
+            print(line if busy is None else f"{line}; busy {busy}", flush=True)
 
 
 class _JsonLines:
@@ -481,7 +501,7 @@ class _JsonLines:
 class _LiveView:
     """Redraws the human view in place on a terminal (rich), every change and every tick."""
 
-    def __init__(self, job: Path) -> None:
+    def __init__(self, job: jobdir.JobDir) -> None:
         from rich.console import Console
         from rich.live import Live
 
@@ -498,7 +518,11 @@ class _LiveView:
     def __call__(self, obs: Observation, changed: bool) -> None:
         from rich.text import Text
 
-        self._live.update(Text("\n".join(render_lines(self._job, obs))), refresh=True)
+        lines = render_lines(self._job.path, obs)
+        busy = busy_text(self._job) if obs.state is JobState.RUNNING else None
+        if busy is not None:
+            lines.append(f"busy      {busy}")
+        self._live.update(Text("\n".join(lines)), refresh=True)
 
 
 # --------------------------------------------------------------------------- cancel

@@ -10,8 +10,10 @@
   over a transport; `link`: a worker process's command line, start, handshake and events,
   for everything that talks to one; `pool`: a session's worker processes kept between jobs;
 - `staging`: file data sent to worker processes once per job; `pacing`: how many tasks a
-  worker holds, from its measured round trip; `timing`: compute, transfer and wait seconds;
-  `pace`: progress weighted by what each kind of pass costs, and the ETA;
+  worker holds, from its measured round trip; `timing`: one record per task, and
+  the compute, transfer and wait seconds they add up to; `timeline`: those records and the
+  coordinator's own phases as lines of the job's `timeline.jsonl`; `pace`: progress
+  weighted by what each kind of pass costs, and the ETA;
   `audits`: what `--audit` checked, per worker, for the result;
 - `liveness`: when a connected worker counts as lost, judged on whole frames;
   `checkpoints`: a training's committed state, written and read through the job directory;

@@ -62,10 +62,12 @@ from aner_coord.job.machine import JobMachine
 from aner_coord.job.pace import Pace, added, prefix
 from aner_coord.job.pool import WorkerPool
 from aner_coord.job.staging import plan_of
+from aner_coord.job.timeline import JobTimeline
 from aner_coord.jobdir import ERROR_DETAIL, JobDirError, ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
+from aner_coord.jobdir.timeline import TimelineWriter
 from aner_worker.kernels.base import encode
 
 Observer = Callable[[StatusSnapshot], None]
@@ -113,8 +115,12 @@ class Coordinator:
         pool: WorkerPool | None = None,
         checkpoint: Restored | None = None,
         checkpoints: Checkpointer | None = None,
+        timeline: TimelineWriter | None = None,
     ) -> None:
         self.job = job
+        self._timeline_writer = timeline
+        self._timeline: JobTimeline | None = None
+        self._pass_id = 0  # the pass whose parameters the workers hold (for the timeline)
         self._pool = pool  # a session's kept workers (process groups only)
         self.observers = list(observers)
         self.cancel = cancel if cancel is not None else asyncio.Event()
@@ -243,11 +249,14 @@ class Coordinator:
         observers: Sequence[Observer],
         ledger: LedgerWriter | None,
         checkpoints: Checkpointer | None = None,
+        timeline: TimelineWriter | None = None,
     ) -> None:
-        """The observers, ledger and checkpoints of a job directory made after `launch`."""
+        """The observers, ledger, checkpoints and timeline of a job directory made after
+        `launch`."""
         self.observers = list(observers)
         self._ledger = ledger
         self._checkpoints = checkpoints
+        self._timeline_writer = timeline
 
     def launch(self) -> None:
         """Start the workers now; the machine starts later, in `startup`."""
@@ -265,6 +274,7 @@ class Coordinator:
         if not launched:
             self._backend = self._prepare()
         assert self._backend is not None
+        self._open_timeline(self._backend)
         early, self._early = self._early or [], None
         self._execute(self._machine.start())
         for event in early:
@@ -272,6 +282,23 @@ class Coordinator:
         if not launched and not self._ended.is_set():
             # (a resumed job whose ledger holds everything needs no workers)
             self._backend.start(self.deliver)
+
+    def _open_timeline(self, backend: Backend) -> None:
+        """Start this coordinator's segment of the job's timeline, if it has one."""
+        writer = self._timeline_writer
+        if writer is None:
+            return
+        job = self.job
+        timing = backend.timing
+        self._timeline = JobTimeline(
+            writer,
+            zero=self._started,
+            computation=job.kind,
+            backend="processes" if timing.link else "threads",
+            workers=job.workers.slots,
+            backend_start=timing.started,
+        )
+        timing.sink = self._timeline.task
 
     async def main_loop(self) -> None:
         backend = self._backend
@@ -327,6 +354,14 @@ class Coordinator:
         if isinstance(event, ResultReceived) and event.task_id in self._audits:
             self._start_audit(event)
             return
+        timeline = self._timeline
+        if timeline is not None and isinstance(event, ResultReceived):
+            began = time.monotonic()
+            instructions = self._machine.handle(event)
+            ends_pass = any(isinstance(i, RecordCommitted) for i in instructions)
+            timeline.result(began, time.monotonic(), self._pass_id, ends_pass=ends_pass)
+            self._execute(instructions)
+            return
         self._execute(self._machine.handle(event))
 
     def _execute(self, instructions: list[Instruction]) -> None:
@@ -364,8 +399,12 @@ class Coordinator:
                         ledger.Accepted(instruction.pass_id, instruction.chunk, stats)
                     )
             case BeginPass():
+                began = time.monotonic()
                 self._params = {instruction.pass_id: instruction.params}
+                self._pass_id = instruction.pass_id
                 backend.begin_pass(instruction.pass_id, instruction.params)
+                if self._timeline is not None:
+                    self._timeline.phase("broadcast", began, time.monotonic(), instruction.pass_id)
             case WriteStatus():
                 self._write_status(instruction)
             case RecordCommitted():
@@ -379,6 +418,8 @@ class Coordinator:
             case StopWorkers():
                 backend.request_stop(instruction.reason)
             case JobEnded():
+                if self._timeline is not None:
+                    self._timeline.end_reduce(self._pass_id)
                 self._ended.set()
                 self._changed.set()
             case _:
@@ -416,12 +457,15 @@ class Coordinator:
         run, checkpoints = self._run, self._checkpoints
         if checkpoints is None or not isinstance(run, Checkpoints):
             return
+        began, written = time.monotonic(), checkpoints.written
         try:
             checkpoints.committed(
                 run, passes, run.committed_steps or 0, self._machine.committed_items
             )
         except JobDirError as exc:
             raise _ObserverError("writing the checkpoint", str(exc)) from None
+        if self._timeline is not None and checkpoints.written != written:
+            self._timeline.phase("checkpoint", began, time.monotonic(), passes - 1)
 
     def _final_checkpoint(self) -> None:
         """The job is being cancelled (`aner parallel cancel`, or SIGTERM, SIGINT or SIGHUP
@@ -576,6 +620,14 @@ class Coordinator:
         return max(admitted.planned_work, done), admitted.upper_bound
 
     def _publish_now(self) -> StatusSnapshot:
+        began = time.monotonic()
+        try:
+            return self._publish_snapshot()
+        finally:
+            if self._timeline is not None:
+                self._timeline.phase("status", began, time.monotonic(), self._pass_id)
+
+    def _publish_snapshot(self) -> StatusSnapshot:
         snapshot = self._snapshot()
         self._last_publish = time.monotonic()
         for observer in self.observers:

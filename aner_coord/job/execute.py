@@ -40,6 +40,7 @@ from aner_coord.jobdir import index, ledger
 from aner_coord.jobdir.manifest import encode_manifest, manifest_of
 from aner_coord.jobdir.results import encode_result
 from aner_coord.jobdir.status import JobState
+from aner_coord.jobdir.timeline import TimelineWriter, timeline_wanted
 from aner_coord.requests import encode_request, with_absolute_paths
 
 # The request as given, kept for `resume`. It names the cluster file's path, which is
@@ -68,6 +69,7 @@ class JobFiles:
     ledger: ledger.LedgerWriter
     writer: jobdir.StatusWriter
     checkpoints: Checkpointer
+    timeline: TimelineWriter | None  # None: timelines switched off (`ANER_TIMELINE`)
 
     def finish(self, report: JobReport) -> None:
         """What the run leaves: the whole failure message where status.json's is cut, the
@@ -90,6 +92,7 @@ async def job_files(
     on_error: Callable[[jobdir.JobDirError], None],
     policy: Policy,
     key: bytes,
+    with_timeline: bool = True,
 ) -> AsyncIterator[JobFiles | None]:
     """The job directory of one run, or None for a job without one: a new job's is created,
     locked and given its manifest and request; a resumed job's comes checked and locked.
@@ -105,6 +108,7 @@ async def job_files(
     held: jobdir.JobLock | None = lock
     book: ledger.LedgerWriter | None = None
     writer: jobdir.StatusWriter | None = None
+    timeline: TimelineWriter | None = None
     try:
         recovered = resume.recovered if resume is not None else None
         book = ledger.LedgerWriter(
@@ -112,10 +116,16 @@ async def job_files(
         )
         if resume is not None:
             book.append(ledger.Resumed(time.time(), os.getpid()))
-        writer = jobdir.StatusWriter(directory, on_error=on_error, before_write=book.sync)
+        # A resumed job's coordinator appends the next segment to the same timeline.
+        segment = resume.recovered.resumes if resume is not None else 0  # counts this one
+        syncs = [book.sync]
+        if with_timeline:
+            timeline = TimelineWriter(directory, segment)
+            syncs.append(timeline.sync)
+        writer = jobdir.StatusWriter(directory, on_error=on_error, before_write=_syncs(*syncs))
         restored = resume.checkpoint if resume is not None else None
         checkpoints = Checkpointer(directory, book, policy, restored=restored)
-        yield JobFiles(directory, book, writer, checkpoints)
+        yield JobFiles(directory, book, writer, checkpoints, timeline)
     except BaseException:
         if resume is None and held is not None and not directory.exists(jobdir.STATUS):
             # Failed before its first status (nothing ran): leave no half-made directory.
@@ -131,10 +141,22 @@ async def job_files(
                 await writer.aclose()
             if book is not None:
                 book.close()
+            if timeline is not None:
+                timeline.close()
         finally:
             if held is not None:
                 held.release()
             directory.close()
+
+
+def _syncs(*syncs: Callable[[], None]) -> Callable[[], None]:
+    """One `before_write` that makes each of `syncs` in turn."""
+
+    def sync() -> None:
+        for each in syncs:
+            each()
+
+    return sync
 
 
 def _create(job: Job, key: bytes) -> tuple[jobdir.JobDir, jobdir.JobLock]:
@@ -184,6 +206,7 @@ async def execute(
     the slots are held until the run ends."""
     cancel = cancel if cancel is not None else asyncio.Event()
     policy = Policy.from_environ()  # a bad setting is refused before anything starts
+    with_timeline = timeline_wanted()
     coordinator: Coordinator | None = None
     key = resume.job_key if resume is not None else ledger.new_job_key()
     ticket = Ticket.take(job, ledger.job_id(key), wait)
@@ -198,7 +221,7 @@ async def execute(
         coordinator = Coordinator(job, cancel=cancel, pool=pool)
         coordinator.launch()
     try:
-        async with job_files(job, resume, writer_failed, policy, key) as files:
+        async with job_files(job, resume, writer_failed, policy, key, with_timeline) as files:
             chain = _observers(files, key, observers, on_ready, on_directory)
             first_seq = resume.last_seq if resume is not None else 0
             if ticket.waiting is not None:
@@ -217,6 +240,7 @@ async def execute(
                     chain,
                     files.ledger if files is not None else None,
                     files.checkpoints if files is not None else None,
+                    files.timeline if files is not None else None,
                 )
             async with _cancel_requests(files, cancel):
                 report = await coordinator.run()
@@ -278,6 +302,7 @@ def _late_coordinator(
         pool=pool,
         checkpoint=resume.checkpoint if resume is not None else None,
         checkpoints=files.checkpoints if files is not None else None,
+        timeline=files.timeline if files is not None else None,
     )
     if resume is None:
         coordinator.launch()

@@ -27,6 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 import msgspec
@@ -84,6 +85,58 @@ class _Lost(Exception):
     """A worker broke the job's contract; the message names what happened."""
 
 
+# A task written to a worker, not yet stamped as dispatched: (task id, pass, start, count,
+# frame bytes), as `TaskTimes.dispatched` takes it.
+_Unstamped = tuple[int, int, int, int, int]
+
+
+@dataclass(eq=False)
+class _Peer:
+    """One worker of the group as the backend knows it (dask's `WorkerState`): what a
+    connection attempt holds is reset on a rejoin (`reset`); its record, lock and count
+    of rejoins are the job's."""
+
+    record: WorkerRecord  #: its cluster-file record
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  #: one write at a time
+    #: A connection attempt's number: what an earlier attempt's reader or watchdog still
+    #: reports after its worker was dropped is ignored.
+    generation: int = 0
+    rejoins: int = 0  #: reconnections so far (at most MAX_REJOINS)
+    phase: str = "connect"  #: what it is doing, for a loss's message
+    link: WorkerLink | None = None  #: past its handshake
+    transport: Transport | None = None  #: known from its start, so a stop can close it
+    connection: CoordinatorConnection | None = None
+    pacer: Pacer | None = None  #: its window, from its round trip and task time
+    liveness: Liveness | None = None  #: its clocks, judged by the watchdog
+    server: asyncio.Task[None] | None = None  #: the task that reads it
+    lost: bool = False  #: dropped (or its loss reported) and not rejoined
+    rejoining: bool = False  #: reconnecting, not yet ready again
+    params_sent: int | None = None  #: the pass whose Params it holds (this job's)
+    outgoing: list[bytes] = field(default_factory=list)  #: frames to write
+    #: Tasks written and not yet answered, tasks buffered, and how low the first may fall
+    #: before buffered tasks are written: batching frames saves both processes wake-ups.
+    on_wire: int = 0
+    buffered_tasks: int = 0
+    low_water: int = 0
+    pings: dict[int, float] = field(default_factory=dict)  #: nonce -> written (NaN: not yet)
+    unstamped: list[_Unstamped] = field(default_factory=list)  #: tasks buffered, not stamped
+
+    @property
+    def identity(self) -> str:
+        return self.record.identity
+
+    def reset(self) -> None:
+        """A new connection attempt: nothing of the last one's traffic is outstanding."""
+        self.generation += 1
+        self.rejoining = True
+        self.lost = False
+        self.on_wire = self.buffered_tasks = 0
+        self.outgoing = []
+        self.pings = {}
+        self.params_sent = None
+        self.unstamped = []
+
+
 class ProcessBackend:
     """A configured group: one persistent worker process per record."""
 
@@ -100,9 +153,7 @@ class ProcessBackend:
         self._records = list(records)
         self._precision = precision  # the job's compute precision, which each worker must offer
         self._pool = pool  # a session's kept workers: taken at the start, given back at the end
-        self._links: dict[str, WorkerLink] = {}  # past their handshake
-        self._phases: dict[str, str] = {}  # what each worker is doing, for a loss's message
-        self._params_sent: dict[str, int] = {}  # the pass whose Params each worker holds
+        self._peers = {r.identity: _Peer(r) for r in self._records}
         self._stage = stage  # file data each worker must hold before its first task
         self.staging: list[StagingRecord] = []
         self._fingerprint = fingerprint
@@ -111,37 +162,15 @@ class ProcessBackend:
         self._silence_s = silence_timeout()
         self._result_floor_s = result_floor()
         self._handshake_s = handshake_timeout()
-        self._liveness: dict[str, Liveness] = {}
-        # A connection attempt's number: what an earlier attempt's reader or watchdog still
-        # reports after its worker was dropped is ignored.
-        self._generation: dict[str, int] = {r.identity: 0 for r in self._records}
-        self._servers: dict[str, asyncio.Task[None]] = {}
         self._flushers: set[asyncio.Task[None]] = set()
-        self._transports: dict[str, Transport] = {}
-        self._connections: dict[str, CoordinatorConnection] = {}
         self._params: tuple[int, bytes] | None = None
-        self._outgoing: dict[str, list[bytes]] = {r.identity: [] for r in self._records}
-        # Tasks written to each worker and not yet answered, and how low that may fall before
-        # buffered tasks are written: batching task frames saves both processes wake-ups.
-        self._on_wire: dict[str, int] = {r.identity: 0 for r in self._records}
-        self._buffered_tasks: dict[str, int] = {r.identity: 0 for r in self._records}
-        self._low_water: dict[str, int] = {r.identity: 0 for r in self._records}
-        # Each worker's window follows its measured round trip and task time (see
-        # aner_coord.job.pacing); pings in flight by nonce, with the time they were written.
-        self._pacers: dict[str, Pacer] = {}
-        self._pings: dict[str, dict[int, float]] = {r.identity: {} for r in self._records}
-        self._write_locks = {r.identity: asyncio.Lock() for r in self._records}
         self._tasks: list[asyncio.Task[None]] = []
-        self._lost_workers: set[str] = set()
-        self._rejoins: dict[str, int] = {r.identity: 0 for r in self._records}
-        self._rejoining: set[str] = set()  # reconnecting, not yet ready again
         self._stopping = False
         self._stopped = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
         self._deliver: Deliver | None = None
         self.task_exception: BaseException | None = None
         self.timing = TaskTimes(link=True)
-        self._unstamped: dict[str, list[int]] = {r.identity: [] for r in self._records}
 
     def start(self, deliver: Deliver) -> None:
         self._deliver = deliver
@@ -150,109 +179,96 @@ class ProcessBackend:
             self._tasks.append(asyncio.create_task(self._serve(record, deliver)))
 
     async def _serve(self, record: WorkerRecord, deliver: Deliver) -> None:
-        identity = record.identity
-        generation = self._generation[identity]
-        server = asyncio.current_task()
-        if server is not None:
-            self._servers[identity] = server
-        self._phases[identity] = "connect"
+        peer = self._peers[record.identity]
+        generation = peer.generation
+        peer.server = asyncio.current_task()
+        peer.phase = "connect"
         try:
-            link = await self._take(record)
+            link = await self._take(peer)
             if link is None:  # not a session's worker kept from its previous job
-                link = await self._connect(record)
+                link = await self._connect(peer)
                 if link is None:
                     return  # the job stopped while the worker was starting
-            await self._run(link, deliver, generation)
+            await self._run(peer, link, deliver, generation)
         except asyncio.CancelledError:
             raise
         except (_Lost, StagingLost) as exc:
-            self._lost(identity, self._phases[identity], str(exc), generation)
+            self._lost(peer, peer.phase, str(exc), generation)
         except LostBetweenJobs as exc:
-            self._lost(identity, "idle", str(exc), generation)
+            self._lost(peer, "idle", str(exc), generation)
         except WorkerFailure as exc:  # the transport's, or a refused handshake
-            phase = self._phases[identity] if exc.phase in _TRANSPORT_PHASES else exc.phase
-            self._lost(identity, phase, exc.detail, generation)
+            phase = peer.phase if exc.phase in _TRANSPORT_PHASES else exc.phase
+            self._lost(peer, phase, exc.detail, generation)
         except ProtocolError as exc:
-            self._lost(
-                identity, self._phases[identity], f"protocol error: {exc.detail}", generation
-            )
+            self._lost(peer, peer.phase, f"protocol error: {exc.detail}", generation)
         except TimeoutError:
-            self._lost(identity, self._phases[identity], "no answer in time", generation)
+            self._lost(peer, peer.phase, "no answer in time", generation)
         except Exception as exc:  # a bug here must fail the job, not leave it waiting
-            log.exception("worker %s", identity)
-            self._lost(
-                identity,
-                self._phases[identity],
-                f"internal error in the coordinator: {exc!r}",
-                generation,
-            )
+            log.exception("worker %s", record.identity)
+            self._lost(peer, peer.phase, f"internal error in the coordinator: {exc!r}", generation)
 
-    async def _take(self, record: WorkerRecord) -> WorkerLink | None:
+    async def _take(self, peer: _Peer) -> WorkerLink | None:
         # Only the first connection of a job may reuse a kept worker; a rejoin starts anew.
-        if self._pool is None or self._rejoins[record.identity]:
+        if self._pool is None or peer.rejoins:
             return None
-        return await self._pool.take(record)
+        return await self._pool.take(peer.record)
 
-    async def _connect(self, record: WorkerRecord) -> WorkerLink | None:
+    async def _connect(self, peer: _Peer) -> WorkerLink | None:
         """Start the worker and shake hands; None when the job stopped meanwhile. Its
         transport and connection are known from the start, so a stop can shut it down."""
-        identity = record.identity
-        transport = await start(record)
-        self._transports[identity] = transport
+        record = peer.record
+        peer.transport = await start(record)
         if self._stopping:
             return None
-        self._phases[identity] = "handshake"
+        peer.phase = "handshake"
         connection = CoordinatorConnection(
-            identity,
+            record.identity,
             record.slots,
             self._fingerprint,
             (self._kernel.name,),
             heartbeat_s=heartbeat_interval(self._result_floor_s),
         )
-        self._connections[identity] = connection
-        return await handshake(record, transport, connection, self._handshake_s)
+        peer.connection = connection
+        return await handshake(record, peer.transport, connection, self._handshake_s)
 
-    async def _run(self, link: WorkerLink, deliver: Deliver, generation: int) -> None:
+    async def _run(self, peer: _Peer, link: WorkerLink, deliver: Deliver, generation: int) -> None:
         """Pace, stage and serve a worker past its handshake until its job stops."""
         identity = link.identity
-        self._transports[identity] = link.transport
-        self._connections[identity] = link.connection
-        self._links[identity] = link
+        peer.transport, peer.connection, peer.link = link.transport, link.connection, link
         require_precision(link, self._precision)  # a kept worker too, before any task
         # Each job paces afresh: its chunks, and so its task time, are its own.
         pacer = Pacer(link.record.slots, self._seconds_per_task, link.connection.limit)
         link.connection.resize(pacer.window.size)
-        self._pacers[identity] = pacer
+        peer.pacer = pacer
         self.timing.machine(identity, link.machine, link.host)
         if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
-            self._phases[identity] = "staging"
+            peer.phase = "staging"
             bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)
             async with asyncio.timeout(bound):
                 self.staging.append(await stage_worker(link, self._stage, self._handshake_s))
         watch = Liveness(self._silence_s, self._result_floor_s, heard=time.monotonic())
         watch.read(watch.heard, 0, *link.connection.receiving)  # a frame begun already
-        self._liveness[identity] = watch
+        peer.liveness = watch
         # Write more once the worker holds no more than the low-water mark.
-        self._low_water[identity] = pacer.window.low_water
-        self._phases[identity] = "run"
-        self._rejoining.discard(identity)
-        self._publish_window(identity)
+        peer.low_water = pacer.window.low_water
+        peer.phase = "run"
+        peer.rejoining = False
+        self._publish_window(peer)
         # The first ping measures the round trip; the first tasks go with it.
-        self._send_ping(identity)
+        self._send_ping(peer)
         deliver(WorkerReady(identity, pacer.window.size))
-        watchdog = asyncio.create_task(self._watchdog(identity, generation))
+        watchdog = asyncio.create_task(self._watchdog(peer, generation))
         try:
-            await self._flush(identity, force=True)
-            await self._receive(link, deliver)
+            await self._flush(peer, force=True)
+            await self._receive(peer, link, deliver)
         finally:
             watchdog.cancel()
 
-    async def _receive(self, link: WorkerLink, deliver: Deliver) -> None:
+    async def _receive(self, peer: _Peer, link: WorkerLink, deliver: Deliver) -> None:
         identity = link.identity
         stats_type = self._kernel.stats_type
-        on_wire = self._on_wire
-        pacer = self._pacers[identity]
-        watch = self._liveness[identity]
+        pacer, watch, timing = peer.pacer, peer.liveness, self.timing
+        assert pacer is not None and watch is not None
         connection = link.connection
         events = link.take_pending()
         now = time.monotonic()
@@ -260,7 +276,7 @@ class ProcessBackend:
             for event in events:
                 match event:
                     case Answered(message=message):
-                        on_wire[identity] -= 1
+                        peer.on_wire -= 1
                         watch.progress = now
                         if isinstance(message, TaskFailed):
                             deliver(TaskError(identity, message.task_id, message.reason))
@@ -269,22 +285,29 @@ class ProcessBackend:
                             stats = decode(stats_type, message.body)
                         except msgspec.DecodeError as exc:
                             raise _Lost(f"protocol error: malformed statistics: {exc}") from None
-                        busy_s, link_s = self.timing.received(
-                            identity, message.task_id, message.busy_s, message.queued_s, now
+                        busy_s, link_s = timing.received(
+                            identity,
+                            message.task_id,
+                            message.busy_s,
+                            message.queued_s,
+                            now,
+                            started=message.started,
+                            size=len(message.body),
                         )
                         deliver(ResultReceived(identity, message.task_id, stats))
-                        self._resize(identity, pacer.answered(busy_s, link_s))
+                        self._resize(peer, pacer.answered(busy_s, link_s))
                     case Computing():
                         watch.progress = now  # a slot says it gets on with a long task
-                    case Ponged(nonce=nonce):
-                        sent = self._pings[identity].pop(nonce, None)
+                    case Ponged(nonce=nonce, clock=clock):
+                        sent = peer.pings.pop(nonce, None)
                         if sent is not None and not math.isnan(sent):
-                            self._resize(identity, pacer.round_trip(now - sent))
+                            timing.clock(identity, sent, now, clock)
+                            self._resize(peer, pacer.round_trip(now - sent))
                     case Accepted() | Rejected() | BlocksWanted() | DataStaged():
                         pass  # the handshake's and staging's, over before the first task
                     case _:
                         assert_never(event)
-            await self._flush_all(identity)
+            await self._flush_all(peer)
             try:
                 events = await link.receive()
             except LinkClosed:
@@ -294,179 +317,170 @@ class ProcessBackend:
             now = time.monotonic()
             watch.read(now, len(events), *connection.receiving)
 
-    async def _watchdog(self, identity: str, generation: int) -> None:
+    async def _watchdog(self, peer: _Peer, generation: int) -> None:
         """Judge the worker's liveness and ping it, every third of the silence bound. It
         never waits on a write itself, so a worker that stopped reading is still judged."""
-        watch = self._liveness[identity]
-        pacer = self._pacers[identity]
+        watch, pacer = peer.liveness, peer.pacer
+        assert watch is not None and pacer is not None
         while True:
             await asyncio.sleep(self._silence_s / 3)
-            if self._stopping or self._generation[identity] != generation:
+            if self._stopping or peer.generation != generation:
                 return
             problem = watch.verdict(
-                time.monotonic(),
-                self._on_wire[identity],
-                pacer.task_estimate,
-                pacer.task_s is not None,
+                time.monotonic(), peer.on_wire, pacer.task_estimate, pacer.task_s is not None
             )
             if problem is not None:
-                self._lost(identity, self._phases[identity], problem, generation)
+                self._lost(peer, peer.phase, problem, generation)
                 return
-            self._send_ping(identity)
-            self._flush_soon(identity, force=True)
+            self._send_ping(peer)
+            self._flush_soon(peer, force=True)
 
-    def _send_ping(self, identity: str) -> None:
+    def _send_ping(self, peer: _Peer) -> None:
         """Queue a Ping; its Pong gives a round trip, stamped from the write (see _flush)."""
-        connection = self._connections.get(identity)
+        connection = peer.connection
         if connection is None:  # dropped meanwhile
             return
-        self._outgoing[identity].append(connection.ping())
-        self._pings[identity][connection.last_ping] = math.nan  # stamped when written
+        peer.outgoing.append(connection.ping())
+        peer.pings[connection.last_ping] = math.nan  # stamped when written
 
-    def _resize(self, identity: str, window: Window | None) -> None:
+    def _resize(self, peer: _Peer, window: Window | None) -> None:
         """Apply a new window from the worker's pacer: the connection allows it before the
         job machine fills it, and a smaller one reaches the machine before the connection."""
-        self._publish_window(identity)  # the estimates, whether or not the window moves
-        connection = self._connections.get(identity)
+        self._publish_window(peer)  # the estimates, whether or not the window moves
+        connection = peer.connection
         if window is None or connection is None or self._deliver is None:
             return
-        self._low_water[identity] = window.low_water
+        peer.low_water = window.low_water
         if window.size >= connection.window:
             connection.resize(window.size)
-            self._deliver(WindowChanged(identity, window.size))
+            self._deliver(WindowChanged(peer.identity, window.size))
         else:
-            self._deliver(WindowChanged(identity, window.size))
+            self._deliver(WindowChanged(peer.identity, window.size))
             connection.resize(window.size)
 
-    def _publish_window(self, identity: str) -> None:
-        pacer = self._pacers[identity]
-        self.timing.paced(identity, pacer.rtt_s, pacer.task_s, pacer.window.size)
+    def _publish_window(self, peer: _Peer) -> None:
+        pacer = peer.pacer
+        assert pacer is not None
+        self.timing.paced(peer.identity, pacer.rtt_s, pacer.task_s, pacer.window.size)
 
-    def _lost(self, identity: str, phase: str, detail: str, generation: int | None = None) -> None:
-        if generation is not None and generation != self._generation[identity]:
+    def _lost(self, peer: _Peer, phase: str, detail: str, generation: int | None = None) -> None:
+        if generation is not None and generation != peer.generation:
             return  # an earlier connection of a worker since dropped: already accounted for
-        if identity in self._lost_workers:
+        if peer.lost:
             return
-        self._lost_workers.add(identity)
-        if identity in self._rejoining:
+        peer.lost = True
+        if peer.rejoining:
             # A reconnection that failed: the job already counted this loss; try again later.
-            self._rejoining.discard(identity)
-            if self._rejoins[identity] < MAX_REJOINS and not self._stopping:
-                record = next(r for r in self._records if r.identity == identity)
-                self._tasks.append(asyncio.get_running_loop().create_task(self._rejoin(record)))
+            peer.rejoining = False
+            if peer.rejoins < MAX_REJOINS and not self._stopping:
+                self._tasks.append(asyncio.get_running_loop().create_task(self._rejoin(peer)))
             return
         if not self._stopping and self._deliver is not None:
-            self._deliver(WorkerLost(identity, phase, detail, at=time.time()))
+            self._deliver(WorkerLost(peer.identity, phase, detail, at=time.time()))
 
     def drop(self, worker: str) -> None:
         """The job goes on without `worker`: stop it now, whatever it still sends, then try
         to reconnect it after a back-off (the job's retries bound how often it may be lost)."""
-        self._lost_workers.add(worker)
-        self._generation[worker] += 1
-        self._outgoing[worker].clear()
-        transport = self._transports.pop(worker, None)
-        self._connections.pop(worker, None)
-        self._links.pop(worker, None)
-        self._liveness.pop(worker, None)
-        server = self._servers.pop(worker, None)
+        peer = self._peers[worker]
+        peer.lost = True
+        peer.generation += 1
+        peer.outgoing.clear()
+        self.timing.lost(worker)
+        transport, peer.transport = peer.transport, None
+        peer.connection = peer.link = peer.liveness = None
+        server, peer.server = peer.server, None
         if server is not None and server is not asyncio.current_task():
             server.cancel()  # its reader (and watchdog) stop now, not at their next byte
         loop = asyncio.get_running_loop()
         if transport is not None:
             self._tasks.append(loop.create_task(transport.close(timeout=LOST_CLOSE_S)))
-        record = next(r for r in self._records if r.identity == worker)
-        self._tasks.append(loop.create_task(self._rejoin(record)))
+        self._tasks.append(loop.create_task(self._rejoin(peer)))
 
-    async def _rejoin(self, record: WorkerRecord) -> None:
-        identity = record.identity
-        self._rejoins[identity] += 1
-        await asyncio.sleep(min(REJOIN_MAX_S, REJOIN_FIRST_S * 2 ** (self._rejoins[identity] - 1)))
+    async def _rejoin(self, peer: _Peer) -> None:
+        peer.rejoins += 1
+        await asyncio.sleep(min(REJOIN_MAX_S, REJOIN_FIRST_S * 2 ** (peer.rejoins - 1)))
         if self._stopping or self._deliver is None:
             return
-        log.info("reconnecting worker %s", identity)
-        self._generation[identity] += 1
-        self._rejoining.add(identity)
-        self._lost_workers.discard(identity)
-        self._on_wire[identity] = 0
-        self._buffered_tasks[identity] = 0
-        self._outgoing[identity] = []
-        self._pings[identity] = {}
-        self._params_sent.pop(identity, None)
-        await self._serve(record, self._deliver)
+        log.info("reconnecting worker %s", peer.identity)
+        peer.reset()
+        await self._serve(peer.record, self._deliver)
 
     def begin_pass(self, pass_id: int, params: Any) -> None:
         self._params = (pass_id, encode(params))
 
     def send(self, worker: str, task: Task) -> None:
-        connection = self._connections[worker]
-        frames = self._outgoing[worker]
+        peer = self._peers[worker]
+        connection = peer.connection
+        assert connection is not None
+        frames = peer.outgoing
         # Asked of this job, not of the connection: a kept worker holds the Params of its
         # previous job's pass, whose id this job may use again.
-        if self._params_sent.get(worker) != task.pass_id:
+        if peer.params_sent != task.pass_id:
             assert self._params is not None and self._params[0] == task.pass_id
             frames.append(connection.params(task.pass_id, self._kernel.name, self._params[1]))
-            self._params_sent[worker] = task.pass_id
-        frames.append(connection.task(task))
-        self._buffered_tasks[worker] += 1
-        self._unstamped[worker].append(task.task_id)
+            peer.params_sent = task.pass_id
+        frame = connection.task(task)
+        frames.append(frame)
+        peer.buffered_tasks += 1
+        peer.unstamped.append((task.task_id, task.pass_id, task.start, task.count, len(frame)))
 
     def flush_soon(self) -> None:
         """Flush, each from a task of its own, every worker due a write (after the
         coordinator handed the machine a result outside a reader, as an audit does)."""
         if self._stopping:
             return
-        for identity, frames in self._outgoing.items():
-            if frames and self._on_wire[identity] <= self._low_water[identity]:
-                self._flush_soon(identity)
+        for peer in self._peers.values():
+            if peer.outgoing and peer.on_wire <= peer.low_water:
+                self._flush_soon(peer)
 
-    async def _flush_all(self, reader: str) -> None:
+    async def _flush_all(self, reader: _Peer) -> None:
         """Flush every worker due a write: the reader's own inline, the others from a task
         of their own, so that no reader waits on another worker's input."""
-        for identity, frames in self._outgoing.items():
-            if frames and self._on_wire[identity] <= self._low_water[identity]:
-                if identity == reader:
-                    await self._flush(identity)
+        for peer in self._peers.values():
+            if peer.outgoing and peer.on_wire <= peer.low_water:
+                if peer is reader:
+                    await self._flush(peer)
                 else:
-                    self._flush_soon(identity)
+                    self._flush_soon(peer)
 
-    def _flush_soon(self, identity: str, *, force: bool = False) -> None:
-        if self._write_locks[identity].locked():
+    def _flush_soon(self, peer: _Peer, *, force: bool = False) -> None:
+        if peer.write_lock.locked():
             return  # the write in progress writes these frames too
-        flusher = asyncio.create_task(self._flush(identity, force=force))
+        flusher = asyncio.create_task(self._flush(peer, force=force))
         self._flushers.add(flusher)
         flusher.add_done_callback(self._flushers.discard)
 
-    async def _flush(self, identity: str, *, force: bool = False) -> None:
+    async def _flush(self, peer: _Peer, *, force: bool = False) -> None:
         """Write the worker's buffered frames (tasks once its tasks on the wire are down to
         the low-water mark; anything with `force`). A write already in progress keeps
         writing what accumulates meanwhile, so no caller ever waits behind it."""
-        lock = self._write_locks[identity]
+        lock = peer.write_lock
         if lock.locked():
             return
         async with lock:
             while True:
-                frames = self._outgoing[identity]
-                transport = self._transports.get(identity)
+                frames = peer.outgoing
+                transport = peer.transport
                 if not frames or transport is None:
                     return
-                if not force and self._on_wire[identity] > self._low_water[identity]:
+                if not force and peer.on_wire > peer.low_water:
                     return
-                await self._write(identity, transport, frames)
+                await self._write(peer, transport, frames)
 
-    async def _write(self, identity: str, transport: Transport, frames: list[bytes]) -> None:
+    async def _write(self, peer: _Peer, transport: Transport, frames: list[bytes]) -> None:
         data = b"".join(frames)
-        gave_work = self._on_wire[identity] == 0 and self._buffered_tasks[identity] > 0
-        self._on_wire[identity] += self._buffered_tasks[identity]
-        self._buffered_tasks[identity] = 0
+        gave_work = peer.on_wire == 0 and peer.buffered_tasks > 0
+        peer.on_wire += peer.buffered_tasks
+        peer.buffered_tasks = 0
         frames.clear()
-        task_ids, self._unstamped[identity] = self._unstamped[identity], []
+        tasks, peer.unstamped = peer.unstamped, []
         now = time.monotonic()
-        self.timing.dispatched(identity, task_ids, now)
-        pings = self._pings[identity]
+        self.timing.dispatched(peer.identity, tasks, now)
+        pings = peer.pings
         for nonce, sent in pings.items():
             if math.isnan(sent):
                 pings[nonce] = now
-        watch = self._liveness.get(identity)
+        watch = peer.liveness
         if watch is None:  # not watched (dropped meanwhile): nothing waits on this write
             with contextlib.suppress(TransportError):
                 await transport.write(data)
@@ -490,11 +504,15 @@ class ProcessBackend:
 
     async def _shutdown(self, reason: str) -> None:
         kept = self._keepable()
-        for link in kept:
-            del self._transports[link.record.identity]
-        for identity, transport in list(self._transports.items()):
-            self._outgoing[identity].clear()
-            connection = self._connections.get(identity)
+        closing = {
+            peer.identity: (peer, peer.transport)
+            for peer in self._peers.values()
+            if peer.transport is not None
+            and all(link.transport is not peer.transport for link in kept)
+        }
+        for peer, transport in closing.values():
+            peer.outgoing.clear()
+            connection = peer.connection
             if connection is None:
                 continue
             # It is going away anyway; close() below reaps it whatever this write does.
@@ -503,8 +521,8 @@ class ProcessBackend:
         # A lost worker gets no grace: it has already broken its side of the conversation.
         await asyncio.gather(
             *(
-                transport.close(timeout=LOST_CLOSE_S if identity in self._lost_workers else 5.0)
-                for identity, transport in self._transports.items()
+                transport.close(timeout=LOST_CLOSE_S if peer.lost else 5.0)
+                for peer, transport in closing.values()
             ),
             return_exceptions=True,
         )
@@ -523,15 +541,15 @@ class ProcessBackend:
         if self._pool is None:
             return []
         kept: list[WorkerLink] = []
-        for identity, transport in self._transports.items():
-            connection = self._connections.get(identity)
-            link = self._links.get(identity)
+        for peer in self._peers.values():
+            connection, link = peer.connection, peer.link
             if (
-                connection is None
+                peer.transport is None
+                or connection is None
                 or link is None
-                or link.transport is not transport
-                or identity in self._lost_workers
-                or identity in self._rejoining
+                or link.transport is not peer.transport
+                or peer.lost
+                or peer.rejoining
                 or connection.phase is not Phase.READY
                 or connection.in_flight
                 or connection.staging

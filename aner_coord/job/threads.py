@@ -143,7 +143,7 @@ class ThreadBackend:
             try:
                 began = clock()
                 stats = kernel.run(params[task.pass_id], task.start, task.count, stopping)
-                received(name, task.task_id, clock() - began)
+                received(name, task.task_id, clock() - began, started=began)
             except Stopped:
                 return
             except Exception as exc:  # a task's failure is the job's failure, named
@@ -160,12 +160,15 @@ class ThreadBackend:
         self._params[pass_id] = params
 
     def send(self, worker: str, task: Task) -> None:
+        # Stamped before it is queued: the thread may take it at once.
+        self.timing.dispatched(worker, [(task.task_id, task.pass_id, task.start, task.count, None)])
         self._queues[worker].put(task)
 
     def flush_soon(self) -> None:
         pass  # a queue's tasks are taken at once
 
     def drop(self, worker: str) -> None:
+        self.timing.lost(worker)
         self._queues[worker].put(None)  # its thread has already ended; nothing more for it
 
     def request_stop(self, reason: str) -> None:

@@ -9,6 +9,7 @@ the files' own types.
 - `lock`: the coordinator's `flock` (`JobLock`) and the monitors' probe of it;
 - `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
+- `timeline`: `timeline.jsonl`, where the job's time went (bounded; written and read);
 - `status`, `manifest`, `results`: the job files as msgspec Structs;
 - `sources`: the files whose code computes a result's numbers, which the manifest records;
 - `index`: the per-user index of this host's job directories, behind `aner parallel jobs`.
@@ -27,6 +28,7 @@ from aner_coord.jobdir.directory import (
     REQUEST,
     RESULT,
     STATUS,
+    TIMELINE,
     JobDir,
     JobDirError,
     JobFileError,
@@ -51,6 +53,7 @@ __all__ = [
     "REQUEST",
     "RESULT",
     "STATUS",
+    "TIMELINE",
     "JobDir",
     "JobDirError",
     "JobFileError",

@@ -87,6 +87,12 @@ MODEL = "model.npz"
 CHECKPOINT = "checkpoint.npz"
 
 
+# Where the job's time went (`aner_coord.jobdir.timeline`), bounded in size: past
+# TIMELINE_MAX_BYTES nothing more is written.
+TIMELINE = "timeline.jsonl"
+TIMELINE_MAX_BYTES = 64 << 20
+
+
 # The most bytes a job file of each kind may have to be read: far above what aner writes
 # (a status of 32 workers is a few KiB, a ledger of a million chunks some 50 MiB), far below
 # what would hurt the reader. A file over its limit is refused, never read.
@@ -98,6 +104,7 @@ READ_LIMITS = {
     LEDGER: 1 << 30,  # read in pieces, never whole (`aner_coord.jobdir.ledger`)
     MODEL: 256 << 20,
     CHECKPOINT: 1 << 30,
+    TIMELINE: TIMELINE_MAX_BYTES + (1 << 20),  # its bound, a line past it, `truncated`
     LOCK: 4096,
     CANCEL_REQUEST: 4096,
 }

@@ -1,5 +1,6 @@
 """PNG charts of an experiment, with matplotlib's Agg backend (the optional `charts` extra;
-only `aner parallel scaling` imports this module).
+only `aner parallel scaling` and `aner parallel timeline --png` import this module, the
+latter for `new_figure` and `save_png`).
 
 - `speedup.png`: local speedup against workers, one line per chunk, the ideal line, and
   min:max whiskers (the reference median over each trial's extremes);
@@ -12,7 +13,7 @@ only `aner parallel scaling` imports this module).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import matplotlib
 
@@ -42,12 +43,23 @@ def draw(
         figure = chart(experiment, summaries, records)
         if figure is None:
             continue
-        path = output / name
-        figure.savefig(path, dpi=DPI, bbox_inches="tight")
-        plt.close(figure)
-        path.chmod(0o600)
+        save_png(figure, output / name)
         written.append(name)
     return written
+
+
+def new_figure(width: float, height: float) -> tuple[Any, Any]:
+    """A figure and its one axes, on the Agg backend."""
+    return plt.subplots(figsize=(width, height))
+
+
+def save_png(figure: Any, target: Path | BinaryIO) -> None:
+    """Write `figure` as a PNG (an owner-only file at a path, or into a binary stream) and
+    free it."""
+    figure.savefig(target, dpi=DPI, bbox_inches="tight", format="png")
+    plt.close(figure)
+    if isinstance(target, Path):
+        target.chmod(0o600)
 
 
 def _speedup(

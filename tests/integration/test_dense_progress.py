@@ -13,9 +13,11 @@ from pathlib import Path
 from support import read_status, result_of, run_aner, wait_for
 
 from aner_coord.admission import admit
+from aner_coord.cli.monitor import busy_text
 from aner_coord.cli.progress import compact, describe, percent, rate_text, work_text
 from aner_coord.computations.dense.request import DenseRequest
 from aner_coord.job.execute import execute
+from aner_coord.jobdir import JobDir
 from aner_coord.jobdir.status import JobState, StatusSnapshot
 from aner_coord.requests import JobRequest, LocalExecution
 from aner_coord.runner import run_sync
@@ -101,6 +103,13 @@ def test_status_watch_and_cancel_show_epochs_steps_and_readable_rates(tmp_path: 
         assert re.fullmatch(r"[\d,]+ of [\d,]+ rows \(\d+\.\d%\)", lines["work"]), lines["work"]
         assert RATE.fullmatch(lines["rate"]), lines["rate"]
         assert re.fullmatch(r"(\d+:)?\d+:\d\d|--", lines["eta"]), lines["eta"]  # no bound here
+        # What `status --watch` adds while the job runs: its worker's recent busy share,
+        # from the tail of the live timeline.
+        with JobDir.open(job) as directory:
+            busy = busy_text(directory)
+        assert busy is not None and re.fullmatch(
+            r"local-1 \d+% \(computing, last 5 s of the timeline\)", busy
+        ), busy
     finally:
         cancelled = run_aner("parallel", "cancel", "--job", str(job), timeout=120)
     assert cancelled.returncode == 4, cancelled.stderr

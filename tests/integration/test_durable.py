@@ -27,6 +27,7 @@ from support import (
 from aner_coord import parallel
 from aner_coord.jobdir.ledger import LEDGER, Accepted, scan
 from aner_coord.jobdir.status import JobState
+from aner_coord.jobdir.timeline import Segment, TaskLine, read_timeline
 
 HITS_1E9 = 785_386_550  # docs/contracts.md, section 1, seed 42
 
@@ -159,6 +160,9 @@ def test_a_coordinator_killed_three_times_and_resumed_gives_the_exact_hits(
     assert result_of(job)["hits"] == HITS_1E9
     shown = run_aner("parallel", "status", "--job", str(job)).stdout
     assert "resumed   3 times; the last resume recovered" in shown
+    # Each coordinator appended its own segment to the one timeline.
+    segments = [line for line in read_timeline(job) if isinstance(line, Segment)]
+    assert [s.segment for s in segments] == [0, 1, 2, 3]
     # No worker of any killed coordinator is left running.
     wait_for(lambda: all(process_gone(w.pid) for w in every_worker), 30, "no orphan workers")
     assert len(every_worker) >= 6
@@ -289,3 +293,9 @@ def test_a_lost_pipe_worker_is_reconnected_and_works_again(
     assert final.state is JobState.COMPLETED, final.error
     assert result_of(job)["hits"] == HITS_1E9
     assert [loss.identity for loss in final.losses] == [again.losses[0].identity]
+    # The timeline shows the tasks the killed worker held as lost, each range retried once.
+    tasks = [line for line in read_timeline(job) if isinstance(line, TaskLine)]
+    lost = sorted((t.pass_id, t.start) for t in tasks if t.outcome == "lost")
+    retried = sorted((t.pass_id, t.start) for t in tasks if t.outcome == "retried")
+    assert lost and lost == retried
+    assert {t.worker for t in tasks if t.outcome == "lost"} == {final.losses[0].identity}

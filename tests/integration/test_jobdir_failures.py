@@ -131,7 +131,7 @@ def test_a_disk_filling_up_mid_run_fails_the_job_with_one_line(tmp_path: Path) -
         # What was written before stays whole; no temp file is left behind.
         assert status_of(job).state is JobState.RUNNING
         assert sorted(os.listdir(job)) == [
-            "ledger", "request.json", "run-manifest.json", "status.json"
+            "ledger", "request.json", "run-manifest.json", "status.json", "timeline.jsonl"
         ]  # fmt: skip
 
 

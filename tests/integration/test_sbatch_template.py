@@ -13,6 +13,7 @@ import pytest
 from support import DEPLOY, TESTS
 
 from aner_coord.cli.monitor import Observation, _PlainLines
+from aner_coord.jobdir import JobDir
 from aner_coord.jobdir.status import JobState, decode_status
 
 
@@ -43,10 +44,12 @@ def test_without_aner_on_the_jobs_path_the_template_says_so_and_exits_2(tmp_path
     )
 
 
-def test_the_watch_log_never_repeats_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_watch_log_never_repeats_a_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     snapshot = decode_status((TESTS / "data" / "status-v2.json").read_bytes())
     starting = msgspec.structs.replace(snapshot, state=JobState.STARTING, accepted=0)
-    show = _PlainLines()
+    show = _PlainLines(JobDir.open(tmp_path))  # no timeline yet: no busy shares
     for seq in range(1, 6):  # a STARTING status rewritten five times: one line
         rewritten = msgspec.structs.replace(starting, seq=seq)
         show(Observation(rewritten, JobState.STARTING, True, 0.0), True)

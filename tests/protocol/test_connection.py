@@ -389,6 +389,21 @@ def test_a_result_with_impossible_timings_is_a_protocol_error(
     )
 
 
+@pytest.mark.parametrize("started", [-1.0, float("nan"), float("inf")])
+def test_a_result_or_pong_with_an_impossible_clock_is_a_protocol_error(started: float) -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(5, 0, 0, 10))
+    with pytest.raises(RemoteProtocolError, match=f"result for task 5 has started = {started}"):
+        coordinator.receive(frame(Result(5, 0, 10, msgspec.Raw(BODY), 0.5, 0.0, started)))
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.ping()
+    with pytest.raises(RemoteProtocolError, match=f"Pong 1 has clock = {started}"):
+        coordinator.receive(frame(Pong(1, started)))
+
+
 def test_a_worker_reports_its_own_timings_within_the_bounds() -> None:
     coordinator, worker = pair()
     handshake(coordinator, worker)

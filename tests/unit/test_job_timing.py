@@ -8,12 +8,13 @@ import time
 
 import msgspec
 
-from aner_coord.job.timing import TaskTimes
+from aner_coord.job.timing import ClockOffset, TaskRecord, TaskTimes, WorkerSums, costs
 from aner_coord.jobdir.status import WorkerAccount, decode_status
 from protocol import (
     Accepted,
     Answered,
     CoordinatorConnection,
+    Ponged,
     Result,
     Task,
     Welcome,
@@ -23,6 +24,11 @@ from protocol.messages import Message
 
 FP = "sha256:" + "0" * 64
 MACHINE = {"cpu_model": "Test CPU", "logical_cpus": "4", "aner": "0.1.0"}
+
+
+def _tasks(*ids: int, pass_id: int = 0) -> list[tuple[int, int, int, int, int | None]]:
+    """`TaskTimes.dispatched`'s tuples: task `i` covers items [10 i, 10 i + 10)."""
+    return [(i, pass_id, 10 * i, 10, 40) for i in ids]
 
 
 def test_the_welcome_carries_the_workers_machine() -> None:
@@ -65,7 +71,7 @@ def test_costs_are_sums_of_what_was_measured_and_none_otherwise() -> None:
     link.start()
     link.machine("w1", MACHINE)
     t0 = time.monotonic()
-    link.dispatched("w1", [1, 2], now=t0)
+    link.dispatched("w1", _tasks(1, 2), now=t0)
     assert link.received("w1", 1, 0.25, 0.0, now=t0 + 0.5) == (0.25, 0.25)
     assert link.received("w1", 2, 0.5, 0.25, now=t0 + 1.0) == (0.5, 0.25)
     idle = WorkerAccount("w2", 1, 0, 0)  # never answered: nothing measured
@@ -84,7 +90,7 @@ def test_costs_are_sums_of_what_was_measured_and_none_otherwise() -> None:
 def test_a_worker_cannot_claim_more_compute_time_than_its_task_has_existed() -> None:
     times = TaskTimes(link=True)
     t0 = time.monotonic()
-    times.dispatched("w1", [1, 2], now=t0)
+    times.dispatched("w1", _tasks(1, 2), now=t0)
     assert times.received("w1", 1, 1e6, 1e6, now=t0 + 2.0) == (2.0, 0.0)
     assert times.received("w1", 2, 0.5, 0.0, now=t0 + 2.0) == (0.5, 1.5)
     assert times.received("w1", 3, 7.0, 0.0, now=t0 + 2.0) == (7.0, None)  # never stamped
@@ -120,7 +126,7 @@ def test_link_time_counts_tasks_in_flight_together_once() -> None:
     times = TaskTimes(link=True)
     times.start()
     began = time.monotonic()
-    times.dispatched("w1", range(100))
+    times.dispatched("w1", _tasks(*range(100)))
     while time.monotonic() - began < 0.01:
         pass
     for task_id in range(100):
@@ -129,3 +135,92 @@ def test_link_time_counts_tasks_in_flight_together_once() -> None:
     (account,) = times.annotate([WorkerAccount("w1", 1, 100, 100)])
     assert account.transfer_s is not None
     assert 0.01 <= account.transfer_s <= span
+
+
+def test_a_result_and_a_pong_carry_the_workers_clock_and_older_ones_decode() -> None:
+    coordinator = CoordinatorConnection("w", 1, FP, ("mc",))
+    worker = WorkerConnection(FP, 1, "p", {"mc"})
+    worker.receive(coordinator.hello())
+    coordinator.receive(worker.reply())
+    worker.receive(coordinator.params(1, "mc", msgspec.msgpack.encode([1])))
+    task = Task(7, 1, 0, 10)
+    worker.receive(coordinator.task(task))
+    frame = worker.result(task, msgspec.msgpack.encode([3]), 0.5, 0.125, 1234.5)
+    (answered,) = coordinator.receive(frame)
+    assert isinstance(answered, Answered) and isinstance(answered.message, Result)
+    assert answered.message.started == 1234.5
+    worker.receive(coordinator.ping())
+    (ponged,) = coordinator.receive(worker.pong(coordinator.last_ping, 99.25))
+    assert ponged == Ponged(coordinator.last_ping, 99.25)
+    decoder = msgspec.msgpack.Decoder(Message)
+    old = decoder.decode(msgspec.msgpack.encode(["pong", 3]))
+    assert old == msgspec.convert(["pong", 3, 0.0], Message) and old.clock == 0.0
+
+
+def test_the_clock_offset_keeps_the_estimate_of_the_shortest_round_trip() -> None:
+    clock = ClockOffset()
+    clock.observe(10.0, 10.4, 110.3)  # round trip 0.4: midpoint 10.2, offset 100.1
+    assert clock.offset is not None and abs(clock.offset - 100.1) < 1e-9
+    assert abs(clock.error_s - 0.2) < 1e-9
+    clock.observe(20.0, 20.1, 120.04)  # shorter: replaces it
+    assert abs(clock.offset - 99.99) < 1e-9 and abs(clock.error_s - 0.05) < 1e-9
+    clock.observe(30.0, 31.0, 500.0)  # longer: ignored however far off
+    assert abs(clock.offset - 99.99) < 1e-9
+    clock.observe(40.0, 40.01, 0.0)  # a worker that did not say: ignored
+    assert abs(clock.error_s - 0.05) < 1e-9
+
+
+def test_each_task_gets_one_record_mapped_onto_the_coordinators_clock() -> None:
+    times = TaskTimes(link=True)
+    records: list[TaskRecord] = []
+    times.sink = records.append
+    times.start()
+    t0 = time.monotonic()
+    times.clock("w1", t0, t0 + 0.002, 5000.0)  # the worker's clock reads 5000 at t0 + 0.001
+    times.dispatched("w1", _tasks(1, 2), now=t0 + 0.01)
+    busy, link_s = times.received("w1", 1, 0.5, 0.125, now=t0 + 0.7, started=5000.0 + 0.06, size=64)
+    assert busy == 0.5 and link_s is not None and abs(link_s - 0.065) < 1e-9
+    (record,) = records
+    assert (record.worker, record.pass_id, record.task_id, record.start, record.count) == (
+        "w1",
+        0,
+        1,
+        10,
+        10,
+    )
+    assert record.dispatched == t0 + 0.01 and record.received == t0 + 0.7
+    assert record.started is not None and record.ended is not None
+    assert abs(record.started - (t0 + 0.061)) < 1e-9
+    assert abs(record.ended - record.started - 0.5) < 1e-12
+    assert record.clock_error_s is not None and abs(record.clock_error_s - 0.001) < 1e-9
+    assert (record.bytes_out, record.bytes_in, record.outcome) == (40, 64, "accepted")
+    # The worker is lost with task 2 outstanding; its range is retried elsewhere.
+    times.lost("w1")
+    assert records[-1].task_id == 2 and records[-1].outcome == "lost"
+    assert records[-1].received is None
+    times.dispatched("w2", [(9, 0, 20, 10, 40)], now=t0 + 1.0)
+    times.received("w2", 9, 0.25, 0.0, now=t0 + 1.5)
+    assert records[-1].outcome == "retried" and records[-1].started is None  # no clock yet
+    times.received("w2", 10, 0.25, 0.0, now=t0 + 1.6)  # never dispatched: refused
+    assert records[-1].outcome == "duplicate"
+
+
+def test_the_sums_shown_are_the_sums_of_the_records() -> None:
+    times = TaskTimes(link=True)
+    records: list[TaskRecord] = []
+    times.sink = records.append
+    times.start()
+    t0 = time.monotonic()
+    times.dispatched("w1", _tasks(*range(6)), now=t0)
+    for i in range(6):
+        times.received("w1", i, 0.1 * (i + 1), 0.01, now=t0 + 0.3 * (i + 1))
+    (account,) = times.annotate([WorkerAccount("w1", 2, 60, 6)])
+    sums = WorkerSums()
+    for record in records:
+        sums.add(record)
+    span = max(r.received or 0.0 for r in records) - times.started
+    cost = costs(sums, 2, span, link=True)
+    assert account.compute_s == round(cost.compute_s or -1, 6)
+    assert account.transfer_s == round(cost.transfer_s or -1, 6)
+    assert account.wait_s == round(cost.wait_s or -1, 6)
+    assert abs((account.compute_s or 0) - 2.1) < 1e-6
