@@ -118,11 +118,16 @@ async def job_files(
             book.append(ledger.Resumed(time.time(), os.getpid()))
         # A resumed job's coordinator appends the next segment to the same timeline.
         segment = resume.recovered.resumes if resume is not None else 0  # counts this one
-        syncs = [book.sync]
         if with_timeline:
             timeline = TimelineWriter(directory, segment)
-            syncs.append(timeline.sync)
-        writer = jobdir.StatusWriter(directory, on_error=on_error, before_write=_syncs(*syncs))
+        # The ledger before each status (what it reports is durable first), the timeline
+        # after it (on a nearly full disk the job's own files come first).
+        writer = jobdir.StatusWriter(
+            directory,
+            on_error=on_error,
+            before_write=book.sync,
+            after_write=timeline.sync if timeline is not None else None,
+        )
         restored = resume.checkpoint if resume is not None else None
         checkpoints = Checkpointer(directory, book, policy, restored=restored)
         yield JobFiles(directory, book, writer, checkpoints, timeline)
@@ -147,16 +152,6 @@ async def job_files(
             if held is not None:
                 held.release()
             directory.close()
-
-
-def _syncs(*syncs: Callable[[], None]) -> Callable[[], None]:
-    """One `before_write` that makes each of `syncs` in turn."""
-
-    def sync() -> None:
-        for each in syncs:
-            each()
-
-    return sync
 
 
 def _create(job: Job, key: bytes) -> tuple[jobdir.JobDir, jobdir.JobLock]:

@@ -210,10 +210,15 @@ class TimelineWriter:
             if self._full:
                 with self._lock:
                     self._pending = []
+            before = os.fstat(self._fd).st_size
             try:
                 while data:
                     data = data[os.write(self._fd, data) :]
             except OSError as exc:
+                # What the failed write took goes back (no torn line, and the room is the
+                # job's own files' again).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, before)
                 self.failed = str(self._directory.write_error("write", TIMELINE, exc))
                 log.info("%s; the job goes on without its timeline", self.failed)
                 with self._lock:

@@ -33,7 +33,8 @@ class StatusWriter:
     failure of the first write is raised by that call and every later one
     (`first_write_failed`): the job never started as far as its directory is concerned.
     `before_write` runs on the writer thread before each status write (the job's ledger
-    makes what the status will report durable there)."""
+    makes what the status will report durable there), `after_write` after it (a diagnosis,
+    the timeline, whose lines never take the room a status needs)."""
 
     # How a failure of this observer is named in the job's error (never a class name).
     where = "writing the job directory"
@@ -45,6 +46,7 @@ class StatusWriter:
         min_interval_s: float = STATUS_MIN_INTERVAL_S,
         on_error: Callable[[JobDirError], None] | None = None,
         before_write: Callable[[], None] | None = None,
+        after_write: Callable[[], None] | None = None,
     ) -> None:
         if isinstance(job, JobDir):
             self._dir, self._own_dir = job, False
@@ -53,6 +55,7 @@ class StatusWriter:
         self._interval = min_interval_s
         self._on_error = on_error
         self._before_write = before_write
+        self._after_write = after_write
         self._cond = threading.Condition()
         self._slot: StatusSnapshot | None = None
         self._completed: StatusSnapshot | None = None
@@ -210,3 +213,5 @@ class StatusWriter:
         self._dir.write_bytes(STATUS, encode_status(snapshot))
         self._last_state = snapshot.state
         self._last_write = time.monotonic()
+        if self._after_write is not None:
+            self._after_write()

@@ -221,7 +221,7 @@ def test_the_api_refuses_a_bad_split_naming_the_argument(wine: Wine) -> None:
         (lambda: parallel.dense_fit(x, y, groups=wine.site, validation=(x, y), seed=1),
          "takes validation= or groups="),
         (lambda: parallel.cross_validate(x, y, validation=(x, y), seed=1),
-         "cross_validate() has no argument validation="),
+         "cross_validate() takes no validation=: its folds validate"),
         (lambda: parallel.dense_fit(x, y, split=["train"] * 178, test_fraction=0.1, seed=1),
          "split_column= decides every row's role: give it without test_fraction="),
         (lambda: parallel.dense_fit(data=str(wine.csv), groups=wine.site, seed=1),
