@@ -68,8 +68,19 @@ def coordinators() -> Iterator[Coordinators]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that uses
     the real Slurm runs in one xdist worker: one single-node cluster per run, as without
-    xdist, and its tests see only their own job steps.  Each xdist worker starts its own
-    sshd (a cheap session fixture on a free port)."""
+    xdist, and its tests see only their own job steps.  The tests of a module that share a
+    module-scoped fixture (the malformed-file corpora, driven once in about 50 s) run in one
+    xdist worker too, or each worker would build it again.  Each xdist worker starts its
+    own sshd (a cheap session fixture on a free port)."""
     for item in items:
-        if isinstance(item, pytest.Function) and "slurm" in item.fixturenames:
+        if not isinstance(item, pytest.Function):
+            continue
+        if "slurm" in item.fixturenames:
             item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.module.__name__}"))
+
+
+def _uses_a_module_fixture(item: pytest.Function) -> bool:
+    definitions = item._fixtureinfo.name2fixturedefs.values()
+    return any(d.scope == "module" for defs in definitions for d in defs)
