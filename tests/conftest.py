@@ -65,13 +65,15 @@ def coordinators() -> Iterator[Coordinators]:
         tracked.cleanup()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that uses
     the real Slurm runs in one xdist worker: one single-node cluster per run, as without
     xdist, and its tests see only their own job steps.  The tests of a module that share a
     module-scoped fixture (the malformed-file corpora, driven once in about 50 s) run in one
     xdist worker too, or each worker would build it again.  Each xdist worker starts its
-    own sshd (a cheap session fixture on a free port)."""
+    own sshd (a cheap session fixture on a free port). (Until this hook ran first, xdist
+    read the groups before they were set: each worker started its own Slurm.)"""
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
