@@ -32,9 +32,9 @@ typecheck: $(VENV)/.test
 	$(VENV)/bin/mypy protocol aner_coord aner_worker
 
 # Two test processes (pytest-xdist): most tests wait on worker processes, signals and files
-# rather than compute, so two use a 2-core machine better than one (four were no faster:
-# 16 min 40 s against 16 min 10 s, tests/README.md); every test
-# that needs the real Slurm runs in one of them (tests/conftest.py). PYTEST_WORKERS=0 runs
+# rather than compute, so two use a 2-core machine better than one (three were slower:
+# tests/README.md); the tests that need the real Slurm, and those of a module that share a
+# module-scoped fixture, run in one of them each (tests/conftest.py). PYTEST_WORKERS=0 runs
 # the suite in this process alone.
 PYTEST_WORKERS ?= 2
 PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
