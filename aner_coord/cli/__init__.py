@@ -6,11 +6,11 @@
   each worker of a cluster) can do; `dense`: `train`, `predict`;
   `search`: `cv`, `search`;
 - `monitor`: `status`, `cancel`; `joblist`: `jobs`, this user's jobs on this host;
-  `timeline`: where a job's time went; `background`: `--background` and the detached
-  coordinator;
+  `timeline`: where a job's time went; `scaling`: `scaling` and `plan`, over the
+  experiments, probes and predictions of `aner_coord.scaling`; `background`: `--background`
+  and the detached coordinator;
 - `progress`: the live progress line; `sdnotify`: telling systemd how a job does.
 
-`aner parallel scaling` and `plan` live with the scaling code (`aner_coord.scaling.command`).
 Heavy modules are imported only by the commands that need them.
 """
 

@@ -69,8 +69,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("this user's jobs on this host: queued, running, finished", "aner_coord.cli.joblist"),
     "cancel": ("ask a running job to stop", "aner_coord.cli.monitor"),
     "resume": ("continue a job whose coordinator is gone, from its ledger", "aner_coord.cli.jobs"),
-    "scaling": ("timed scaling experiment: trials, records, charts", "aner_coord.scaling.command"),
-    "plan": ("probe the machines, predict plans, recommend one", "aner_coord.scaling.command"),
+    "scaling": ("timed scaling experiment: trials, records, charts", "aner_coord.cli.scaling"),
+    "plan": ("probe the machines, predict plans, recommend one", "aner_coord.cli.scaling"),
     "worker": ("serve as a worker on stdin/stdout (started by a coordinator)", "aner_worker.cli"),
 }
 

@@ -1,9 +1,10 @@
 """Honest scaling experiments (docs/contracts.md, section 10) and the plan recommender.
 
 `aner parallel scaling` runs each case of an experiment as fresh `aner parallel` commands,
-timed from outside; `aner parallel plan` probes the machines and predicts. The modules:
+timed from outside; `aner parallel plan` probes the machines and predicts. The two commands
+themselves, which check everything before they run anything, are `aner_coord.cli.scaling`.
+The modules:
 
-- `command`: the two commands, which check everything before they run anything;
 - `experiment`: the experiment file (TOML) and the standard `--auto` matrix;
 - `trials`: running one trial (a whole command) and reading what it produced;
 - `load`: how busy the machine was while a trial ran (load average, others' CPU share);

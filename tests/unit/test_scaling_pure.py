@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from aner_coord.cli.scaling import format_plan, rate_text
 from aner_coord.errors import RequestError
-from aner_coord.scaling.command import format_plan, rate_text
 from aner_coord.scaling.experiment import load_experiment
 from aner_coord.scaling.plan import chunk_candidates, predict_local, recommend, shared_rates
 from aner_coord.scaling.probe import LocalProbe, Probe, WorkerProbe
