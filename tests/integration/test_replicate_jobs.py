@@ -102,6 +102,30 @@ def _accepted(job: Path) -> list[Accepted]:
     return [e.record for e in records if isinstance(e.record, Accepted)]
 
 
+def _killed_after_three_and_resumed(
+    job: Path, coordinators: Coordinators, replicates: int, items: int
+) -> tuple[list[Accepted], list[Accepted]]:
+    """Stop the job's coordinator once three replicates (of `items` each) are accepted, kill
+    it, resume the job to completion; the ledger's accepted records before and after."""
+    pid = coordinators.add(status_of(job).pid)
+    os.kill(pid, signal.SIGSTOP)
+    advance_until(
+        pid,
+        status_where(job, lambda s: s.state is JobState.RUNNING and s.accepted >= 3 * items),
+        "three replicates accepted",
+    )
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    before = _accepted(job)
+    assert 3 <= len(before) < replicates  # whole replicates: one task each
+    resumed = run_aner("parallel", "resume", "--job", str(job), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    final = status_of(job)
+    assert final.state is JobState.COMPLETED
+    assert final.recovered == len(before) * items
+    return before, _accepted(job)
+
+
 def test_a_killed_coordinator_resumes_recomputing_only_the_missing_replicates(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
@@ -113,23 +137,7 @@ def test_a_killed_coordinator_resumes_recomputing_only_the_missing_replicates(
         "--background",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    pid = coordinators.add(status_of(job).pid)
-    os.kill(pid, signal.SIGSTOP)
-    advance_until(
-        pid,
-        status_where(job, lambda s: s.state is JobState.RUNNING and s.accepted >= 3 * samples),
-        "three replicates accepted",
-    )
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
-    before = _accepted(job)
-    assert 3 <= len(before) < replicates  # whole replicates: one task each
-    resumed = run_aner("parallel", "resume", "--job", str(job), timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    final = status_of(job)
-    assert final.state is JobState.COMPLETED
-    assert final.recovered == len(before) * samples
-    after = _accepted(job)
+    before, after = _killed_after_three_and_resumed(job, coordinators, replicates, samples)
     # Each replicate accepted exactly once, the recovered ones never again.
     assert sorted(a.chunk for a in after) == list(range(replicates))
     assert after[: len(before)] == before
@@ -253,23 +261,7 @@ def test_a_killed_dense_replicates_job_resumes_recomputing_only_the_missing_repl
         str(job), "--background",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    pid = coordinators.add(status_of(job).pid)
-    os.kill(pid, signal.SIGSTOP)
-    advance_until(
-        pid,
-        status_where(job, lambda s: s.state is JobState.RUNNING and s.accepted >= 3),
-        "three replicates accepted",
-    )
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
-    before = _accepted(job)
-    assert 3 <= len(before) < replicates  # whole replicates: one task each
-    resumed = run_aner("parallel", "resume", "--job", str(job), timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    final = status_of(job)
-    assert final.state is JobState.COMPLETED
-    assert final.recovered == len(before)
-    after = _accepted(job)
+    before, after = _killed_after_three_and_resumed(job, coordinators, replicates, 1)
     assert sorted(a.chunk for a in after) == list(range(replicates))
     assert after[: len(before)] == before
     undisturbed = parallel.dense_fit(
