@@ -378,3 +378,54 @@ def hold_slots(env: dict[str, str], slots: int) -> Lease:
     lease = table.take(slots, Holder(os.getpid(), job=HOLDING_JOB, kind="test", slots=slots))
     assert isinstance(lease, Lease)
     return lease
+
+
+class GatedWorker:
+    """A local-pipe worker whose host granted it one slot (`--max-slots 1`, leases on, in a
+    lease table of its own), and the test's gate on it: while the test holds the grant's
+    slot (`close`), the worker receives and holds its tasks but computes none, saying
+    `Working` meanwhile, so a job stays mid-way, whatever the machine's speed, until the
+    test `open`s it. The product's own mechanism (a host owner's grant), not a mock."""
+
+    def __init__(self, directory: Path, identity: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.identity = identity
+        self.runtime = directory / f"rt-{identity}"
+        self.executable = directory / f"granted-{identity}"
+        self.executable.write_text(
+            f'#!/bin/sh\nunset ANER_LEASES\nANER_RUNTIME_DIR="{self.runtime}" '
+            f'exec "{ANER}" "$@" --max-slots 1\n'
+        )
+        self.executable.chmod(0o700)
+        self._lease: Lease | None = None
+
+    def close(self) -> None:
+        """Hold the grant's one slot: the worker computes nothing from its next task on."""
+        if self._lease is None:
+            table = LeaseTable(1, private_dir("granted", {"ANER_RUNTIME_DIR": str(self.runtime)}))
+            holder = Holder(os.getpid(), job=HOLDING_JOB, kind="test", slots=1)
+
+            def take() -> Lease | None:
+                got = table.take(1, holder)
+                return got if isinstance(got, Lease) else None
+
+            self._lease = wait_for(take, HANG_S, f"{self.identity}'s granted slot")
+
+    def open(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+
+@contextlib.contextmanager
+def gated_pair(path: Path) -> Iterator[tuple[Path, GatedWorker]]:
+    """A group of two local-pipe workers "w1" and "w2", one slot each, "w2" gated (closed
+    until the test opens it, and opened whatever happens): `w1` computes, `w2` holds the
+    tasks it was sent, so a job is mid-way until `w2` is opened or lost."""
+    gated = GatedWorker(path.parent, "w2")
+    gated.close()
+    try:
+        records = [("w1", "local", "-", ANER, 1), ("w2", "local", "-", str(gated.executable), 1)]
+        yield write_cluster(path, records), gated
+    finally:
+        gated.open()

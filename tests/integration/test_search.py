@@ -25,6 +25,7 @@ from support import (
     ANER,
     SAMPLES,
     Coordinators,
+    gated_pair,
     process_gone,
     result_of,
     run_aner,
@@ -56,8 +57,8 @@ chunk = 32
 [grid]
 lr = [0.003, 0.01]
 """
-# Fits of about a second here (12 of them on two workers): long enough to kill something
-# mid-search whatever the machine's load, since every wait is for a condition.
+# Twelve fits and a refit on two workers, one of them gated (`gated_pair`): the search is
+# mid-way, whatever the machine's speed, until the test lets that worker compute.
 LONG = """\
 teacher = [6000, 16, 4]
 seed = 7
@@ -227,62 +228,69 @@ def background(job: Path, spec: Path, *args: str) -> int:
 
 
 def fits_done(job: Path, at_least: int) -> Any:
+    """A snapshot of the running search with `at_least` fits done and "w2" (gated, see
+    `gated_pair`) holding one: the search cannot end meanwhile, however fast the fits."""
     return wait_status(
         job,
         lambda s: (
             s.state is JobState.RUNNING
             and s.detail is not None
             and s.detail["done"] >= at_least
-            and sum(bool(held) for held in s.detail["running"].values()) == 2
+            and bool(s.detail["running"].get("w2"))
         ),
         240,
-        f"{at_least} fits done and both workers holding fits",
+        f"{at_least} fits done and w2 holding a fit",
     )
+
+
+def gated_worker(coordinator: int) -> psutil.Process:
+    """The gated worker "w2" of `coordinator`: the one started through its grant wrapper."""
+    return next(p for p in workers_of(coordinator) if "--max-slots" in p.cmdline())
 
 
 def test_a_worker_killed_mid_search_is_survived_with_the_same_outcome(
     long_spec: Path, long_reference: list[dict[str, Any]], tmp_path: Path,
     coordinators: Coordinators,
 ) -> None:  # fmt: skip
-    cluster = write_pipe_pair(tmp_path / "c")
-    job = tmp_path / "job"
-    pid = coordinators.add(background(job, long_spec, "--cluster", str(cluster), "--retries", "1"))
-    seen = fits_done(job, 2)
-    victim = next(p for p in workers_of(pid) if p.pid != os.getpid())
-    victim.kill()
-    final = wait_status(job, lambda s: s.state.terminal, 240, "the search to end")
+    with gated_pair(tmp_path / "c") as (cluster, _gate):
+        job = tmp_path / "job"
+        pid = coordinators.add(
+            background(job, long_spec, "--cluster", str(cluster), "--retries", "1")
+        )
+        seen = fits_done(job, 2)
+        gated_worker(pid).kill()  # holding a fit it never began
+        final = wait_status(job, lambda s: s.state.terminal, 240, "the search to end")
     assert final.state is JobState.COMPLETED, final.error
     assert seen.detail is not None and seen.detail["done"] < 12
     result = result_of(job)
     assert outcome(result) == long_reference
-    assert len(result["losses"]) == 1
+    assert [loss["identity"] for loss in result["losses"]] == ["w2"]
     chunks = accepted_chunks(job)
     assert sorted(chunks[0]) == list(range(12)) and chunks[1] == [0]  # each fit once
-    survivor = {"w1", "w2"} - {result["losses"][0]["identity"]}
-    assert result["refit"]["worker"] in survivor
+    assert result["refit"]["worker"] == "w1"
 
 
 def test_a_coordinator_killed_mid_search_resumes_to_the_same_outcome(
     long_spec: Path, long_reference: list[dict[str, Any]], tmp_path: Path,
     coordinators: Coordinators,
 ) -> None:  # fmt: skip
-    cluster = write_pipe_pair(tmp_path / "c")
-    job = tmp_path / "job"
-    pid = coordinators.add(background(job, long_spec, "--cluster", str(cluster)))
-    seen = fits_done(job, 3)
-    # The ETA is the search's own, from the fits' measured seconds, counting down since.
-    assert seen.detail is not None and seen.detail["eta_s"] is not None
-    assert seen.eta_s is not None and seen.eta_s <= seen.detail["eta_s"]
-    shown = run_aner("parallel", "status", "--job", str(job))
-    os.kill(pid, signal.SIGKILL)
+    with gated_pair(tmp_path / "c") as (cluster, _gate):
+        job = tmp_path / "job"
+        pid = coordinators.add(background(job, long_spec, "--cluster", str(cluster)))
+        seen = fits_done(job, 3)
+        # The ETA is the search's own, from the fits' measured seconds, counting down since.
+        assert seen.detail is not None and seen.detail["eta_s"] is not None
+        assert seen.eta_s is not None and seen.eta_s <= seen.detail["eta_s"]
+        shown = run_aner("parallel", "status", "--job", str(job))
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
     # What status showed of the running search: fits done, who holds which, the best so far.
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert any(line.startswith("fits      ") and "of 13 done" in line for line in lines)
-    assert any(line.startswith("running   w") and "candidate" in line for line in lines)
+    assert any(line.startswith("running   w2") and "candidate" in line for line in lines)
     assert any(line.startswith("best      candidate") for line in lines), shown.stdout
     assert any(line.startswith("eta       0:") for line in lines), shown.stdout
-    wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
     before = accepted_chunks(job).get(0, [])
     assert 3 <= len(before) < 12
     resumed = run_aner("parallel", "resume", "--job", str(job), timeout=300)
