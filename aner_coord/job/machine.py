@@ -430,9 +430,9 @@ class JobMachine:
             ]
         if not self._todo:  # the ledger of a resumed job already holds this whole pass
             return [committed, *begin, *self._end_pass()]
-        # Every pass is reported (observers see each step), but after its tasks are sent:
-        # the workers compute while the shell publishes.
-        return [committed, *begin, *self._dispatch(), self._status(urgent=True)]
+        # A new pass is progress, not news: the shell publishes it within its interval (a
+        # snapshot per pass cost a Dense step on the digits 5%), after its tasks are sent.
+        return [committed, *begin, *self._dispatch(), self._status(urgent=False)]
 
     def _count_live(self, items: int) -> None:
         kind = self._pass.kind if self._pass is not None else ONE_KIND

@@ -860,7 +860,9 @@ def test_barrier_no_task_of_the_next_pass_before_the_pass_is_accepted() -> None:
         BeginPass(1, RegressionParams(SEED, theta)),
         SendTask("a", task(4, 0, 2, pass_id=1)),
         SendTask("b", task(5, 2, 2, pass_id=1)),
-        status(R),  # after the sends: the workers compute while the shell publishes
+        # After the sends (the workers compute while the shell publishes), and not urgent:
+        # a new pass is progress, published within the shell's interval.
+        status(R, urgent=False),
     ]
     p = progress(out)
     assert (p.pass_index, p.chunks_done, p.phase, p.committed_steps) == (1, 0, "step 1 of 2", 0)
