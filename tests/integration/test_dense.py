@@ -455,8 +455,13 @@ def test_with_retries_a_killed_worker_changes_no_bit(tmp_path: Path) -> None:
     argv = [ANER, "parallel", "train", *plan, "--retries", "1", "--cluster", str(group),
             "--output", str(job)]  # fmt: skip
     with spawned(argv) as proc:
-        wait_status(job, lambda s: (s.committed_steps or 0) >= 3, 120, "three committed steps")
-        killed_after = status_of(job).committed_steps
+        seen = wait_status(
+            job,
+            lambda s: s.state is JobState.RUNNING and (s.committed_steps or 0) >= 3,
+            120,
+            "three committed steps",
+        )
+        killed_after = seen.committed_steps
         coordinator = psutil.Process(proc.pid)
         workers = [p for p in coordinator.children() if "worker" in " ".join(p.cmdline())]
         workers[0].send_signal(signal.SIGKILL)

@@ -47,9 +47,11 @@ from aner_coord.job.resume import prepare_resume
 from aner_coord.jobdir.status import JobState, StatusSnapshot
 from aner_coord.runner import run_sync
 
-# 8,000 teacher rows: 4,800 training rows, 75 steps of 64 rows an epoch, 12 epochs.
-# Long enough (about 1 s on an idle machine after this round's speed-ups; 8,000 rows ran in
-# 0.3 s) that the job cannot end between `--background` returning and the test's SIGSTOP.
+# 40,000 teacher rows: 28,136 training rows, 440 steps of 64 rows an epoch, 12 epochs
+# (5,280 steps). Long enough (about 2.6 s on an idle machine) that the job cannot end between
+# `--background` returning and the test's SIGSTOP, and that the `stopped` fixture, which has
+# no checkpoint to wait for before it stops the job (none is due), sees a status (written at
+# most every 0.5 s) RUNNING with committed steps long before the end.
 PLAN = (
     "parallel", "train", "--teacher", "40000,16,4", "--hidden", "32,32", "--batch", "64",
     "--epochs", "12", "--patience", "100", "--seed", "3", "--workers", "1", "--quiet",

@@ -13,7 +13,10 @@ import psutil
 import pytest
 from support import (
     ANER,
+    LONG,
     Coordinators,
+    GatedWorker,
+    gated_pair,
     process_gone,
     result_of,
     run_aner,
@@ -26,7 +29,7 @@ from support import (
 
 from aner_coord import parallel
 from aner_coord.jobdir.ledger import LEDGER, Accepted, scan
-from aner_coord.jobdir.status import JobState
+from aner_coord.jobdir.status import JobState, StatusSnapshot
 from aner_coord.jobdir.timeline import Segment, TaskLine, read_timeline
 
 HITS_1E9 = 785_386_550  # docs/contracts.md, section 1, seed 42
@@ -40,13 +43,25 @@ def workers_of(pid: int) -> list[psutil.Process]:
     return [p for p in children if "worker" in " ".join(p.cmdline())]
 
 
-def background(job: Path, *args: str, env: dict[str, str] | None = None) -> int:
+def background(
+    job: Path, *args: str, env: dict[str, str] | None = None, samples: str = "1e9"
+) -> int:
     done = run_aner(
-        "parallel", "run", "--samples", "1e9", "--seed", "42", "--output", str(job),
+        "parallel", "run", "--samples", samples, "--seed", "42", "--output", str(job),
         "--background", *args, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return status_of(job).pid
+
+
+def is_gated(process: psutil.Process, gate: GatedWorker) -> bool:
+    """Whether `process` is `gate`'s worker: its grant wrapper, or the worker it became."""
+    argv = process.cmdline()
+    return str(gate.executable) in argv or "--max-slots" in argv
+
+
+def chunks_of(status: StatusSnapshot, identity: str) -> int:
+    return next(w.chunks for w in status.workers if w.identity == identity)
 
 
 def wait_accepted(job: Path, at_least: int) -> None:
@@ -63,18 +78,38 @@ def test_a_killed_ssh_worker_is_survived_with_the_exact_hits(
     sshd,
     coordinators: Coordinators,  # type: ignore[no-untyped-def]
 ) -> None:
-    cluster = write_cluster(
-        tmp_path / "c",
-        [("remote-1", "ssh", sshd.alias, ANER, 1), ("pipe-1", "local", "-", ANER, 1)],
-    )
-    job = tmp_path / "job"
-    args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "1")
-    pid = coordinators.add(background(job, *args, env=sshd.env))
-    # Mid-run: both workers past their handshake, each with work accepted.
-    wait_status(job, lambda s: all(w.chunks > 0 for w in s.workers), 120, "both workers working")
-    remote = workers_of(sshd.process.pid)
-    assert len(remote) == 1
-    remote[0].kill()
+    # The pipe worker is gated (`GatedWorker`): it holds the tasks it is sent, or the chunk
+    # kept for it, so the job is mid-run, whatever the machine's speed, until it is opened.
+    gate = GatedWorker(tmp_path, "pipe-1")
+    gate.close()
+    try:
+        cluster = write_cluster(
+            tmp_path / "c",
+            [
+                ("remote-1", "ssh", sshd.alias, ANER, 1),
+                ("pipe-1", "local", "-", str(gate.executable), 1),
+            ],
+        )
+        job = tmp_path / "job"
+        args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "1")
+        pid = coordinators.add(background(job, *args, env=sshd.env))
+        # Mid-run: the ssh worker past its handshake, with work accepted.
+        wait_status(
+            job,
+            lambda s: (
+                s.state is JobState.RUNNING
+                and any(w.identity == "remote-1" and w.chunks > 0 for w in s.workers)
+            ),
+            120,
+            "the ssh worker working",
+        )
+        remote = workers_of(sshd.process.pid)
+        assert len(remote) == 1
+        remote[0].kill()
+        # Its loss is recorded while the job cannot end; then the pipe worker computes.
+        wait_status(job, lambda s: bool(s.losses) or s.state.terminal, 120, "the loss")
+    finally:
+        gate.open()
     final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
     result = result_of(job)
@@ -90,7 +125,9 @@ def test_without_retries_a_lost_worker_still_fails_the_job(
 ) -> None:
     cluster = write_pipe_pair(tmp_path / "c")
     job = tmp_path / "job"
-    pid = coordinators.add(background(job, "--cluster", str(cluster), "--chunk", "10000000"))
+    # A job that only ends when it fails (or is cancelled): it is running when a worker dies.
+    args = ("--cluster", str(cluster), "--chunk", "10000000")
+    pid = coordinators.add(background(job, *args, samples=LONG))
     # Both past their handshake (each has work accepted), so that whichever is killed is
     # lost in its run phase: on a loaded machine one may still be starting when the other
     # has results.
@@ -121,7 +158,12 @@ def test_a_killed_pipe_worker_mid_step_gives_the_undisturbed_parameters(tmp_path
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     pid = status_of(job).pid
-    seen = wait_status(job, lambda s: (s.committed_steps or 0) >= 2, 120, "two committed steps")
+    seen = wait_status(
+        job,
+        lambda s: s.state is JobState.RUNNING and (s.committed_steps or 0) >= 2,
+        120,
+        "two committed steps",
+    )
     workers_of(pid)[0].kill()
     final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
@@ -135,25 +177,30 @@ def test_a_killed_pipe_worker_mid_step_gives_the_undisturbed_parameters(tmp_path
 def test_a_coordinator_killed_three_times_and_resumed_gives_the_exact_hits(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    cluster = write_pipe_pair(tmp_path / "c")
-    job = tmp_path / "job"
-    pid = coordinators.add(background(job, "--cluster", str(cluster), "--chunk", "10000000"))
-    every_worker: list[psutil.Process] = []
-    for threshold in (100_000_000, 300_000_000, 500_000_000):
-        wait_accepted(job, threshold)
-        every_worker.extend(workers_of(pid))
-        os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: process_gone(pid), 30, "the coordinator to die")  # noqa: B023
-        wait_for(
-            lambda: run_aner("parallel", "status", "--job", str(job)).returncode == 5,
-            30,
-            "COORDINATOR_OFFLINE",
-        )
-        done = run_aner("parallel", "resume", "--job", str(job), "--background")
-        assert done.returncode == 0, done.stderr
-        assert "job resumed in the background" in done.stdout
-        pid = coordinators.add(status_of(job).pid)
-    final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
+    # "w2" is gated (`gated_pair`), and stays so across the resumes (each starts its workers
+    # from the same cluster file): it holds a chunk it never begins, so the job is mid-way at
+    # every kill, whatever the machine's speed, until the gate opens after the last resume.
+    with gated_pair(tmp_path / "c") as (cluster, gate):
+        job = tmp_path / "job"
+        args = ("--cluster", str(cluster), "--chunk", "10000000")
+        pid = coordinators.add(background(job, *args))
+        every_worker: list[psutil.Process] = []
+        for threshold in (100_000_000, 300_000_000, 500_000_000):
+            wait_accepted(job, threshold)
+            every_worker.extend(workers_of(pid))
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: process_gone(pid), 30, "the coordinator to die")  # noqa: B023
+            wait_for(
+                lambda: run_aner("parallel", "status", "--job", str(job)).returncode == 5,
+                30,
+                "COORDINATOR_OFFLINE",
+            )
+            done = run_aner("parallel", "resume", "--job", str(job), "--background")
+            assert done.returncode == 0, done.stderr
+            assert "job resumed in the background" in done.stdout
+            pid = coordinators.add(status_of(job).pid)
+        gate.open()
+        final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
     assert final.resumes == 3
     assert final.recovered >= 500_000_000
@@ -270,29 +317,38 @@ def test_the_units_resume_flag_continues_the_same_job_and_refuses_another(
 def test_a_lost_pipe_worker_is_reconnected_and_works_again(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    cluster = write_pipe_pair(tmp_path / "c")
-    job = tmp_path / "job"
-    args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "2")
-    pid = coordinators.add(background(job, *args))
-    before = wait_status(job, lambda s: all(w.chunks > 0 for w in s.workers), 120, "both working")
-    first = next(p for p in workers_of(pid) if p.pid == min(w.pid for w in workers_of(pid)))
-    first.kill()
-    wait_for(lambda: process_gone(first.pid), 30, "the worker to die")
-    # The lost worker comes back (a new process) and accepts chunks again.
-    again = wait_status(
-        job,
-        lambda s: (
-            len(s.losses) == 1
-            and next(w for w in s.workers if w.identity == s.losses[0].identity).chunks
-            > next(w for w in before.workers if w.identity == s.losses[0].identity).chunks + 1
-        ),
-        120,
-        "the lost worker to work again",
-    )
-    final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
+    # "w2" is gated (`gated_pair`): it holds the chunk it was sent (or the one kept for it),
+    # so the job cannot end before the killed "w1" is back and has done chunks again, however
+    # fast the machine; then "w2" is let compute.
+    with gated_pair(tmp_path / "c") as (cluster, gate):
+        job = tmp_path / "job"
+        args = ("--cluster", str(cluster), "--chunk", "10000000", "--retries", "2")
+        pid = coordinators.add(background(job, *args))
+        wait_status(
+            job,
+            lambda s: s.state is JobState.RUNNING and chunks_of(s, "w1") > 0,
+            120,
+            "w1 working",
+        )
+        [first] = [p for p in workers_of(pid) if not is_gated(p, gate)]
+        first.kill()
+        wait_for(lambda: process_gone(first.pid), 30, "the worker to die")
+        # Once its loss is recorded, no chunk of the killed process counts any more: the lost
+        # worker comes back (a new process) and accepts chunks again.
+        loss_seen = wait_status(
+            job, lambda s: [x.identity for x in s.losses] == ["w1"], 120, "the loss of w1"
+        )
+        wait_status(
+            job,
+            lambda s: chunks_of(s, "w1") > chunks_of(loss_seen, "w1") + 1,
+            120,
+            "the lost worker to work again",
+        )
+        gate.open()
+        final = wait_status(job, lambda s: s.state.terminal, 120, "the job to end")
     assert final.state is JobState.COMPLETED, final.error
     assert result_of(job)["hits"] == HITS_1E9
-    assert [loss.identity for loss in final.losses] == [again.losses[0].identity]
+    assert [loss.identity for loss in final.losses] == ["w1"]
     # The timeline shows the tasks the killed worker held as lost, each range retried once.
     tasks = [line for line in read_timeline(job) if isinstance(line, TaskLine)]
     lost = sorted((t.pass_id, t.start) for t in tasks if t.outcome == "lost")

@@ -17,13 +17,14 @@ import msgspec
 import pytest
 from support import (
     Coordinators,
-    advance_until,
+    GatedWorker,
+    gated_pair,
     process_gone,
     result_of,
     run_aner,
     status_of,
-    status_where,
     wait_for,
+    wait_status,
     write_pipe_pair,
 )
 
@@ -103,19 +104,23 @@ def _accepted(job: Path) -> list[Accepted]:
 
 
 def _killed_after_three_and_resumed(
-    job: Path, coordinators: Coordinators, replicates: int, items: int
+    job: Path, gate: GatedWorker, coordinators: Coordinators, replicates: int, items: int
 ) -> tuple[list[Accepted], list[Accepted]]:
-    """Stop the job's coordinator once three replicates (of `items` each) are accepted, kill
-    it, resume the job to completion; the ledger's accepted records before and after."""
+    """Kill the job's coordinator once three replicates (of `items` each) are accepted and
+    resume the job to completion; the ledger's accepted records before and after. The job
+    runs on a gated pair (`gated_pair`): "w2" holds the replicates it was sent (or the one
+    kept for it) until `gate` opens, after the kill, so the job is mid-way when it is killed,
+    however fast the machine."""
     pid = coordinators.add(status_of(job).pid)
-    os.kill(pid, signal.SIGSTOP)
-    advance_until(
-        pid,
-        status_where(job, lambda s: s.state is JobState.RUNNING and s.accepted >= 3 * items),
+    wait_status(
+        job,
+        lambda s: s.state is JobState.RUNNING and s.accepted >= 3 * items,
+        240,
         "three replicates accepted",
     )
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: process_gone(pid), 30, "the coordinator to die")
+    gate.open()
     before = _accepted(job)
     assert 3 <= len(before) < replicates  # whole replicates: one task each
     resumed = run_aner("parallel", "resume", "--job", str(job), timeout=300)
@@ -131,13 +136,16 @@ def test_a_killed_coordinator_resumes_recomputing_only_the_missing_replicates(
 ) -> None:
     samples, replicates = 5_000_000, 40
     job = tmp_path / "job"
-    done = run_aner(
-        "parallel", "run", "--samples", str(samples), "--seed", "7",
-        "--replicates", str(replicates), "--workers", "1", "--output", str(job),
-        "--background",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    before, after = _killed_after_three_and_resumed(job, coordinators, replicates, samples)
+    with gated_pair(tmp_path / "c") as (cluster, gate):
+        done = run_aner(
+            "parallel", "run", "--samples", str(samples), "--seed", "7",
+            "--replicates", str(replicates), "--cluster", str(cluster), "--output", str(job),
+            "--background",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        before, after = _killed_after_three_and_resumed(
+            job, gate, coordinators, replicates, samples
+        )
     # Each replicate accepted exactly once, the recovered ones never again.
     assert sorted(a.chunk for a in after) == list(range(replicates))
     assert after[: len(before)] == before
@@ -252,16 +260,17 @@ def test_dense_replicates_are_bitwise_the_same_on_one_two_and_pipe_workers(
 def test_a_killed_dense_replicates_job_resumes_recomputing_only_the_missing_replicates(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    # Fits of about 0.1 s each on an idle core: the job is still running when it is stopped.
+    # Fits of about 0.1 s each on an idle core, on a gated pair: still running when killed.
     replicates = 16
     job = tmp_path / "job"
-    done = run_aner(
-        "parallel", "train", "--teacher", "16000,16,3", "--hidden", "32", "--epochs", "4",
-        "--seed", "9", "--replicates", str(replicates), "--workers", "1", "--output",
-        str(job), "--background",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    before, after = _killed_after_three_and_resumed(job, coordinators, replicates, 1)
+    with gated_pair(tmp_path / "c") as (cluster, gate):
+        done = run_aner(
+            "parallel", "train", "--teacher", "16000,16,3", "--hidden", "32", "--epochs", "4",
+            "--seed", "9", "--replicates", str(replicates), "--cluster", str(cluster),
+            "--output", str(job), "--background",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        before, after = _killed_after_three_and_resumed(job, gate, coordinators, replicates, 1)
     assert sorted(a.chunk for a in after) == list(range(replicates))
     assert after[: len(before)] == before
     undisturbed = parallel.dense_fit(

@@ -173,8 +173,12 @@ def check_report(out: Path) -> None:
 def test_ctrl_c_keeps_every_finished_trial(tmp_path: Path) -> None:
     out = tmp_path / "scaling"
     path = tmp_path / "experiment.toml"
+    # The most repetitions an experiment may ask for (a warm-up and 100 trials of about half
+    # a second each here): the SIGINT sent once two trials are kept lands long before the
+    # last (three repetitions left it under two seconds). It ends the run, so they cost
+    # nothing.
     path.write_text(
-        '[computation]\nkind = "monte-carlo"\nsamples = 100_000\nseed = 1\n'
+        'repetitions = 100\n[computation]\nkind = "monte-carlo"\nsamples = 100_000\nseed = 1\n'
         '[[case]]\nname = "one"\nworkers = 1\n'
     )
     proc = subprocess.Popen(

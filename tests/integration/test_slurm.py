@@ -475,7 +475,9 @@ def test_a_training_the_time_limit_stops_is_requeued_and_resumed_from_its_checkp
         pid = status_of(job).pid
         os.kill(pid, signal.SIGSTOP)  # held until the time limit's signal is on its way
         try:
-            committed = status_where(job, lambda s: (s.committed_steps or 0) > 0)
+            committed = status_where(
+                job, lambda s: s.state is JobState.RUNNING and (s.committed_steps or 0) > 0
+            )
             advance_until(pid, committed, "committed steps")
             assert slurm.command("scancel", "--batch", "--signal=TERM", job_id).returncode == 0
             wait_for(lambda: (job / "cancel-request").exists(), 60, "the script's cancel")
