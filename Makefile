@@ -39,8 +39,9 @@ typecheck: $(VENV)/.test
 PYTEST_WORKERS ?= 2
 PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
+# The slowest tests are listed at the end: where the ten minutes go, in every CI log.
 pytest: $(VENV)/.test
-	$(PY) -m pytest -q $(PYTEST_XDIST)
+	$(PY) -m pytest -q $(PYTEST_XDIST) --durations=25
 
 # The edit loop: the pure layers (unit, protocol) and the transport contract without SSH,
 # in a minute or two; `make test` still runs everything.

@@ -17,7 +17,7 @@ from aner_coord import parallel
 from aner_coord.errors import JobFailed
 from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.threads import ThreadBackend
-from aner_coord.jobdir.status import JobState
+from aner_coord.jobdir.status import JobState, StatusSnapshot
 
 TOY = str(Path(toy_computation.__file__).resolve())
 ITEMS = 10_007
@@ -166,9 +166,9 @@ def test_an_observer_that_fails_fails_the_job_naming_it() -> None:
     class Disk:
         where = "the job directory"
 
-        def __call__(self, snapshot: object) -> None:
+        def __call__(self, snapshot: StatusSnapshot) -> None:
             calls.append(snapshot)
-            if len(calls) == 3:
+            if snapshot.state is JobState.RUNNING:  # mid-job: the first snapshot of its work
                 raise OSError(28, "No space left on device")
 
     job = admit(
