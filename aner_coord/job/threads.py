@@ -146,14 +146,10 @@ class ThreadBackend:
 
     def _serve(self, name: str, handover: Handover, done: list[Event]) -> None:
         tasks = self._queues[name]
-        kernel = self._kernel
-        params = self._params
         stopping = self._stop.is_set
-        received = self.timing.received
-        clock = time.monotonic
         # Load the kernel before the first task, as a worker process does before its
         # Welcome, so that a task's measured compute time is the kernel's alone.
-        kernel.warm_up()
+        self._kernel.warm_up()
         batch = self._batch
         handover.post([WorkerReady(name, window=2 * batch)])
         while not stopping():
@@ -161,20 +157,32 @@ class ThreadBackend:
             if task is None or stopping():
                 return
             try:
-                began = clock()
-                stats = kernel.run(params[task.pass_id], task.start, task.count, stopping)
-                self._last_s = seconds = clock() - began
-                received(name, task.task_id, seconds, started=began)
+                event = self._compute(name, task)
             except Stopped:
                 return
-            except Exception as exc:  # a task's failure is the job's failure, named
-                self.task_exception = exc
-                done.append(TaskError(name, task.task_id, f"{type(exc).__name__}: {exc}"))
+            done.append(event)
+            if isinstance(event, TaskError):
                 return
-            done.append(ResultReceived(name, task.task_id, stats))
             if tasks.qsize() <= batch:
                 handover.post(done)
                 done.clear()
+
+    def _compute(self, worker: str, task: Task) -> ResultReceived | TaskError:
+        """Compute `task` on the calling thread (its slot's, or the loop's): its result, or
+        its failure, which is the job's, named. `Stopped` goes to the caller."""
+        began = time.monotonic()
+        try:
+            stats = self._kernel.run(
+                self._params[task.pass_id], task.start, task.count, self._stop.is_set
+            )
+        except Stopped:
+            raise
+        except Exception as exc:
+            self.task_exception = exc
+            return TaskError(worker, task.task_id, f"{type(exc).__name__}: {exc}")
+        self._last_s = seconds = time.monotonic() - began
+        self.timing.received(worker, task.task_id, seconds, started=began)
+        return ResultReceived(worker, task.task_id, stats)
 
     def begin_pass(self, pass_id: int, params: Any) -> None:
         self._params.clear()  # the threads hold this dict: update it in place
@@ -219,26 +227,19 @@ class ThreadBackend:
             return
         events: list[Event] = []
         for worker, task in pending:
-            began = time.monotonic()
             try:
-                stats = self._kernel.run(
-                    self._params[task.pass_id], task.start, task.count, self._stop.is_set
-                )
+                event = self._compute(worker, task)
             except Stopped:
                 break
-            except Exception as exc:  # a task's failure is the job's failure, named
-                self.task_exception = exc
-                events.append(TaskError(worker, task.task_id, f"{type(exc).__name__}: {exc}"))
+            events.append(event)
+            if isinstance(event, TaskError):
                 break
-            self._last_s = seconds = time.monotonic() - began
-            self.timing.received(worker, task.task_id, seconds, started=began)
-            events.append(ResultReceived(worker, task.task_id, stats))
         assert self._deliver is not None
-        for event in events:  # in the order computed, as a thread's batch is
+        for computed in events:  # in the order computed, as a thread's batch is
             try:
-                self._deliver(event)
+                self._deliver(computed)
             except Exception:  # as the hand-over of a thread's results does
-                log.exception("handling %s", type(event).__name__)
+                log.exception("handling %s", type(computed).__name__)
 
     def _from_threads(self, event: Event) -> None:
         """An event a thread posted, on the loop: the account of what the threads hold."""
