@@ -111,7 +111,7 @@ class ThreadBackend:
         self._deliver: Deliver | None = None
         self._ready = False  # the single slot's thread has loaded the kernel
         self._in_thread = 0  # tasks given to the threads whose results are not yet delivered
-        self._pending: list[tuple[str, Task]] = []  # sent this round, inline if alone
+        self._pending: list[tuple[str, Task]] = []  # sent this round: inline if short
         self._last_s: float | None = None  # the last task's compute seconds (any thread)
 
     def start(self, deliver: Deliver) -> None:
