@@ -4,10 +4,11 @@
 Speaks frames on stdin/stdout and logs on stderr only; it never opens a socket. The main
 thread reads stdin and feeds the connection, which checks the handshake (version,
 fingerprint, slots against this machine's effective CPUs, kernels) and every later frame.
-`slots` long-lived threads (the kernels release the GIL) take tasks from one queue and write
-each result as it completes; results that complete while another is being written go out
-together in the next write, and the result of a very short task may wait up to a couple of
-milliseconds for company (see HOLD_TASK_S). A pass's parameters are decoded once, by the
+`slots` long-lived threads (the kernels release the GIL) take tasks from one queue and hand
+each result, as it completes, to one writer thread (`_Output`), so that no slot waits on the
+pipe; results that complete while another is being written go out together in the next
+write, and the result of a very short task may wait up to a couple of milliseconds for
+company (see HOLD_TASK_S). A pass's parameters are decoded once, by the
 first of its tasks, and shared by the rest. Pings are answered by the reading thread at
 once, whatever the slots are doing; a slot computing a long task says so itself
 (`Working`, every `Hello.heartbeat_s`), so that its coordinator knows it is not stuck.
@@ -74,10 +75,9 @@ log = logging.getLogger("aner.worker")
 HOLD_TASK_S = 0.001
 # The capacity asked for the worker's stdin and stdout pipes. A chunk's result of the
 # 256-wide Dense model is a 680 KB frame (its float64 gradient sums), and a pass's
-# parameters as large: through Linux's default 64 KiB pipe the computing thread that writes
-# a result blocks until the coordinator has read it in 11 pieces, each a wake-up of its
-# event loop, before it starts its next chunk. 1 MiB (Linux's default pipe-max-size) takes a
-# whole frame at once. Where it cannot be had (not a pipe, over the limits), the default
+# parameters as large: through Linux's default 64 KiB pipe the writer thread hands a result
+# over in 11 pieces, each a wake-up of the coordinator's event loop. 1 MiB (Linux's default
+# pipe-max-size) takes a whole frame at once. Where it cannot be had (not a pipe, over the limits), the default
 # stays: only the speed differs.
 PIPE_BYTES = 1 << 20
 READ_BYTES = 1 << 18  # a read of stdin: a pass's parameters in three, not eleven
@@ -102,9 +102,15 @@ class _Output:
     """Serialises frames from several threads onto one file descriptor, and guards the
     connection object, which is not thread-safe.
 
-    Whoever finds no write in progress becomes the writer and keeps writing until nothing is
-    pending; frames that arrive meanwhile are joined into its next write. A frame sent with
-    `hold=True` may stay pending (see HOLD_TASK_S) until a later `send` or `flush`.
+    Senders only queue a frame (made under `lock`) and wake the writer thread, which writes
+    whatever is pending, joined, in one go. A slot therefore starts its next task while its
+    last result is still going down the pipe: a 680 KB Dense result took a slot 1-5 ms to
+    write itself (more when the coordinator was slow to read), 5 ms a step of a pipe group's
+    timeline. A frame sent with `hold=True` may stay pending (see HOLD_TASK_S) until a later
+    `send` or `flush`. Pending frames are bounded by the coordinator's window (a worker has
+    no more results than the tasks it was sent). `close` writes what is pending and ends the
+    writer; a pipe that breaks (the coordinator is gone) drops what is pending, and the
+    reading thread sees end of input.
     """
 
     def __init__(self, fd: int, connection: WorkerConnection) -> None:
@@ -113,46 +119,63 @@ class _Output:
         self.connection = connection
         self._pending: list[bytes] = []
         self._pending_since = 0.0
-        self._writing = False
+        self._wake = threading.Condition(self.lock)
+        self._closing = False
+        self._writer: threading.Thread | None = None  # started by the first frame to write
         self.broken = False
 
     def send(self, frame: bytes, *, hold: bool = False) -> None:
-        """Queue `frame` (made under `lock` by the caller) and write it unless held."""
+        """Queue `frame` (made under `lock` by the caller) and wake the writer unless held."""
         now = time.monotonic()
         with self.lock:
             self._queue(frame, now)
             waiting = now - self._pending_since
             if hold and len(self._pending) < HOLD_MAX_FRAMES and waiting < HOLD_MAX_S:
                 return
-            if self._writing:
-                return
-            self._writing = True
-        self._drain()
+            self._start_writer()
+            self._wake.notify()
 
     def _queue(self, frame: bytes, now: float) -> None:
-        if self.broken:
+        if self.broken or self._closing:
             return
         if not self._pending:
             self._pending_since = now
         self._pending.append(frame)
 
+    def _start_writer(self) -> None:
+        """Under `lock`: the writer thread, if it is not running yet."""
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write, name="aner-writer", daemon=True)
+            self._writer.start()
+
     def flush(self) -> None:
         """Write whatever is pending now."""
         with self.lock:
-            if self._writing or not self._pending:
-                return
-            self._writing = True
-        self._drain()
+            if self._pending:
+                self._start_writer()
+                self._wake.notify()
 
-    def _drain(self) -> None:
+    def close(self) -> None:
+        """Write what is pending, then end the writer (idempotent)."""
+        with self.lock:
+            self._closing = True
+            writer = self._writer
+            if writer is None and self._pending:
+                self._start_writer()
+                writer = self._writer
+            self._wake.notify()
+        if writer is not None:
+            writer.join()
+
+    def _write(self) -> None:
         while True:
             with self.lock:
-                if not self._pending or self.broken:
-                    self._pending.clear()
-                    self._writing = False
-                    return
-                data = memoryview(b"".join(self._pending))
-                self._pending.clear()
+                while not self._pending and not self._closing:
+                    self._wake.wait()
+                if not self._pending:
+                    return  # closing, and nothing is left
+                frames, self._pending = self._pending, []
+            data = memoryview(b"".join(frames))  # one frame: the frame itself, no copy
             try:
                 while data:
                     written = os.write(self._fd, data)
@@ -160,6 +183,7 @@ class _Output:
             except OSError:
                 with self.lock:
                     self.broken = True  # coordinator gone; the read loop will see EOF
+                    self._pending.clear()
 
 
 class _Stager:
@@ -402,7 +426,7 @@ class _Serving:
             self.tasks.put(None)
         for thread in self.threads:
             thread.join()
-        self.out.flush()
+        self.out.close()
 
 
 @dataclass(frozen=True)
