@@ -77,8 +77,8 @@ HOLD_TASK_S = 0.001
 # 256-wide Dense model is a 680 KB frame (its float64 gradient sums), and a pass's
 # parameters as large: through Linux's default 64 KiB pipe the writer thread hands a result
 # over in 11 pieces, each a wake-up of the coordinator's event loop. 1 MiB (Linux's default
-# pipe-max-size) takes a whole frame at once. Where it cannot be had (not a pipe, over the limits), the default
-# stays: only the speed differs.
+# pipe-max-size) takes a whole frame at once. Where it cannot be had (not a pipe, over the
+# limits), the default stays: only the speed differs.
 PIPE_BYTES = 1 << 20
 READ_BYTES = 1 << 18  # a read of stdin: a pass's parameters in three, not eleven
 HOLD_MAX_S = 0.002
