@@ -50,17 +50,28 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[Message]:
         """Buffer `data` and return every message it completes, in order.
 
-        Eager: the bytes are consumed and any protocol error raised by this call itself. The
-        buffer is trimmed once per call, not once per frame.
+        Eager: the bytes are consumed and any protocol error raised by this call itself.
+
+        No complete frame is copied: a decoded `msgspec.Raw` field keeps a reference to the
+        bytes it was decoded from, so a frame is decoded from a view of bytes that are never
+        changed again: `data` itself (immutable) while nothing is buffered, or else the
+        buffer, which is then handed over to the messages and replaced by a new one holding
+        only the frame still incomplete. (A Dense gradient sum is a 680 KB frame; a copy of
+        each cost the coordinator about 0.3 ms a step of a 2-worker pipe group.)
         """
         buffer = self._buffer
-        buffer += data
-        available = len(buffer)
+        source: bytes | bytearray
+        if buffer:
+            buffer += data
+            source = buffer
+        else:
+            source = data if type(data) is bytes else bytes(data)
+        available = len(source)
         messages: list[Message] = []
         offset = 0
         try:
             while available - offset >= _HEADER:
-                size = int.from_bytes(buffer[offset : offset + _HEADER], "big")
+                size = int.from_bytes(source[offset : offset + _HEADER], "big")
                 if size > self._max:
                     raise RemoteProtocolError(
                         self.peer, f"frame of {size} bytes exceeds the maximum of {self._max}"
@@ -70,20 +81,19 @@ class FrameDecoder:
                 end = offset + _HEADER + size
                 if available < end:
                     break
-                # A copy per frame: a decoded `msgspec.Raw` field keeps a reference to the
-                # bytes it was decoded from, which must not be the buffer we trim. One copy,
-                # through a view (slicing the bytearray first would copy it twice); the view
-                # is released before the buffer is trimmed.
-                with memoryview(buffer) as view:
-                    body = bytes(view[offset + _HEADER : end])
+                body = memoryview(source)[offset + _HEADER : end]
                 try:
                     messages.append(self._decoder.decode(body))
                 except msgspec.DecodeError as exc:
+                    body.release()
                     raise RemoteProtocolError(self.peer, f"malformed message: {exc}") from None
                 offset = end
         finally:
-            if offset:
-                del buffer[:offset]
+            if source is buffer:
+                if offset:  # views of it may live on in the messages: keep it unchanged
+                    self._buffer = bytearray(memoryview(buffer)[offset:])
+            elif offset < available:
+                self._buffer = bytearray(memoryview(source)[offset:])
         return messages
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -104,6 +105,28 @@ def test_frame_split_across_feeds() -> None:
     assert decoder.pending == 7
     assert list(decoder.feed(data[cut:])) == [second]
     assert decoder.pending == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 10**6), max_size=12), st.booleans())
+def test_decoded_bodies_survive_later_feeds(cuts: list[int], mutable: bool) -> None:
+    # A `Raw` body refers to the bytes it was decoded from, not a copy: those bytes must stay
+    # as they were whatever is fed afterwards, and whatever the caller does with its own
+    # (mutable) chunk once `feed` returns.
+    data = _stream(MESSAGES * 3)
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    decoder = FrameDecoder(PEER)
+    out: list[Message] = []
+    for a, b in itertools.pairwise(points):
+        chunk = bytearray(data[a:b]) if mutable else data[a:b]
+        out.extend(decoder.feed(chunk))
+        if mutable:
+            chunk[:] = b"\xff" * len(chunk)
+    assert out == MESSAGES * 3
+    assert [bytes(m.body) for m in out if isinstance(m, Params | Result)] == [
+        bytes(m.body) for m in MESSAGES * 3 if isinstance(m, Params | Result)
+    ]
+    decoder.close()
 
 
 def test_split_inside_the_header() -> None:

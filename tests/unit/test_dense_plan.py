@@ -28,6 +28,7 @@ from aner_worker.kernels.dense.plan import (
     init_params,
     layer_sizes,
     reduce_chunks,
+    stable_argsort,
     steps_per_epoch,
 )
 from aner_worker.kernels.dense.streams import words, words_at
@@ -84,6 +85,26 @@ def test_epoch_order_equals_reference(epoch: int) -> None:
 def test_epoch_orders_differ_between_epochs() -> None:
     train = assign_roles(3, 500).train
     assert epoch_order(3, 0, train).tolist() != epoch_order(3, 1, train).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=300),
+    st.lists(st.integers(0, 299), max_size=20),
+)
+def test_stable_argsort_is_numpys_stable_sort(values: list[int], copies: list[int]) -> None:
+    # Random 64-bit values rarely tie; `copies` repeats some of them, anywhere in the array.
+    for i in copies:
+        if values:
+            values.append(values[i % len(values)])
+    keys = np.array(values, dtype=np.uint64)
+    assert stable_argsort(keys).tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+def test_stable_argsort_sees_a_tie_between_the_last_two_keys() -> None:
+    # 600 distinct keys, then the largest again: only the last two sorted keys tie.
+    keys = np.array([*range(600, 0, -1), 600], dtype=np.uint64)
+    assert stable_argsort(keys).tolist() == np.argsort(keys, kind="stable").tolist()
 
 
 @pytest.mark.parametrize("sizes", [[64, 64, 64, 10], [5, 3], [7, 11, 2]])
