@@ -213,7 +213,7 @@ def stable_argsort(keys: npt.NDArray[np.uint64]) -> Ints:
     development machine, on the coordinator's path between two epochs while every worker
     waits); its default sort is vectorised (18 ms). The two orders can differ only among
     equal keys, so the default sort's order is kept when the sorted keys show no tie, and
-    the stable sort decides otherwise (random 64-bit words tie about once in 10**7 epochs
+    the stable sort decides otherwise (random 64-bit words tie about once in 4*10**7 epochs
     of 10**6 rows).
     """
     order = np.argsort(keys)
