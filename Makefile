@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test test-fast lint typecheck pytest bench cref bench-slurm clean
+.PHONY: demo test test-fast test-kernel-sets lint typecheck pytest bench cref bench-slurm clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ demo: $(VENV)/.base
 test: $(VENV)/.test
 	bash .ci/ensure-sshd
 	bash .ci/ensure-slurm
-	$(MAKE) --no-print-directory lint typecheck pytest
+	$(MAKE) --no-print-directory lint typecheck pytest test-kernel-sets
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
@@ -42,6 +42,13 @@ PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist l
 # The slowest tests are listed at the end: where the ten minutes go, in every CI log.
 pytest: $(VENV)/.test
 	$(PY) -m pytest -q $(PYTEST_XDIST) --durations=25
+
+# The numerical tests again under every other BLAS kernel set this machine's OpenBLAS runs
+# (OPENBLAS_CORETYPE unset, Haswell, SkylakeX, Sandybridge, Nehalem, deduplicated by what each
+# gives): users' machines differ, and each set rounds matrix products differently in the last
+# bits (tests/kernel_sets.py). Each run is a child process with its own environment.
+test-kernel-sets: $(VENV)/.test
+	$(PY) tests/kernel_sets.py
 
 # The edit loop: the pure layers (unit, protocol) and the transport contract without SSH,
 # in a minute or two; `make test` still runs everything.
