@@ -261,7 +261,7 @@ def test_a_coordinator_whose_numerical_code_changed_cannot_resume_the_job(
 ) -> None:
     """Issue 25 item 7, issue 35 item 3: the coordinator applies the fixture's updates and
     replays the ledger's accepted chunks, so a change to the computation or to the ledger
-    (one comment line, in a copy of the installation whose workers are the same) refuses the
+    (one comment line more, in a copy of the installation whose workers are the same) refuses the
     resume naming the file; the installation that began the job resumes it."""
     import signal
 

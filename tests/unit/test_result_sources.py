@@ -2,12 +2,12 @@
 records and `resume` holds an installation to (issue 25 item 7, issue 35 item 3).
 
 The rule names no module: every `.py` file of aner's packages is recorded. These tests hold it
-to that: every module a real job's coordinator has loaded by the time it wrote its result is
-recorded; one comment line changed, in a copied installation, in each module on the resume
-path (the ledger's replay, resume, the job machine, the chunk plan, the reductions) is named
-as the first difference; a new module anywhere joins by being there; and an installed wheel's
-top-level `aner` package, which stands beside the others rather than in `aner_coord/`, is
-recorded too.
+to that: every module a real job's coordinator has loaded once it has written its result and
+checked a resume is recorded; one comment line added, in a copied installation, in each
+module on the resume path (the ledger's replay, resume, the job machine, the chunk plan, the
+reductions) is named as the first difference; a new module anywhere joins by being there; and
+an installed wheel's top-level `aner` package, which stands beside the others rather than in
+`aner_coord/`, is recorded too.
 """
 
 from __future__ import annotations
