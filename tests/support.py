@@ -323,18 +323,15 @@ class Coordinators:
 
 
 def installed_copy(tmp_path: Path, changed: str) -> Path:
-    """A second installation of aner in which one comment line of `changed` differs, and a
-    launcher that runs it."""
+    """A second installation of aner in which `changed` has one comment line more at its end,
+    and a launcher that runs it."""
     copy = tmp_path / "other-aner"
     for package in ("protocol", "aner_worker", "aner_coord"):
         shutil.copytree(
             ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     source = copy / changed
-    lines = source.read_text().splitlines(keepends=True)
-    comment = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# "))
-    lines[comment] = lines[comment].replace("# ", "#  ", 1)  # one comment line, one space
-    source.write_text("".join(lines))
+    source.write_text(source.read_text() + "# a line that changes no number\n")
     launcher = tmp_path / "other-aner-launcher"
     launcher.write_text(
         f'#!/bin/sh\nPYTHONPATH="{copy}" exec "{sys.executable}" -P -m aner_coord "$@"\n'

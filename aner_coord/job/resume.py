@@ -54,7 +54,7 @@ from aner_coord.job.checkpoints import CheckpointError, Restored, vouched
 from aner_coord.job.execute import Resumption
 from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir import ledger
-from aner_coord.jobdir.manifest import Manifest, decode_manifest
+from aner_coord.jobdir.manifest import Manifest, decode_manifest, sources_difference
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import JobRequest, with_absolute_paths
 from aner_coord.specfile import decode_request
@@ -186,7 +186,7 @@ def _checkpoint(
 
 
 def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
-    from aner_coord.jobdir.sources import first_difference, installed_result_sources
+    from aner_coord.jobdir.sources import installed_result_sources
     from aner_worker.contract import source_fingerprint
 
     try:
@@ -197,8 +197,8 @@ def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
         raise _refuse(target, str(exc)) from None
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise _refuse(target, f"its {jobdir.MANIFEST} is not a manifest: {exc}") from None
-    changed = first_difference(manifest.sources, installed_result_sources())
-    if manifest.sources and changed is not None:
+    changed = sources_difference(manifest, installed_result_sources())
+    if changed is not None:
         raise RequestError(
             f"job {target} was started by a different aner: {changed}; resume it with that "
             "version, or start it again with a new --output"
