@@ -35,6 +35,7 @@ from support import run_aner
 
 from aner_coord import parallel
 from aner_coord.computations.dense.model import NotEvaluable, encode_model
+from aner_coord.errors import RequestError
 
 CASES = {case.id: case for case in cases()}
 
@@ -161,3 +162,39 @@ def test_the_command_line_names_the_row_and_column_of_an_overflowing_row(
         f"feature {column!r} lies so far from the training mean that its normalised value "
         "overflows binary64, beyond what this model can evaluate; nothing was written\n"
     )
+
+
+def test_validation_rows_are_converted_alone_and_masks_are_never_read() -> None:
+    x, y = base()
+    wide = np.round(x * 10).astype(np.int64)
+    wide[3, 1] = 2**53 + 1  # exact as int64; joined to a float X_val it would round
+    with pytest.raises(RequestError, match=r"^X\[3, 1\] is 9007199254740993, which binary64"):
+        parallel.dense_fit(wide, y, validation=(x[:8], y[:8]), hidden=4, seed=3, epochs=1)
+    masked = np.ma.masked_array(y[:8], mask=np.arange(8) == 2)
+    with pytest.raises(RequestError, match=r"^validation=: y_val is a masked array"):
+        parallel.dense_fit(x, y, validation=(x[:8], masked), hidden=4, seed=3, epochs=1)
+    with pytest.raises(RequestError, match=r"^validation=: y_val holds <U\d+, y holds int64"):
+        parallel.dense_fit(x, y, validation=(x[:8], y[:8].astype(str)), hidden=4, seed=3)
+    groups = np.ma.masked_array(np.arange(len(y)) // 4, mask=np.arange(len(y)) == 5)
+    for call in (parallel.dense_fit, parallel.cross_validate):
+        with pytest.raises(RequestError, match=r"^groups= is a masked array"):
+            call(x, y, groups=groups, hidden=[4], seed=3, epochs=1)
+    # A frame's X_val is taken by its names, in X's order.
+    f = frame()
+    by_name = parallel.dense_fit(
+        f, y, validation=(f[:8][["d", "c", "b", "a"]], y[:8]), hidden=4, seed=3, epochs=1
+    )
+    same = parallel.dense_fit(f, y, validation=(f[:8], y[:8]), hidden=4, seed=3, epochs=1)
+    assert by_name.data == same.data
+
+
+def test_score_refuses_labels_it_would_count_wrong_or_leave_out() -> None:
+    x, y = base()
+    fit = parallel.dense_fit(x, y, hidden=4, seed=3, epochs=1)
+    masked = np.ma.masked_array(y, mask=np.arange(len(y)) == 4)
+    with pytest.raises(RequestError, match=r"^y= is a masked array"):
+        fit.score(x, masked)
+    with pytest.raises(RequestError, match=r"^Input y contains NaN or infinity: y\[6\]"):
+        fit.score(x, np.where(np.arange(len(y)) == 6, np.nan, y))
+    with pytest.raises(RequestError, match=r"^y= must hold one label per row of X \(40\)"):
+        fit.score(x, y[:-1])
