@@ -210,9 +210,29 @@ def _admit_local(workers: int) -> Workers:
 
 def load_cluster(path: str) -> ClusterConfig:
     try:
-        return load_cluster_file(os.path.expanduser(path))
+        config = load_cluster_file(os.path.expanduser(path))
     except ClusterFileError as exc:
         raise RequestError(str(exc)) from None
+    check_blas_environment(config)
+    return config
+
+
+def check_blas_environment(config: ClusterConfig) -> None:
+    """Refuse this process's OpenBLAS variables where a record's worker is to take them
+    (docs/contracts.md, section 5) and the worker could not: they travel as its arguments."""
+    from aner_worker.blasenv import own_settings, value_problem
+
+    for name, value in own_settings().items():
+        takers = [
+            w.identity for w in config.workers if not w.blas.own and name not in dict(w.blas.values)
+        ]
+        problem = value_problem(name, value) if value and takers else None
+        if problem is not None:
+            raise RequestError(
+                f"this environment's {problem}, and the workers of cluster file {config.path} "
+                f"take it ({', '.join(takers)}): set it right or unset it, or give those "
+                "records their own (coretype=, l2size=) or blas=own"
+            )
 
 
 def _admit_cluster(execution: ClusterExecution) -> Workers:
