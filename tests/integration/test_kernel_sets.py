@@ -132,3 +132,133 @@ def test_ssh_workers_compute_with_the_coordinators_kernel_set(tmp_path: Path, ss
     assert by["peer-own"]["machine"]["blas_env"] != peer["blas_env"]
     # One installation on one host, over pipes and over SSH: one configuration revision.
     assert public_machine(peer) == public_machine(by["pipe"]["machine"])
+
+
+# -- a group of two kernel sets: named everywhere, refused with --strict-bits ----------------
+
+TRAIN = ["parallel", "train", "--teacher", "2000,6,3", "--seed", "3", "--epochs", "2",
+         "--hidden", "16", "--quiet"]  # fmt: skip
+WARNING = "bits may differ between these workers; results are within the stated tolerance"
+
+
+def two_kernel_sets(tmp_path: Path) -> Path:
+    """ "plain" computes with the coordinator's Haswell, "sandy" with Sandybridge."""
+    return write_cluster(
+        tmp_path / "cluster",
+        [
+            ("plain", "local", "-", ANER, 1),
+            ("sandy", "local", "-", ANER, 1, "coretype=Sandybridge"),
+        ],
+    )
+
+
+HASWELL = environment(OPENBLAS_CORETYPE="Haswell", OPENBLAS_L2_SIZE="512")
+
+
+# Before: nothing said that the two workers' bits may differ.
+@pytest.mark.usefixtures("openblas")
+def test_capabilities_and_plan_name_a_group_of_two_kernel_sets(tmp_path: Path) -> None:
+    cluster = two_kernel_sets(tmp_path)
+    proc = run_aner("parallel", "capabilities", "--cluster", str(cluster), "--json",
+                    env=HASWELL, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    bits = json.loads(proc.stdout)["bits"]
+    assert bits.startswith(WARNING)
+    assert "plain: openblas" in bits and "Haswell" in bits and "sandy: openblas" in bits
+    text = run_aner("parallel", "capabilities", "--cluster", str(cluster), env=HASWELL)
+    assert f"kernel sets  {WARNING}" in text.stdout
+    plan = run_aner("parallel", "plan", "--cluster", str(cluster), "--samples", "100000",
+                    "--json", env=HASWELL, timeout=600)  # fmt: skip
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["bits"].startswith(WARNING)
+
+
+# Before: status and result.json said nothing of it, and nothing measured the spread.
+@pytest.mark.usefixtures("openblas")
+def test_status_and_the_result_name_it_with_the_measured_spread(tmp_path: Path) -> None:
+    cluster, job = two_kernel_sets(tmp_path), tmp_path / "job"
+    proc = run_aner(*TRAIN, "--cluster", str(cluster), "--audit", "0.5", "--output", str(job),
+                    env=HASWELL, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    status = json.loads((job / "status.json").read_text())
+    assert any(note.startswith(WARNING) for note in status["notes"])
+    shown = run_aner("parallel", "status", "--job", str(job), env=HASWELL)
+    assert WARNING in shown.stdout
+    bits = json.loads((job / "result.json").read_text())["bits"]
+    assert bits["note"].startswith(WARNING)
+    assert [s["workers"] for s in bits["kernel_sets"]] == [["plain"], ["sandy"]]
+    assert "Sandybridge" in bits["kernel_sets"][1]["blas"]
+    # The audit measured "sandy" against the coordinator's own Haswell: within 1e-9, and
+    # (measured, not promised) not bitwise the same.
+    assert bits["tolerance"] == 1e-9
+    assert bits["measured_tasks"] >= 1
+    assert 0 < bits["measured"] <= bits["tolerance"]
+    audit = json.loads((job / "result.json").read_text())["audit"]
+    audited = {w["identity"]: w for w in audit["workers"]}
+    assert audited["sandy"]["largest_difference"] == bits["measured"]
+    assert audited["plain"]["largest_difference"] is None
+
+
+# Before: --strict-bits did not exist (exit 2 for an unknown flag, with argparse's usage).
+@pytest.mark.usefixtures("openblas")
+def test_strict_bits_refuses_the_group_before_anything_starts(tmp_path: Path) -> None:
+    cluster, job = two_kernel_sets(tmp_path), tmp_path / "job"
+    proc = run_aner(*TRAIN, "--cluster", str(cluster), "--strict-bits", "--output", str(job),
+                    env=HASWELL, timeout=600)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "--strict-bits: these workers compute with different BLAS kernel sets" in lines[0]
+    assert "plain: openblas" in lines[0] and "sandy: openblas" in lines[0]
+    assert "Sandybridge" in lines[0] and "Haswell" in lines[0]
+    assert not job.exists()
+
+
+@pytest.mark.usefixtures("openblas")
+def test_strict_bits_runs_a_group_of_one_kernel_set_on_the_workers_it_checked(
+    tmp_path: Path,
+) -> None:
+    cluster = write_cluster(
+        tmp_path / "cluster", [("w1", "local", "-", ANER, 1), ("w2", "local", "-", ANER, 1)]
+    )
+    strict, plain = tmp_path / "strict", tmp_path / "plain"
+    for job, extra in ((strict, ["--strict-bits"]), (plain, [])):
+        proc = run_aner(*TRAIN, "--cluster", str(cluster), *extra, "--output", str(job),
+                        env=HASWELL, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    # The same bits as without the check (the workers it checked computed the job).
+    assert _same_model(strict, plain)
+    bits = json.loads((strict / "result.json").read_text())["bits"]
+    assert bits["note"] is None and len(bits["kernel_sets"]) == 1
+    assert bits["measured"] is None and bits["measured_tasks"] == 0
+
+
+def _same_model(a: Path, b: Path) -> bool:
+    import numpy as np
+
+    with np.load(a / "model.npz") as x, np.load(b / "model.npz") as y:
+        return all(np.array_equal(x[k], y[k]) for k in x.files if k != "meta")
+
+
+@pytest.mark.usefixtures("openblas")
+def test_the_api_takes_strict_bits_in_its_execution_context(tmp_path: Path) -> None:
+    import numpy as np
+
+    from aner_coord import parallel
+    from aner_coord.errors import AdmissionError
+
+    group = parallel.cluster(two_kernel_sets(tmp_path), strict_bits=True)
+    assert group.strict_bits
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((300, 4)), rng.integers(0, 2, 300)
+    with pytest.raises(AdmissionError, match=r"^strict_bits=: these workers compute with"):
+        parallel.dense_fit(x, y, seed=1, hidden=8, epochs=1, execution=group,
+                           output=tmp_path / "job")  # fmt: skip
+    assert not (tmp_path / "job").exists()
+
+
+def test_strict_bits_without_a_group_is_refused(tmp_path: Path) -> None:
+    proc = run_aner(*TRAIN, "--strict-bits", "--output", str(tmp_path / "job"))
+    assert proc.returncode == 2
+    assert "--strict-bits applies to a worker group (--cluster FILE)" in proc.stderr
+    assert not (tmp_path / "job").exists()
