@@ -103,25 +103,34 @@ def computations() -> list[dict[str, Any]]:
 
 def capabilities(cluster: str | None = None) -> dict[str, Any]:
     """The whole report; with `cluster` (a cluster file) each worker's handshake report."""
+    from aner_coord.kernelsets import bits_note
     from aner_worker.kernels.base import PRECISIONS
 
     report = provenance()
+    workers = None if cluster is None else _workers(cluster)
     report.update(
         computations=computations(),
         precisions=list(PRECISIONS),
         transports=transports(),
         **{name: value for name, (value, _) in FLAGS.items()},
         reasons={name: why for name, (_, why) in FLAGS.items()},
-        workers=None if cluster is None else _workers(cluster),
+        workers=workers,
+        # The kernel-set warning where the workers that answered report different BLAS
+        # (docs/contracts.md, section 6, "Kernel sets"); None without --cluster or where not.
+        bits=None
+        if workers is None
+        else bits_note({w["identity"]: w["machine"] for w in workers if not w["error"]}),
     )
     return report
 
 
 def _workers(path: str) -> list[dict[str, Any]]:
+    from aner_coord.admission import check_blas_environment
     from aner_coord.clusterfile import load_cluster_file
     from aner_coord.runner import run_sync
 
     config = load_cluster_file(path)
+    check_blas_environment(config)
     return [run_sync(_worker(record)) for record in config.workers]
 
 

@@ -12,6 +12,7 @@ fingerprint that both sides compare at the handshake.
   memory), with `cgroups` reading the quota and memory limit of its cgroup hierarchy;
   `leases`: the per-user, per-host lease table of CPU slots that local jobs and granted
   workers take; `machine`: the hardware and software identity reported at the handshake;
+  `blasenv`: the OpenBLAS settings (kernel set, L2 size) a worker computes with;
   `host`: the host identity reported with it (a salted hash of the machine ID and boot id);
   `build`: where this installation came
   from (the provenance it reports too);

@@ -272,10 +272,15 @@ def submit(
 # --------------------------------------------------------------------------- cluster files
 
 
-def write_cluster(path: Path, records: list[tuple[str, str, str, str, int]]) -> Path:
+def write_cluster(
+    path: Path, records: list[tuple[str, str, str, str, int] | tuple[str, str, str, str, int, str]]
+) -> Path:
+    """A cluster file of `records`: (identity, transport, endpoint, executable, slots), and
+    optionally the record's options (`coretype=Sandybridge`) as the sixth."""
     lines = ["ANER_CLUSTER 1", "# written by the test suite"]
-    for identity, transport, endpoint, executable, slots in records:
-        lines.append(f'worker "{identity}" {transport} "{endpoint}" "{executable}" {slots}')
+    for identity, transport, endpoint, executable, slots, *options in records:
+        line = f'worker "{identity}" {transport} "{endpoint}" "{executable}" {slots}'
+        lines.append(" ".join([line, *options]))
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)
     return path

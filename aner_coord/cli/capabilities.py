@@ -52,4 +52,6 @@ def _lines(report: dict[str, Any]) -> list[str]:
             f"{b.get('blas', '?')}, kernels "
             f"{', '.join(worker['kernels'])}, precisions {', '.join(worker['precisions'])}"
         )
+    if report.get("bits"):
+        lines.append(f"kernel sets  {report['bits']}")
     return lines

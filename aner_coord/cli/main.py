@@ -139,6 +139,7 @@ def _coordinate_parser() -> argparse.ArgumentParser:
     how.add_argument("--resume-job")
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--no-wait", action="store_true")
+    parser.add_argument("--strict-bits", action="store_true")  # with --resume-job
     return parser
 
 
@@ -233,7 +234,11 @@ def _main(args_list: list[str]) -> int:
             hidden = _coordinate_parser().parse_args(args_list[2:])
             release()
             return coordinate_command(
-                hidden.spec_json, hidden.resume_job, hidden.ready_fd, wait=not hidden.no_wait
+                hidden.spec_json,
+                hidden.resume_job,
+                hidden.ready_fd,
+                wait=not hidden.no_wait,
+                strict_bits=hidden.strict_bits,
             )
         named = args_list[1] if args_list[:1] == ["parallel"] and len(args_list) > 1 else None
         parser = build_parser(named if named in COMMANDS else None)

@@ -234,6 +234,10 @@ class ExplainsDifference(Protocol):
 
     def close(self, worker: Any, own: Any) -> bool: ...
 
+    # The largest difference of any statistic relative to its magnitude, as `close` judges
+    # it (inf where a count or shape differs): what an audit measures of another platform.
+    def deviation(self, worker: Any, own: Any) -> float: ...
+
 
 @runtime_checkable
 class DeclaresPrecision(Protocol):

@@ -23,7 +23,7 @@ BUILD = {"install_hash", "editable", "numpy", "numba", "blas", "blas_threads"}
 TOP = {
     "schema", "aner", "protocol", "fingerprint", "build", "computations", "precisions",
     "transports", "analytic_training", "distributed_neural_training", "gpu", "reasons",
-    "workers",
+    "workers", "bits",
 }  # fmt: skip
 
 
