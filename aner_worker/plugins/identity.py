@@ -1,0 +1,115 @@
+"""What a plugin's code is, as the handshake and the manifest compare it: its distribution's
+name and version and the SHA256 of each of its installed files (docs/contracts.md,
+section 15).
+
+The files are those its `RECORD` lists (as pip installed them), hashed as they are now on
+disk, so a file edited in place after installation differs too; the distribution's own
+metadata folder (`*.dist-info`, whose INSTALLER and direct_url.json say how it was
+installed, not what runs) and anything outside its install root (console scripts, whose
+first line names this machine's Python) take no part. An editable install's RECORD lists
+only the hook that points at the author's source tree: there the files are the `.py` files
+of the top-level packages its entry points name, found where the import system finds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from importlib.metadata import Distribution
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A distribution's code: `files` maps each file's path (relative to its install root,
+    '/'-separated) to "sha256:..."."""
+
+    distribution: str
+    version: str
+    files: dict[str, str]
+    editable: bool = False
+
+    @property
+    def digest(self) -> str:
+        """One SHA256 over the name, the version and every file's, in path order."""
+        h = hashlib.sha256(f"{self.distribution}\0{self.version}\0".encode())
+        for name in sorted(self.files):
+            h.update(f"{name}\0{self.files[name]}\0".encode())
+        return "sha256:" + h.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def is_editable(dist: Distribution) -> bool:
+    """Whether pip installed `dist` in editable mode (PEP 660's direct_url.json says so)."""
+    text = dist.read_text("direct_url.json")
+    if not text:
+        return False
+    try:
+        return bool(json.loads(text).get("dir_info", {}).get("editable", False))
+    except (ValueError, AttributeError):
+        return False
+
+
+def identity_of(dist: Distribution, modules: tuple[str, ...]) -> Identity:
+    """The identity of `dist`, whose entry points name code in `modules` (dotted names)."""
+    name = dist.metadata["Name"] or "?"
+    editable = is_editable(dist)
+    files = _source_files(modules) if editable else _recorded_files(dist)
+    return Identity(name, dist.version, files, editable)
+
+
+def _recorded_files(dist: Distribution) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for entry in dist.files or ():
+        parts = entry.parts
+        if parts[0] == ".." or any(p.endswith(".dist-info") or p == "__pycache__" for p in parts):
+            continue
+        located = Path(str(entry.locate()))
+        if located.is_file():
+            files[entry.as_posix()] = _sha256(located)
+    return files
+
+
+def _source_files(modules: tuple[str, ...]) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for top in sorted({m.split(".")[0] for m in modules}):
+        spec = importlib.util.find_spec(top)
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            for folder in spec.submodule_search_locations:
+                root = Path(folder).parent
+                for directory, folders, names in os.walk(folder):
+                    folders[:] = sorted(f for f in folders if f != "__pycache__")
+                    for filename in names:
+                        if filename.endswith(".py"):
+                            path = Path(directory) / filename
+                            files[path.relative_to(root).as_posix()] = _sha256(path)
+        elif spec.origin:
+            path = Path(spec.origin)
+            files[path.name] = _sha256(path)
+    return files
+
+
+def first_file_difference(a: Identity, b: Identity, a_is: str, b_is: str) -> str:
+    """How identity `a` (`a_is`: "at the coordinator") differs from `b` (`b_is`: "on this
+    worker") of one distribution, naming the first file in path order that differs, in a
+    few words; "" when they are the same."""
+    if a.version != b.version:
+        return f"version {a.version} {a_is}, {b.version} {b_is}"
+    for name in sorted(a.files.keys() | b.files.keys()):
+        was, now = a.files.get(name), b.files.get(name)
+        if was == now:
+            continue
+        if now is None:
+            return f"{name} is installed {a_is}, not {b_is}"
+        if was is None:
+            return f"{name} is installed {b_is}, not {a_is}"
+        return f"{name} differs ({was} {a_is}, {now} {b_is})"
+    return ""
