@@ -89,6 +89,7 @@ def computations() -> list[dict[str, Any]]:
 
     from aner_coord.computations import COMPUTATIONS, contract_of, plugin_of, request_type_of
     from aner_worker.plugins import Simulation, identity
+    from protocol.connection import plugin_digest
 
     out = []
     for kind in COMPUTATIONS:
@@ -100,7 +101,7 @@ def computations() -> list[dict[str, Any]]:
             plugin = {
                 "distribution": found.distribution,
                 "version": found.version,
-                "digest": own.digest if own else None,
+                "digest": plugin_digest(own) if own else None,
                 "kit": isinstance(found.declaration, Simulation),
             }
         out.append(

@@ -14,7 +14,15 @@ halves, with no edit to aner; aner's own are declared the same way.
 from __future__ import annotations
 
 from aner_worker.plugins.declaration import Declaration, Param, Plugin, Simulation
-from aner_worker.plugins.discovery import GROUP, Discovery, Found, discover, identity
+from aner_worker.plugins.discovery import (
+    GROUP,
+    Discovery,
+    Found,
+    discover,
+    identities,
+    identity,
+    installed_identities,
+)
 
 __all__ = [
     "GROUP",
@@ -25,5 +33,7 @@ __all__ = [
     "Plugin",
     "Simulation",
     "discover",
+    "identities",
     "identity",
+    "installed_identities",
 ]

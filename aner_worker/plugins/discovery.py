@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aner_worker.plugins.declaration import NAME, Declaration, Plugin, Simulation
-from aner_worker.plugins.identity import Identity, identity_of, is_editable
+from aner_worker.plugins.identity import identity_of, is_editable
+from protocol import PluginIdentity
 
 GROUP = "aner.computations"
 OWN = "aner"  # the distribution whose entry points are aner's own computations
@@ -179,10 +180,21 @@ def discover() -> Discovery:
 
 
 @functools.cache
-def identity(name: str) -> Identity | None:
+def identity(name: str) -> PluginIdentity | None:
     """The identity of plugin computation `name`'s distribution (None: aner's own, whose
     code the source fingerprint covers, or not a plugin)."""
     found = discover().get(name)
     if found is None or found.builtin:
         return None
     return identity_of(found.dist, found.modules)
+
+
+def identities(kernels: tuple[str, ...]) -> tuple[PluginIdentity, ...]:
+    """The identities of the plugins whose computations are among `kernels`, one each."""
+    found = {i.distribution: i for i in (identity(k) for k in kernels) if i is not None}
+    return tuple(found[name] for name in sorted(found))
+
+
+def installed_identities() -> dict[str, PluginIdentity]:
+    """Every installed plugin's identity, by distribution (what a worker offers)."""
+    return {i.distribution: i for i in identities(tuple(f.name for f in discover().plugins()))}

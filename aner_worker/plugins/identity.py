@@ -17,28 +17,10 @@ import hashlib
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
 from importlib.metadata import Distribution
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class Identity:
-    """A distribution's code: `files` maps each file's path (relative to its install root,
-    '/'-separated) to "sha256:..."."""
-
-    distribution: str
-    version: str
-    files: dict[str, str]
-    editable: bool = False
-
-    @property
-    def digest(self) -> str:
-        """One SHA256 over the name, the version and every file's, in path order."""
-        h = hashlib.sha256(f"{self.distribution}\0{self.version}\0".encode())
-        for name in sorted(self.files):
-            h.update(f"{name}\0{self.files[name]}\0".encode())
-        return "sha256:" + h.hexdigest()
+from protocol import PluginIdentity
 
 
 def _sha256(path: Path) -> str:
@@ -56,12 +38,13 @@ def is_editable(dist: Distribution) -> bool:
         return False
 
 
-def identity_of(dist: Distribution, modules: tuple[str, ...]) -> Identity:
-    """The identity of `dist`, whose entry points name code in `modules` (dotted names)."""
+def identity_of(dist: Distribution, modules: tuple[str, ...]) -> PluginIdentity:
+    """The identity of `dist`, whose entry points name code in `modules` (dotted names); the
+    wire's own type, so the handshake and the manifest compare the same thing
+    (`protocol.connection.plugin_difference`, `plugin_digest`)."""
     name = dist.metadata["Name"] or "?"
-    editable = is_editable(dist)
-    files = _source_files(modules) if editable else _recorded_files(dist)
-    return Identity(name, dist.version, files, editable)
+    files = _source_files(modules) if is_editable(dist) else _recorded_files(dist)
+    return PluginIdentity(name, dist.version, files)
 
 
 def _recorded_files(dist: Distribution) -> dict[str, str]:
@@ -95,21 +78,3 @@ def _source_files(modules: tuple[str, ...]) -> dict[str, str]:
             path = Path(spec.origin)
             files[path.name] = _sha256(path)
     return files
-
-
-def first_file_difference(a: Identity, b: Identity, a_is: str, b_is: str) -> str:
-    """How identity `a` (`a_is`: "at the coordinator") differs from `b` (`b_is`: "on this
-    worker") of one distribution, naming the first file in path order that differs, in a
-    few words; "" when they are the same."""
-    if a.version != b.version:
-        return f"version {a.version} {a_is}, {b.version} {b_is}"
-    for name in sorted(a.files.keys() | b.files.keys()):
-        was, now = a.files.get(name), b.files.get(name)
-        if was == now:
-            continue
-        if now is None:
-            return f"{name} is installed {a_is}, not {b_is}"
-        if was is None:
-            return f"{name} is installed {b_is}, not {a_is}"
-        return f"{name} differs ({was} {a_is}, {now} {b_is})"
-    return ""

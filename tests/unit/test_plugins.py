@@ -16,7 +16,8 @@ import pytest
 
 from aner_worker.plugins import Plugin, discover
 from aner_worker.plugins.discovery import discover_in, trusted_path
-from aner_worker.plugins.identity import first_file_difference, identity_of
+from aner_worker.plugins.identity import identity_of
+from protocol.connection import plugin_difference, plugin_digest
 
 SIMULATION = """
 from aner_worker.plugins import Param, Simulation
@@ -152,8 +153,10 @@ def test_an_identity_names_the_first_file_that_differs(site: Path) -> None:
     assert set(before.files) == {"lab_id/__init__.py"}  # not the dist-info
     (folder / "__init__.py").write_text((folder / "__init__.py").read_text() + "# edited\n")
     after = identity_of(found.dist, found.modules)
-    assert after.digest != before.digest
-    difference = first_file_difference(before, after, "when it began", "installed now")
+    assert plugin_digest(after) != plugin_digest(before)
+    difference = plugin_difference(before, after, "when it began", "installed now")
+    assert difference is not None
     assert difference.startswith("lab_id/__init__.py differs (sha256:")
-    assert first_file_difference(before, before, "a", "b") == ""
+    assert difference.endswith(" installed now)")
+    assert plugin_difference(before, before, "a", "b") is None
     assert os.path.basename(str(found.dist.locate_file(""))) == "site"

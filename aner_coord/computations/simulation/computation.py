@@ -16,6 +16,7 @@ from aner_coord.errors import RequestError
 from aner_coord.limits import check_items, check_seed
 from aner_worker.kernels.simulation import BLOCK, SimulationKernel
 from aner_worker.plugins import Simulation, identity
+from protocol.connection import plugin_digest
 
 
 class SimulationComputation:
@@ -36,7 +37,7 @@ class SimulationComputation:
         self.plugin = {
             "distribution": distribution,
             "version": found.version if found else "",
-            "digest": found.digest if found else "",
+            "digest": plugin_digest(found) if found else "",
         }
         self.label = f"{name} (plugin {distribution} {self.plugin['version']})"
 
