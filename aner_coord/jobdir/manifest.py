@@ -8,6 +8,7 @@ written, which `resume` holds the job directory to (`aner_coord.job.resume`). Fi
 schemas 1 and 2 keep reading, without those two (checked-in examples in tests/data). Since
 schema 4 also `sources`: the SHA256 of every file whose code computes the result's numbers
 (`aner_coord.jobdir.sources`), coordinator side included; older files read without it.
+`plugins` (appended with a default) records the plugin a job's computation comes from.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from typing import Any
 import msgspec
 
 MANIFEST_SCHEMA = "aner-manifest/4"
+
+
+class PluginRecord(msgspec.Struct, frozen=True):
+    version: str
+    files: dict[str, str]
 
 
 class Manifest(msgspec.Struct, frozen=True):
@@ -37,6 +43,9 @@ class Manifest(msgspec.Struct, frozen=True):
     request_sha256: str = ""  # of request.json's bytes: "sha256:..."
     # Path -> "sha256:..." of every file whose code computes the result's numbers.
     sources: dict[str, str] = msgspec.field(default_factory=dict)
+    # The plugin the job's computation comes from (docs/contracts.md, section 15), by
+    # distribution: its version and files (path -> "sha256:..."). Empty for aner's own.
+    plugins: dict[str, PluginRecord] = msgspec.field(default_factory=dict)
 
 
 def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> Manifest:
@@ -46,6 +55,7 @@ def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> 
     from aner_coord.jobdir.sources import installed_result_sources
     from aner_worker.contract import source_fingerprint
     from aner_worker.inventory import current
+    from aner_worker.plugins import identities
 
     return Manifest(
         schema=MANIFEST_SCHEMA,
@@ -66,6 +76,9 @@ def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> 
         job=job_key.hex(),
         request_sha256=request_sha256,
         sources=installed_result_sources(),
+        plugins={
+            p.distribution: PluginRecord(p.version, p.files) for p in identities((job.kind,))
+        },
     )
 
 

@@ -77,3 +77,24 @@ def test_a_bad_parameter_is_one_line_naming_the_plugin(
 def test_a_chunk_that_cuts_a_block_is_refused() -> None:
     with pytest.raises(RequestError, match="not a multiple of the kit's block of 65,536"):
         parallel.run(request(), execution=parallel.local(1, chunk=100_000))
+
+
+def test_the_manifest_records_the_plugin_and_resume_refuses_a_changed_one(tmp_path: Path) -> None:
+    import json
+
+    from aner_coord.job.resume import check_resumable
+
+    job = tmp_path / "job"
+    parallel.run(request(samples=65_536), execution=parallel.local(1), output=str(job))
+    manifest = json.loads((job / "run-manifest.json").read_text())
+    record = manifest["plugins"]["aner-asian"]
+    assert record["version"] == "0.1.0" and "aner_asian/model.py" in record["files"]
+    # As if the job had begun with another model.py: the job directory is otherwise intact.
+    record["files"]["aner_asian/model.py"] = "sha256:" + "0" * 64
+    (job / "run-manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RequestError) as refused:
+        check_resumable(job)
+    assert (
+        f"job {job} was started with a different plugin aner-asian: aner_asian/model.py "
+        f"differs (sha256:{'0' * 64} when it began, sha256:"
+    ) in str(refused.value)
