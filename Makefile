@@ -12,8 +12,12 @@ $(VENV)/.base: pyproject.toml
 	$(PIP) install -e .
 	touch $@
 
-$(VENV)/.test: $(VENV)/.base
+# The sample plugin (samples/asian, its own distribution) is installed as a user would
+# install it: its tests and aner's plugin tests use it (docs/contracts.md, section 15).
+SAMPLE_PLUGIN := samples/asian
+$(VENV)/.test: $(VENV)/.base $(SAMPLE_PLUGIN)/pyproject.toml $(wildcard $(SAMPLE_PLUGIN)/aner_asian/*.py)
 	$(PIP) install -e '.[test]'
+	$(PIP) install ./$(SAMPLE_PLUGIN)
 	touch $@
 
 demo: $(VENV)/.base

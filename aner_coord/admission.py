@@ -23,7 +23,7 @@ from aner_coord import posix
 from aner_coord.arguments import checked
 from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord, load_cluster_file
 from aner_coord.computations import Admitted, Computation, computation_for
-from aner_coord.computations.base import Prechecks
+from aner_coord.computations.base import ChecksChunk, Prechecks
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.limits import (
     MAX_CHUNKS,
@@ -101,6 +101,10 @@ def admit(request: JobRequest) -> Job:
         raise RequestError(f"{{chunk}}: {admitted.chunk_refused}", "chunk")
     if chunk is None:
         chunk = admitted.chunk or computation.default_chunk
+    if isinstance(computation, ChecksChunk):
+        problem = computation.check_chunk(request.computation, chunk)
+        if problem is not None:
+            raise RequestError(f"{{chunk}}: {problem}", "chunk")
     notes = _check_plan(admitted, chunk, workers, admitted.unit or computation.unit)
     output = _check_output(request)
     return Job(request, computation, admitted, workers, output, chunk, notes)

@@ -83,19 +83,33 @@ def transports() -> dict[str, dict[str, Any]]:
 
 
 def computations() -> list[dict[str, Any]]:
-    """Each registered computation: its kind, contract identity and options."""
+    """Each registered computation: its kind, contract identity and options, and for a
+    plugin's its distribution, version and digest (docs/contracts.md, section 15)."""
     import msgspec
 
-    from aner_coord.computations import COMPUTATIONS, contract_of, request_type_of
+    from aner_coord.computations import COMPUTATIONS, contract_of, plugin_of, request_type_of
+    from aner_worker.plugins import Simulation, identity
+    from protocol.connection import plugin_digest
 
     out = []
     for kind in COMPUTATIONS:
         fields = msgspec.structs.fields(request_type_of(kind))
+        found = plugin_of(kind)
+        plugin = None
+        if found is not None:
+            own = identity(kind)
+            plugin = {
+                "distribution": found.distribution,
+                "version": found.version,
+                "digest": plugin_digest(own) if own else None,
+                "kit": isinstance(found.declaration, Simulation),
+            }
         out.append(
             {
                 "kind": kind,
                 "contract": contract_of(kind),
                 "options": [field.name for field in fields],
+                "plugin": plugin,
             }
         )
     return out
@@ -108,8 +122,11 @@ def capabilities(cluster: str | None = None) -> dict[str, Any]:
 
     report = provenance()
     workers = None if cluster is None else _workers(cluster)
+    from aner_coord.computations import problems
+
     report.update(
         computations=computations(),
+        problems=problems(),
         precisions=list(PRECISIONS),
         transports=transports(),
         **{name: value for name, (value, _) in FLAGS.items()},

@@ -6,6 +6,8 @@ local threads call the same kernels in-process. Nothing here imports the coordin
 fingerprint that both sides compare at the handshake.
 
 - `kernels/`: the worker halves of the computations, by name;
+- `plugins/`: the computations installed, aner's own and each plugin's, found by entry
+  point, and what a plugin's code is (its distribution's identity);
 - `worker`: the worker process; `cli`: its command; `contract`: this installation's
   fingerprint;
 - `inventory`: what this process may use (affinity, cgroup quotas, the scheduler's hints,

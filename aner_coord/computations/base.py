@@ -257,6 +257,14 @@ class MakesTiny(Protocol):
 
 
 @runtime_checkable
+class ChecksChunk(Protocol):
+    """A computation whose reduction needs its chunks cut in a certain way (a simulation's
+    at block boundaries): why `chunk` items a task cannot be used for `request`, or None."""
+
+    def check_chunk(self, request: Any, chunk: int) -> str | None: ...
+
+
+@runtime_checkable
 class Prechecks(Protocol):
     """A computation whose admission does work in proportion to its data's rows (Dense and
     search: the data read or a teacher set's labels generated, every row's role or fold):

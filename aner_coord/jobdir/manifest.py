@@ -10,6 +10,7 @@ schema 4 also `sources`: the SHA256 of source files, which `resume` holds the in
 older files read without it. Schema 4 recorded the files of a rule that named the code
 computing numbers by where it lived, and missed some (the ledger's replay among them); since
 schema 5 `sources` names every source file of aner's packages (`aner_coord.jobdir.sources`).
+`plugins` (appended with a default) records the plugin a job's computation comes from.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ MANIFEST_SCHEMA = "aner-manifest/5"
 _PARTIAL_SOURCES = frozenset(f"aner-manifest/{n}" for n in (1, 2, 3, 4))
 
 
+class PluginRecord(msgspec.Struct, frozen=True):
+    version: str
+    files: dict[str, str]
+
+
 class Manifest(msgspec.Struct, frozen=True):
     schema: str
     computation: str
@@ -45,6 +51,9 @@ class Manifest(msgspec.Struct, frozen=True):
     request_sha256: str = ""  # of request.json's bytes: "sha256:..."
     # Path -> "sha256:..." of every source file of aner's packages (schema 4: some of them).
     sources: dict[str, str] = msgspec.field(default_factory=dict)
+    # The plugin the job's computation comes from (docs/contracts.md, section 15), by
+    # distribution: its version and files (path -> "sha256:..."). Empty for aner's own.
+    plugins: dict[str, PluginRecord] = msgspec.field(default_factory=dict)
 
 
 def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> Manifest:
@@ -54,6 +63,7 @@ def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> 
     from aner_coord.jobdir.sources import installed_result_sources
     from aner_worker.contract import source_fingerprint
     from aner_worker.inventory import current
+    from aner_worker.plugins import identities
 
     return Manifest(
         schema=MANIFEST_SCHEMA,
@@ -74,6 +84,9 @@ def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> 
         job=job_key.hex(),
         request_sha256=request_sha256,
         sources=installed_result_sources(),
+        plugins={
+            p.distribution: PluginRecord(p.version, p.files) for p in identities((job.kind,))
+        },
     )
 
 
