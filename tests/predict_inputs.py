@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite_env import child_env
 from support import ANER, HANG_S, unix_socket
 
 SEED = 20261203
@@ -97,7 +98,7 @@ def run_cli(argv: Sequence[str], env: dict[str, str]) -> Outcome:
 
 def cli_env(root: Path) -> dict[str, str]:
     """A private HOME and XDG directories under `root`, no bytecode written."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANER_", "XDG_"))}
+    env = child_env({k: v for k, v in os.environ.items() if not k.startswith(("ANER_", "XDG_"))})
     home = root / "home"
     home.mkdir(parents=True, exist_ok=True)
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), PYTHONDONTWRITEBYTECODE="1")

@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite_env import child_env, isolation
 from support import reap, wait_for
 
 SSHD = "/usr/sbin/sshd"
@@ -101,13 +102,17 @@ def _keygen(path: Path) -> str:
 
 
 def _blas_environment() -> list[str]:
-    """`SetEnv` lines giving SSH sessions this environment's OpenBLAS settings.
+    """`SetEnv` lines giving SSH sessions this environment's OpenBLAS settings and the suite's
+    isolation.
 
     OpenBLAS picks its kernels by CPU unless `OPENBLAS_CORETYPE` says otherwise, and two
     kernel sets round differently; a peer on loopback must run the same kernels as the local
     workers to be the same platform (docs/contracts.md, section 9, Agreement).
     """
     pairs = sorted((k, v) for k, v in os.environ.items() if k.startswith("OPENBLAS_"))
+    # and the suite's own runtime directory (tests/suite_env.py): a granted worker started
+    # over SSH takes its slots there, not in the user's lease table
+    pairs += sorted(isolation().items())
     return [f"SetEnv {k}={v}" for k, v in pairs if v and " " not in v]
 
 
@@ -202,7 +207,7 @@ def start_sshd(directory: Path) -> SshServer:
         raise SshdUnavailable("sshd did not start; its log ends:\n" + text[-2000:])
 
     home = directory / "home"
-    env = dict(os.environ, HOME=str(home))
+    env = child_env(HOME=str(home))
     env.pop("SSH_AUTH_SOCK", None)
     server = SshServer(
         home=home,

@@ -6,13 +6,13 @@ installation it runs from; each worker of a cluster file reports its own, by its
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from suite_env import child_env
 from support import ANER, ROOT, run_aner, write_cluster, write_pipe_pair
 
 from aner_worker.contract import fingerprint_of, source_fingerprint
@@ -82,7 +82,7 @@ def test_json_before_the_command_without_version_is_one_line_and_exit_2() -> Non
 
 
 def _fingerprint_from(tree: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = child_env(PYTHONPATH=str(tree))
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from aner_coord.cli.main import main; "
          "sys.exit(main(['--version', '--json']))"],

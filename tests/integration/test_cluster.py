@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_env import child_env
 from support import (
     ANER,
     finish,
@@ -128,7 +129,7 @@ def test_mixed_group_with_user_host_port_endpoint(tmp_path: Path, sshd) -> None:
 @pytest.mark.ssh
 def test_wrong_host_key_is_refused(tmp_path: Path, sshd) -> None:  # type: ignore[no-untyped-def]
     home = sshd.write_home(tmp_path / "home", wrong_host_key=True)
-    env = {**sshd.env, "HOME": str(home)}
+    env = child_env(sshd.env, HOME=str(home))
     cluster = write_cluster(tmp_path / "c", [("peer-1", "ssh", sshd.alias, ANER, 1)])
     proc, job = run_job(tmp_path, cluster, env=env)
     assert proc.returncode == 3, proc.stderr

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from suite_env import child_env
 from support import ANER, HANG_S, unix_socket
 
 from aner_coord.jobdir.ledger import Accepted, Committed, frame
@@ -550,7 +551,7 @@ def outcomes(
     home = root / "home"
     (home / ".cache").mkdir(parents=True)
     keep = ("PATH", "LANG", "TMPDIR")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env = child_env({k: os.environ[k] for k in keep if k in os.environ})
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
                XDG_DATA_HOME=str(home / "data"), PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
     for name in ("NUMBA_CACHE_DIR",):

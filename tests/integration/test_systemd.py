@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_env import child_env
 from support import (
     ANER,
     CHUNK,
@@ -260,11 +261,9 @@ def test_the_units_command_runs_a_job_and_notifies_systemd(
     # virtualenv first (as its comment tells a virtualenv user to do).
     command = shlex.split(expand(settings["ExecStart"][0], home, "demo"))
     unit_path = expand(settings["Environment"][0].removeprefix("PATH="), home, "demo")
-    env = {
-        "HOME": str(home),
-        "PATH": f"{Path(ANER).parent}:{unit_path}",
-        "NOTIFY_SOCKET": address,
-    }
+    env = child_env(
+        dict(HOME=str(home), PATH=f"{Path(ANER).parent}:{unit_path}", NOTIFY_SOCKET=address)
+    )
     job = home / "aner-jobs" / "demo"
     notify.job = job
     done = subprocess.run(
@@ -297,7 +296,7 @@ def test_sigterm_under_systemd_is_a_graceful_cancel(
         f'[execution]\nkind = "cluster"\nconfig = "{cluster}"\nchunk = {CHUNK}\n'
     )
     argv = [ANER, "parallel", "run", "--spec", str(spec)]
-    env = {**os.environ, "NOTIFY_SOCKET": address}
+    env = child_env(NOTIFY_SOCKET=address)
     with spawned(argv, env=env) as service:
         wait_for(lambda: "READY=1" in notify.fields(), 30, "READY=1")
         wait_running(job)
@@ -364,7 +363,7 @@ def test_the_units_resume_after_a_cancel_continues_the_job_and_says_ready(
     assert status_of(job).state is JobState.CANCELLED
     notify.job = job
     again = subprocess.run(
-        argv, env={**os.environ, "NOTIFY_SOCKET": address},
+        argv, env=child_env(NOTIFY_SOCKET=address),
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
