@@ -384,6 +384,13 @@ def data_cases() -> list[Case]:
         ("huge_field", lambda r: with_value(r, "7" * (200 * KiB)), (2,), "a 200 KiB field"),
         ("unclosed_quote", lambda r: with_value(r, '"0.5', col=0), (2,), "an unclosed quote"),
         ("magnitude_1e300", lambda r: with_value(r, "1e300"), (0, 2), "finite; no NaN written"),
+        # refused, but after a numpy RuntimeWarning on stderr (issue 36)
+        (
+            "magnitude_1_7e308_every_feature",
+            lambda r: "x0,x1,x2,x3\n1.7e308,-1.7e308,1.7e308,-1.7e308\n",
+            (2,),
+            "overflows the row's distance",
+        ),
         ("gzip", lambda r: gzip.compress(rows_csv(r).encode(), mtime=0), (2,), "gzip bytes"),
     ]
     npz_items: list[tuple[str, Callable[[random.Random], bytes], str]] = [

@@ -149,7 +149,8 @@ def _blame(model: DenseModel, row: Floats, index: int, data: str, model_dir: str
     far outside the training data, else the model's (its parameters are out of range)."""
     import numpy as np
 
-    z = float(np.max(np.abs((row - model.normalisation.mean) / model.normalisation.std)))
+    with np.errstate(over="ignore", invalid="ignore"):  # an inf is the answer, not a warning
+        z = float(np.max(np.abs((row - model.normalisation.mean) / model.normalisation.std)))
     if z > FAR_OUT_STD:
         raise RequestError(
             f"--data {data}: row {index + 1} gives probabilities that are not finite numbers: "
