@@ -368,7 +368,10 @@ def leased_env(tmp_path: Path, cpus: int) -> dict[str, str]:
     """The environment of a user whose host has `cpus` CPU slots, leases on (the rest of the
     suite runs with them off), in a lease table of the test's own."""
     return child_env(
-        ANER_LEASES="on", ANER_RUNTIME_DIR=str(tmp_path / "rt"), SLURM_CPUS_PER_TASK=str(cpus)
+        ANER_LEASES="on",
+        ANER_RUNTIME_DIR=str(tmp_path / "rt"),
+        ANER_STATE_DIR=str(tmp_path / "state"),  # its durable queue (`aner parallel jobs`)
+        SLURM_CPUS_PER_TASK=str(cpus),
     )
 
 

@@ -95,6 +95,23 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert any("is not executable" in line for line in complaints)
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze absent")
+def test_the_resume_unit_passes_verify_and_runs_resume_interrupted(tmp_path: Path) -> None:
+    """deploy/aner-resume.service (issue 36, item 4): what resumes interrupted jobs at boot."""
+    unit = tmp_path / "aner-resume.service"
+    shutil.copy(DEPLOY / "aner-resume.service", unit)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if "aner-resume" in line]
+    assert done.returncode == 0 and ours == [], ours
+    text = unit.read_text()
+    assert "\nExecStart=/usr/bin/env aner parallel jobs --resume-interrupted\n" in text
+    assert "\nType=oneshot\n" in text and "\nWantedBy=default.target\n" in text
+    assert "\nKillMode=process\n" in text  # the resumed coordinators outlive the unit
+
+
 def test_the_unit_says_what_the_contract_needs() -> None:
     settings = unit_settings()
     assert settings["Type"] == ["notify"]
