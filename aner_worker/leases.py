@@ -15,12 +15,13 @@ The table is `slots/` in aner's runtime directory (`runtime_dir()`), the first t
   shell without it meets the user's systemd units);
 - `/tmp/aner-$UID`, created `0700`.
 
-Every directory of ours on that path must be a real directory (not a symlink), owned by the
-user, with no group or other permission bits; otherwise the table is refused in one line
-naming the directory (`LeaseError`), as it is when it is full or its filesystem has no
-`flock`. A job never runs unadmitted because the table could not be used, unless the user
-says so: `ANER_LEASES=off` switches leases off for the process and its children (the test
-suite does, outside its lease tests).
+Every directory of ours on that path must be a real directory (not a symlink), owned by the user,
+with no group or other permission bits; otherwise the table is refused in one line naming the
+directory (`LeaseError`), as it is when it is full, when a slot file is not a regular file with one
+link (a hard link would have its target overwritten), or when its filesystem has no `flock`. A job
+never runs unadmitted because the table could not be used, unless the user says so:
+`ANER_LEASES=off` switches leases off for the process and its children (the test suite does,
+outside its lease tests).
 
 Taking is all or nothing: `LeaseTable.take(n)` locks `n` free slots of the table's first
 `size` files or none, so two waiting jobs never hold half each. A waiter polls (see
@@ -204,10 +205,17 @@ class LeaseTable:
                 f"lease directory {self.path}: slot-{slot} cannot be opened ({why}): "
                 f"free it, or set {DIR_ENV}"
             ) from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             raise LeaseError(
                 f"lease directory {self.path}: slot-{slot} is not a regular file: remove it"
+            )
+        if info.st_nlink != 1:  # a hard link: the holder would be written over its target
+            os.close(fd)
+            raise LeaseError(
+                f"lease directory {self.path}: slot-{slot} has {info.st_nlink} links (a hard "
+                "link to another file): remove it"
             )
         return fd
 

@@ -108,6 +108,15 @@ MIN_HEARTBEAT_S = 0.05
 MAX_REASON_CHARS = 2000
 
 
+def bounded_reason(reason: str) -> str:
+    """`reason` within MAX_REASON_CHARS; a longer one is cut saying so and how long it was,
+    so that whatever keeps it later (error-detail.txt) does not pass the cut for the whole."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    tail = f" [... cut on the wire: {len(reason):,} characters in all]"
+    return reason[: MAX_REASON_CHARS - len(tail)] + tail
+
+
 def bounded_machine(machine: Mapping[str, str]) -> dict[str, str]:
     """`machine` within the bounds a coordinator accepts: the first MAX_MACHINE_FIELDS
     fields, keys and values cut to their maximum (what a worker sends of itself)."""
@@ -373,7 +382,7 @@ class CoordinatorConnection(_Side):
                 "(duplicate or unknown)"
             )
         if isinstance(message, TaskFailed):
-            reason = one_line(message.reason[:MAX_REASON_CHARS])
+            reason = one_line(bounded_reason(message.reason))
             if reason != message.reason:
                 message = TaskFailed(message.task_id, reason)
             return Answered(message, task)
@@ -419,7 +428,7 @@ class CoordinatorConnection(_Side):
     def _on_handshake(self, message: Message) -> CoordinatorEvent:
         if isinstance(message, Refused):
             self.phase = Phase.CLOSED
-            return Rejected(f"refused by the worker: {one_line(message.reason[:MAX_REASON_CHARS])}")
+            return Rejected(f"refused by the worker: {one_line(bounded_reason(message.reason))}")
         if not isinstance(message, Welcome):
             raise self._remote(f"expected Welcome, got {type(message).__name__}")
         problem = _machine_problem(message)
@@ -549,7 +558,7 @@ class WorkerConnection(_Side):
 
     def failed(self, task_id: int, reason: str) -> bytes:
         self._answered += 1
-        return self._encode(TaskFailed(task_id, reason[:MAX_REASON_CHARS]))
+        return self._encode(TaskFailed(task_id, bounded_reason(reason)))
 
     def pong(self, nonce: int, clock: float = 0.0) -> bytes:
         """The answer to Ping `nonce`, with the worker's monotonic clock now."""

@@ -6,6 +6,7 @@
   each worker of a cluster) can do; `dense`: `train`, `predict`;
   `search`: `cv`, `search`;
 - `monitor`: `status`, `cancel`; `joblist`: `jobs`, this user's jobs on this host;
+  `interrupted`: the jobs a reboot interrupted, and `jobs --resume-interrupted`;
   `timeline`: where a job's time went; `scaling`: `scaling` and `plan`, over the
   experiments, probes and predictions of `aner_coord.scaling`; `background`: `--background`
   and the detached coordinator;

@@ -1,6 +1,7 @@
-"""`aner parallel jobs`: this user's jobs on this host, from the job index
-(`aner_coord.jobdir.index`; docs/contracts.md, section 13): queued, running, offline and
-finished, each observed as `status` observes it."""
+"""`aner parallel jobs`: this user's jobs on this host, from the job index and its durable
+queue (`aner_coord.jobdir.index`; the queue outlives a reboot; docs/contracts.md, section
+13): queued, running, offline, interrupted and finished, each observed as `status` observes
+it; `--resume-interrupted` resumes the interrupted ones (`aner_coord.cli.interrupted`)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,16 @@ from aner_coord.errors import AnerError, RequestError
 
 def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object, a list of jobs")
+    p.add_argument(
+        "--resume-interrupted",
+        action="store_true",
+        help="resume, in the background and in their queue order, every job that was queued "
+        "or running when its coordinator went (a reboot): what deploy/aner-resume.service runs",
+    )
 
 
 def jobs_command(args: argparse.Namespace) -> int:
+    from aner_coord.cli.interrupted import listed, resume_interrupted
     from aner_coord.jobdir.index import entries, index_dir
     from aner_worker.leases import LeaseError
 
@@ -26,7 +34,9 @@ def jobs_command(args: argparse.Namespace) -> int:
         index = index_dir()
     except LeaseError as exc:
         raise RequestError(str(exc)) from None
-    rows = [_row(e.job, e.directory, e.registered) for e in entries(index)]
+    rows = listed([_row(e.job, e.directory, e.registered) for e in entries(index)], _row)
+    if args.resume_interrupted:
+        return resume_interrupted(rows)
     if args.json:
         document = {"schema": "aner-jobs/1", "jobs": rows}
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(document)) + b"\n")
@@ -65,6 +75,8 @@ def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
         "workers": None,
         "queued_behind": [],
         "note": None,
+        "recorded": None,  # the state status.json records (`state` is the observed one)
+        "interrupted": False,  # QUEUED or RUNNING when its coordinator went (a reboot)
     }
     try:
         obs = observe(directory)
@@ -75,6 +87,7 @@ def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
     row.update(
         kind=snap.kind,
         state=obs.state.value,
+        recorded=snap.state.value,
         percent=percent(snap),
         workers=len(snap.workers) if snap.workers else None,
         queued_behind=[h.job for h in snap.queued_behind if h.job],

@@ -36,6 +36,7 @@ from support import (
     wait_status,
 )
 
+from aner_coord.jobdir import jobkey
 from aner_coord.jobdir.ledger import Accepted, frame, scan
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.base import encode
@@ -134,13 +135,18 @@ def _execution(key: str, value: object) -> Callable[[Path], None]:
     return _edit_request(lambda r: r["execution"].__setitem__(key, value))
 
 
-def _forge(stats: McStats, chunk: int) -> Callable[[Path], None]:
-    """Append a record that the job's own identity and checksums make look genuine."""
+def _forge(stats: McStats, chunk: int, *, keyed: bool = True) -> Callable[[Path], None]:
+    """Append a record that the job's own identity and checksums make look genuine, and
+    with `keyed` its MAC too (what only the job key's holder can write)."""
 
     def forge(job: Path) -> None:
         key = bytes.fromhex(json.loads((job / "run-manifest.json").read_text())["job"])
+        secret = jobkey.user_secret(create=False)
+        assert secret is not None
+        mac_key = jobkey.job_mac_key(secret, key) if keyed else None
+        offset = (job / "ledger").stat().st_size
         with open(job / "ledger", "ab") as ledger:
-            ledger.write(frame(key, Accepted(0, chunk, encode(stats))))
+            ledger.write(frame(key, Accepted(0, chunk, encode(stats)), mac_key, offset))
 
     return forge
 
@@ -153,7 +159,7 @@ def _reframe(job: Path) -> None:
 
 def _flip_early_byte(job: Path) -> None:
     data = bytearray((job / "ledger").read_bytes())
-    data[100] ^= 0x10
+    data[20] ^= 0x10  # inside the payload of the opening record
     (job / "ledger").write_bytes(bytes(data))
 
 
@@ -178,6 +184,9 @@ EDITS: list[tuple[str, Callable[[Path], None], str]] = [
      "deviations from pi/4"),
     ("ledger_record_out_of_range", _forge(McStats(7_853_981), 100), "the ledger's record of "
      "chunk 100 of pass 0 is refused: that pass has 100 chunks"),
+    # Issue 36: a chunk of one more hit, with the job's own checksums, resumed with exit 0.
+    ("ledger_record_without_the_key", _forge(McStats(7_853_982), 99, keyed=False),
+     "(chunk 99 of pass 0) does not carry the MAC of your job key"),
 ]  # fmt: skip
 
 

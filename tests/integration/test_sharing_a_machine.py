@@ -153,7 +153,8 @@ def test_a_worker_granted_one_slot_computes_one_task_at_a_time(
         endpoint = sshd.alias
     granted = tmp_path / "granted-aner"
     granted.write_text(
-        f'#!/bin/sh\nANER_RUNTIME_DIR="{env["ANER_RUNTIME_DIR"]}" exec "{ANER}" "$@" '
+        f'#!/bin/sh\nANER_LEASES=on ANER_RUNTIME_DIR="{env["ANER_RUNTIME_DIR"]}" '
+        f'exec "{ANER}" "$@" '
         f'--max-slots 1 2>>"{tmp_path}/worker-$$.log"\n'
     )
     granted.chmod(0o700)

@@ -39,6 +39,22 @@ def test_take_is_all_or_nothing_and_names_the_holders(tmp_path: Path) -> None:
     assert [holder for _, holder in table(tmp_path).holders()] == [None, None]
 
 
+def test_a_slot_file_that_is_a_hard_link_is_refused_and_its_target_kept(tmp_path: Path) -> None:
+    """A slot file linked to another file of the user's (a hard link passes O_NOFOLLOW and
+    the regular-file check) was accepted and the holder written over its target."""
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    leased = table(tmp_path)
+    os.link(target, leased.path / "slot-0")
+    with pytest.raises(LeaseError) as caught:
+        leased.take(1, ME)
+    assert str(caught.value) == (
+        f"lease directory {leased.path}: slot-0 has 2 links (a hard link to another file): "
+        "remove it"
+    )
+    assert target.read_text() == "mine\n"
+
+
 def test_a_holder_that_is_not_json_is_unknown(tmp_path: Path) -> None:
     lease = table(tmp_path, 1).take(1, ME)
     assert isinstance(lease, Lease)
