@@ -343,13 +343,16 @@ class _Serving:
             if item is None or stopping.is_set():
                 return
             task, arrived = item
-            began = time.monotonic()
+            clock = _TaskClock(time.monotonic())
             with out.lock:
                 params = connection.params_for(task.pass_id)
             kernel = KERNELS[params.kernel]
-            check = self._stop_check(task, began)
+            check = self._stop_check(task, clock)
             try:
                 with self._granted(task, check):
+                    # Computing starts here, after any wait for a granted slot: that wait is
+                    # queueing (`queued_s`), never compute (`busy_s`, `started`).
+                    began = clock.began = time.monotonic()
                     stats = kernel.run(
                         self._params_of(params, kernel.params_type), task.start, task.count, check
                     )
@@ -362,7 +365,7 @@ class _Serving:
             except Exception as error:  # the task's failure, reported to the coordinator
                 with out.lock:
                     frame = connection.failed(task.task_id, f"{type(error).__name__}: {error}")
-                busy = time.monotonic() - began
+                busy = time.monotonic() - clock.took
             out.send(frame, hold=busy < HOLD_TASK_S and not tasks.empty())
 
     @contextlib.contextmanager
@@ -395,24 +398,29 @@ class _Serving:
                 time.time(),
             )
 
-    def _stop_check(self, task: Task, began: float) -> Callable[[], bool]:
+    def _stop_check(self, task: Task, clock: _TaskClock) -> Callable[[], bool]:
         """What the kernel asks between its sub-ranges: whether to stop, and, where the
         coordinator asked for heartbeats, a `Working` frame once every `heartbeat_s` (from
-        this computing slot, so that only a slot that gets on with its task says so)."""
+        this computing slot, so that only a slot that gets on with its task says so): its
+        seconds computing, and those it waited for a granted slot before."""
         stopping, out, connection = self.stopping, self.out, self.connection
         period = connection.heartbeat_s
         if period <= 0:
             return stopping.is_set
-        due = began + period
+        due = clock.took + period
 
         def check() -> bool:
             nonlocal due
             now = time.monotonic()
             if now >= due:
                 due = now + period
+                began = clock.began
+                elapsed, waiting = (
+                    (0.0, now - clock.took) if began is None else (now - began, began - clock.took)
+                )
                 with out.lock:
                     ready = connection.phase is Phase.READY  # not after a Shutdown
-                    frame = connection.working(task.task_id, now - began) if ready else b""
+                    frame = connection.working(task.task_id, elapsed, waiting) if ready else b""
                 if frame:
                     out.send(frame)
             return stopping.is_set()
@@ -427,6 +435,15 @@ class _Serving:
         for thread in self.threads:
             thread.join()
         self.out.close()
+
+
+@dataclass
+class _TaskClock:
+    """A task on a slot: when the slot took it, and when it began computing it (after any
+    wait for a granted slot; None until then)."""
+
+    took: float
+    began: float | None = None
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from support import (
 )
 
 from aner_coord.jobdir.status import JobState, QueuedBehind
-from aner_worker.leases import Lease
+from aner_worker.leases import Holder, Lease, LeaseTable, private_dir
 from aner_worker.oracle import oracle_hits
 
 SAMPLES = 1_000_000
@@ -185,6 +185,52 @@ def test_a_worker_granted_one_slot_computes_one_task_at_a_time(
     )  # fmt: skip
     assert refused.returncode == 3
     assert "grant is 1 (--max-slots 1, set on its host)" in refused.stderr
+
+
+def compute_intervals(job: Path) -> list[tuple[float, float, float]]:
+    """Each task's compute interval in Unix time (its segment's `wall` plus its mapped
+    `started` and `ended`) and its clock's uncertainty, from the job's timeline."""
+    lines = [json.loads(line) for line in (job / "timeline.jsonl").read_text().splitlines()]
+    walls = {line["segment"]: line["wall"] for line in lines if line["kind"] == "segment"}
+    return [
+        (walls[t["segment"]] + t["started"], walls[t["segment"]] + t["ended"], t["clock_error_s"])
+        for t in lines
+        if t["kind"] == "task"
+    ]
+
+
+def test_waiting_for_a_granted_slot_is_not_compute(tmp_path: Path, env: dict[str, str]) -> None:
+    """Two coordinators share one local worker host granted one slot. The test holds that
+    slot until both jobs have tasks waiting for it, so that they must take turns: each
+    timeline counts a task's compute from when its slot got the grant, so the two jobs'
+    compute intervals do not overlap (counted from when a slot took the task, the first
+    tasks of both spanned the whole wait)."""
+    granted = tmp_path / "granted-aner"
+    granted.write_text(
+        f'#!/bin/sh\nANER_RUNTIME_DIR="{env["ANER_RUNTIME_DIR"]}" exec "{ANER}" "$@" '
+        "--max-slots 1\n"
+    )
+    granted.chmod(0o700)
+    one = write_cluster(tmp_path / "one.cluster", [("g1", "local", "-", str(granted), 1)])
+    table = LeaseTable(1, private_dir("granted", env))
+    gate = table.take(1, Holder(os.getpid(), job=TEST_JOB, kind="test", slots=1))
+    assert isinstance(gate, Lease)
+    jobs = [tmp_path / "a", tmp_path / "b"]
+    argv = [
+        ANER, "parallel", "run", "--samples", "4000000", "--seed", "5", "--chunk", "1000000",
+        "--cluster", str(one), "--quiet", "--output",
+    ]  # fmt: skip
+    with spawned([*argv, str(jobs[0])], env=env) as a, spawned([*argv, str(jobs[1])], env=env) as b:
+        try:
+            for job in jobs:
+                wait_status(job, lambda s: s.state is JobState.RUNNING, 120, "RUNNING")
+        finally:
+            gate.release()
+        assert finish(a, 120)[0] == 0 and finish(b, 120)[0] == 0
+    assert result_of(jobs[0])["hits"] == result_of(jobs[1])["hits"] == oracle_hits(5, 0, 4_000_000)
+    tasks = sorted(interval for job in jobs for interval in compute_intervals(job))
+    assert len(tasks) == 8
+    assert all(x[1] - x[2] - y[2] <= y[0] for x, y in itertools.pairwise(tasks)), tasks
 
 
 def test_after_starts_a_job_when_another_completes_and_fails_it_when_that_one_cannot(
