@@ -66,6 +66,7 @@ class BackendPlan:
     stage: StagePlan | None = None  # file data staged to worker processes once per job
     pool: WorkerPool | None = None  # a session's kept workers
     precision: str | None = None  # the compute precision each worker must offer
+    task_timeout: float | None = None  # --task-timeout: seconds a task may compute
 
 
 class MakesBackend(Protocol):

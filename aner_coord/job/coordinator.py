@@ -539,6 +539,7 @@ class Coordinator:
                 stage=plan_of(self._run),
                 pool=self._pool,
                 precision=precision_of(self._run),
+                task_timeout=job.request.task_timeout,
             )
         )
 

@@ -39,6 +39,7 @@ from aner_coord.job.backend import BackendPlan, Deliver
 from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
 from aner_coord.job.link import LinkClosed, WorkerLink, handshake, require_precision, start
 from aner_coord.job.liveness import (
+    Deadline,
     Liveness,
     frame_bound,
     handshake_timeout,
@@ -149,6 +150,7 @@ class ProcessBackend:
         stage: StagePlan | None = None,
         pool: WorkerPool | None = None,
         precision: str | None = None,
+        task_timeout: float | None = None,
     ) -> None:
         self._records = list(records)
         self._precision = precision  # the job's compute precision, which each worker must offer
@@ -162,6 +164,11 @@ class ProcessBackend:
         self._silence_s = silence_timeout()
         self._result_floor_s = result_floor()
         self._handshake_s = handshake_timeout()
+        self._task_timeout = task_timeout
+        self._deadline = Deadline(task_timeout, self._result_floor_s)
+        # The slowest compute seconds per item of the job's tasks so far, on any worker
+        # (their busy_s as counted: never more than the task's age on our clock).
+        self._per_item_s: float | None = None
         self._flushers: set[asyncio.Task[None]] = set()
         self._params: tuple[int, bytes] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -226,7 +233,9 @@ class ProcessBackend:
             record.slots,
             self._fingerprint,
             (self._kernel.name,),
-            heartbeat_s=heartbeat_interval(self._result_floor_s),
+            heartbeat_s=heartbeat_interval(
+                min(self._result_floor_s, self._task_timeout or math.inf)
+            ),
         )
         peer.connection = connection
         return await handshake(record, peer.transport, connection, self._handshake_s)
@@ -246,7 +255,12 @@ class ProcessBackend:
             bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)
             async with asyncio.timeout(bound):
                 self.staging.append(await stage_worker(link, self._stage, self._handshake_s))
-        watch = Liveness(self._silence_s, self._result_floor_s, heard=time.monotonic())
+        watch = Liveness(
+            self._silence_s,
+            self._result_floor_s,
+            heard=time.monotonic(),
+            task_timeout_s=self._task_timeout,
+        )
         watch.read(watch.heard, 0, *link.connection.receiving)  # a frame begun already
         peer.liveness = watch
         # Write more once the worker holds no more than the low-water mark.
@@ -275,9 +289,10 @@ class ProcessBackend:
         while True:
             for event in events:
                 match event:
-                    case Answered(message=message):
+                    case Answered(message=message, task=task):
                         peer.on_wire -= 1
                         watch.progress = now
+                        watch.answered(task.task_id)
                         if isinstance(message, TaskFailed):
                             deliver(TaskError(identity, message.task_id, message.reason))
                             continue
@@ -294,10 +309,17 @@ class ProcessBackend:
                             started=message.started,
                             size=len(message.body),
                         )
+                        if task.count > 0:
+                            self._measured(busy_s / task.count)
                         deliver(ResultReceived(identity, message.task_id, stats))
                         self._resize(peer, pacer.answered(busy_s, link_s))
-                    case Computing():
-                        watch.progress = now  # a slot says it gets on with a long task
+                    case Computing(task=task, elapsed_s=elapsed_s, waiting_s=waiting_s):
+                        # A slot says it gets on with a long task: believed up to its deadline.
+                        problem = watch.working(
+                            now, task.task_id, task.count, elapsed_s, waiting_s
+                        ) or watch.overdue(now, self._task_deadline, self._deadline.rule)
+                        if problem is not None:
+                            raise _Lost(problem)
                     case Ponged(nonce=nonce, clock=clock):
                         sent = peer.pings.pop(nonce, None)
                         if sent is not None and not math.isnan(sent):
@@ -326,14 +348,23 @@ class ProcessBackend:
             await asyncio.sleep(self._silence_s / 3)
             if self._stopping or peer.generation != generation:
                 return
-            problem = watch.verdict(
-                time.monotonic(), peer.on_wire, pacer.task_estimate, pacer.task_s is not None
+            now = time.monotonic()
+            problem = watch.overdue(now, self._task_deadline, self._deadline.rule) or watch.verdict(
+                now, peer.on_wire, pacer.task_estimate, pacer.task_s is not None
             )
             if problem is not None:
                 self._lost(peer, peer.phase, problem, generation)
                 return
             self._send_ping(peer)
             self._flush_soon(peer, force=True)
+
+    def _measured(self, per_item_s: float) -> None:
+        if self._per_item_s is None or per_item_s > self._per_item_s:
+            self._per_item_s = per_item_s
+
+    def _task_deadline(self, count: int) -> float:
+        """Seconds a task of `count` items may compute (`Deadline.of`)."""
+        return self._deadline.of(count, self._per_item_s, self._seconds_per_task)
 
     def _send_ping(self, peer: _Peer) -> None:
         """Queue a Ping; its Pong gives a round trip, stamped from the write (see _flush)."""
@@ -584,4 +615,5 @@ class Processes:
             stage=plan.stage,
             pool=plan.pool,
             precision=plan.precision,
+            task_timeout=plan.task_timeout,
         )
