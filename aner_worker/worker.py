@@ -356,8 +356,9 @@ class _Serving:
                     stats = kernel.run(
                         self._params_of(params, kernel.params_type), task.start, task.count, check
                     )
-                body = encode(stats)
-                busy = time.monotonic() - began
+                    # Measured before a grant is let go: once it is, another worker computes.
+                    body = encode(stats)
+                    busy = time.monotonic() - began
                 with out.lock:
                     frame = connection.result(task, body, busy, began - arrived, began)
             except Stopped:

@@ -26,7 +26,8 @@ def jobs_command(args: argparse.Namespace) -> int:
         index = index_dir()
     except LeaseError as exc:
         raise RequestError(str(exc)) from None
-    rows = [_row(e.job, e.directory, e.registered) for e in entries(index)]
+    places = _queue_places()
+    rows = [_row(e.job, e.directory, e.registered, places) for e in entries(index)]
     if args.json:
         document = {"schema": "aner-jobs/1", "jobs": rows}
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(document)) + b"\n")
@@ -44,12 +45,33 @@ def jobs_command(args: argparse.Namespace) -> int:
         )
         if row["queued_behind"]:
             print(f"{'':<12}  behind job(s) {', '.join(row['queued_behind'])}")
+        if row["position"] is not None:
+            print(f"{'':<12}  number {row['position']} in this host's queue for CPU slots")
         if row["note"]:
             print(f"{'':<12}  {row['note']}")
     return 0
 
 
-def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
+def _queue_places() -> dict[str, int]:
+    """Each waiting job's place in this host's queue for CPU slots (1: the next to start),
+    from the lease table's tickets; none where leases are off or the table cannot be used."""
+    from aner_coord import posix
+    from aner_worker.inventory import current
+    from aner_worker.leases import LeaseError, LeaseTable, leases_enabled
+
+    if not leases_enabled() or posix.missing() is not None:
+        return {}
+    try:
+        queue = LeaseTable(current().effective_cpus).queue()
+    except (LeaseError, OSError):
+        return {}
+    places: dict[str, int] = {}
+    for holder in (h for _, h in queue if h.job):
+        places.setdefault(holder.job, len(places) + 1)
+    return places
+
+
+def _row(job: str, directory: Path, registered: float, places: dict[str, int]) -> dict[str, Any]:
     """One job as the listing shows it; a job that cannot be observed now (no status yet,
     a file that is not one) is listed with the reason instead of its state."""
     from aner_coord.cli.monitor import observe
@@ -64,6 +86,7 @@ def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
         "percent": None,
         "workers": None,
         "queued_behind": [],
+        "position": None,
         "note": None,
     }
     try:
@@ -78,5 +101,6 @@ def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
         percent=percent(snap),
         workers=len(snap.workers) if snap.workers else None,
         queued_behind=[h.job for h in snap.queued_behind if h.job],
+        position=places.get(job) if obs.state.value == "QUEUED" else None,
     )
     return row

@@ -110,6 +110,53 @@ def test_jobs_queue_for_the_slots_and_run_in_turn(
     assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
 
 
+def first_and_last(job: Path) -> tuple[float, float]:
+    """When the job handed out its first task and read its last answer (Unix time)."""
+    lines = [json.loads(line) for line in (job / "timeline.jsonl").read_text().splitlines()]
+    walls = {line["segment"]: line["wall"] for line in lines if line["kind"] == "segment"}
+    tasks = [t for t in lines if t["kind"] == "task"]
+    return (
+        min(walls[t["segment"]] + t["dispatched"] for t in tasks),
+        max(walls[t["segment"]] + t["received"] for t in tasks),
+    )
+
+
+def test_narrow_jobs_submitted_behind_a_wide_one_do_not_overtake_it(
+    tmp_path: Path, env: dict[str, str], coordinators: Coordinators
+) -> None:
+    """One of the two slots is held: a job of two workers queues, and two jobs of one worker
+    submitted after it, which one free slot would fit, queue behind it; `jobs` shows their
+    places, and they start in that order once the slot is freed."""
+    held = hold_slots(env, 1)
+    wide, narrow = tmp_path / "wide", [tmp_path / "narrow-1", tmp_path / "narrow-2"]
+    assert run_job(env, wide, 31, "--background", "--quiet").returncode == 0
+    for seed, job in enumerate(narrow, 32):
+        done = run_aner(
+            "parallel", "run", "--samples", str(SAMPLES), "--seed", str(seed), "--workers", "1",
+            "--chunk", "125000", "--output", str(job), "--background", "--quiet", env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    for job in (wide, *narrow):
+        status = status_of(job)
+        coordinators.add(status.pid)
+        assert status.state is JobState.QUEUED, (job, status.state)
+    listed = json.loads(run_aner("parallel", "jobs", "--json", env=env).stdout)["jobs"]
+    assert [(j["directory"], j["position"]) for j in listed] == [
+        (str(wide), 1), (str(narrow[0]), 2), (str(narrow[1]), 3)
+    ]  # fmt: skip
+    shown = run_aner("parallel", "jobs", env=env).stdout
+    assert shown.count("in this host's queue for CPU slots") == 3, shown
+
+    held.release()
+    for seed, job in enumerate((wide, *narrow), 31):
+        wait_status(job, lambda s: s.state is JobState.COMPLETED, 120, "COMPLETED")
+        assert result_of(job)["hits"] == oracle_hits(seed, 0, SAMPLES)
+    spans = [first_and_last(job) for job in (wide, *narrow)]
+    # The wide job held both slots: the narrow ones began after its last answer.
+    assert all(spans[0][1] < span[0] for span in spans[1:]), spans
+    assert not list((tmp_path / "rt" / "slots").glob("ticket-*"))  # every ticket returned
+
+
 def test_kill_9_of_the_running_coordinator_lets_the_next_start(
     tmp_path: Path, env: dict[str, str], coordinators: Coordinators
 ) -> None:
