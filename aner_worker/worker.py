@@ -19,12 +19,16 @@ lacks, stores those it receives, and assembles the data set before its first tas
 On end of input (its coordinator closed the pipe, vanished, or the SSH channel dropped), on
 `Shutdown` or on a protocol error the worker stops: queued tasks are dropped and running
 ones stop at their kernel's next sub-range boundary (a few milliseconds), so a worker never
-outlives its coordinator by more than that.
+outlives its coordinator by more than that. On Linux the worker also asks the kernel to kill
+it when the process that started it ends (`PR_SET_PDEATHSIG`): a local pipe worker whose
+coordinator is killed stops at once, whatever its slots are doing, as the coordinator's
+slot leases are freed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import logging
 import os
@@ -517,11 +521,32 @@ def _warm_up(kernels: tuple[str, ...]) -> None:
         KERNELS[name].warm_up()
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent ends (the thread that started it: a
+    coordinator's event loop lives as long as its workers). Elsewhere, or where prctl is
+    refused, end of input alone stops the worker."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the signal was asked for
+        os._exit(0)
+
+
 def main(max_slots: int | None = None) -> int:
     # An interrupt is for the coordinator, which cancels and stops its workers in order: a
     # terminal's Ctrl-C or a Jupyter kernel interrupt reaches the whole process group, and a
     # session's workers must outlive a cancelled call. End of input still stops a worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="aner-worker %(levelname)s %(message)s"
     )
