@@ -14,6 +14,14 @@ worker holds up another's reader (a flush finds a write in progress and leaves i
 to it). A worker the watchdog declares lost is dropped exactly as one whose pipe closed:
 its reader is cancelled, its transport closed, its chunks requeued under `--retries`.
 
+Records that start processes on this host take slot leases like local threads do: a local
+pipe record's slots are the job's before it starts (`aner_coord.job.queue`); an SSH or Slurm
+worker whose handshake names this host (its host identity is this coordinator's) takes its
+slots from the same table before its first task (`_lease_here`), waiting at most the
+handshake bound, and holds them until it is dropped or the job ends. Slots that this job's
+own workers on this host could never all hold (more than the table's) lose that worker at
+once, saying so.
+
 A loss is named by what the worker was doing (connect, handshake, staging, run), whichever
 side notices first: a failed write defers to the reader, whose end of file says "closed its
 connection", and is reported on its own only if the reader has not spoken by the next tick.
@@ -25,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +41,7 @@ from typing import Any, assert_never
 
 import msgspec
 
+from aner_coord import posix
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import StagePlan
 from aner_coord.errors import WorkerFailure
@@ -49,11 +59,13 @@ from aner_coord.job.liveness import (
 )
 from aner_coord.job.pacing import Pacer, Window
 from aner_coord.job.pool import LOST_CLOSE_S, LostBetweenJobs, WorkerPool
+from aner_coord.job.queue import POLL_S, busy_line
 from aner_coord.job.staging import StagingLost, stage_worker
 from aner_coord.job.timing import TaskTimes
 from aner_coord.jobdir.status import StagingRecord
 from aner_coord.transports.base import Transport, TransportError
 from aner_worker.kernels.base import Kernel, decode, encode
+from aner_worker.leases import Holder, Lease, LeaseError, LeaseTable, leases_enabled
 from protocol import (
     Accepted,
     Answered,
@@ -120,6 +132,7 @@ class _Peer:
     buffered_tasks: int = 0
     low_water: int = 0
     pings: dict[int, float] = field(default_factory=dict)  #: nonce -> written (NaN: not yet)
+    lease: Lease | None = None  #: its slots on this host (an SSH or Slurm worker here)
     unstamped: list[_Unstamped] = field(default_factory=list)  #: tasks buffered, not stamped
 
     @property
@@ -164,6 +177,8 @@ class ProcessBackend:
         self._silence_s = silence_timeout()
         self._result_floor_s = result_floor()
         self._handshake_s = handshake_timeout()
+        # Slots of this host the job leased before it started: its local pipe records'.
+        self._local_slots = sum(r.slots for r in self._records if r.transport == "local")
         self._task_timeout = task_timeout
         self._deadline = Deadline(task_timeout, self._result_floor_s)
         # The slowest compute seconds per item of the job's tasks so far, on any worker
@@ -250,6 +265,10 @@ class ProcessBackend:
         link.connection.resize(pacer.window.size)
         peer.pacer = pacer
         self.timing.machine(identity, link.machine, link.host)
+        if link.record.transport != "local" and link.host is not None:
+            peer.phase = "lease"
+            if not await self._lease_here(peer, link.host):
+                return  # the job stopped meanwhile
         if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
             peer.phase = "staging"
             bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)
@@ -358,6 +377,56 @@ class ProcessBackend:
             self._send_ping(peer)
             self._flush_soon(peer, force=True)
 
+    async def _lease_here(self, peer: _Peer, host: str) -> bool:
+        """An SSH or Slurm worker on this very host takes its slots from this host's lease
+        table, as a local pipe worker's coordinator does; False if the job stopped first."""
+        table = self._here_table(host)
+        if table is None:
+            return True
+        slots = peer.record.slots
+        own = self._local_slots + sum(
+            len(p.lease.slots) for p in self._peers.values() if p.lease is not None and p.lease.held
+        )
+        if own + slots > table.size:
+            raise _Lost(
+                f"runs on this host (its host identity is this coordinator's), where this "
+                f"job's workers would take {own + slots} CPU slots of its {table.size}: lower "
+                "their slots, or run local threads (docs/contracts.md, section 13)"
+            )
+        holder = Holder(os.getpid(), kind=f"worker {peer.identity} on this host", slots=slots)
+        give_up = time.monotonic() + self._handshake_s
+        while True:
+            try:
+                got = table.take(slots, holder)
+            except LeaseError as exc:
+                raise _Lost(str(exc)) from None
+            if isinstance(got, Lease):
+                peer.lease = got
+                return True
+            if time.monotonic() > give_up:
+                raise _Lost(
+                    f"runs on this host (its host identity is this coordinator's) and waited "
+                    f"{self._handshake_s:g} s for {busy_line(got, slots, table.size)}"
+                )
+            await asyncio.sleep(POLL_S)
+            if self._stopping:
+                return False
+
+    def _here_table(self, host: str) -> LeaseTable | None:
+        """This host's lease table, if `host` is this host and leases are on."""
+        if not leases_enabled() or posix.missing() is not None:
+            return None
+        from aner_worker.host import host_identity
+
+        if host != host_identity().value:
+            return None
+        from aner_worker.inventory import current
+
+        try:
+            return LeaseTable(current().effective_cpus)
+        except LeaseError as exc:
+            raise _Lost(str(exc)) from None
+
     def _measured(self, per_item_s: float) -> None:
         if self._per_item_s is None or per_item_s > self._per_item_s:
             self._per_item_s = per_item_s
@@ -419,6 +488,9 @@ class ProcessBackend:
         self.timing.lost(worker)
         transport, peer.transport = peer.transport, None
         peer.connection = peer.link = peer.liveness = None
+        lease, peer.lease = peer.lease, None
+        if lease is not None:
+            lease.release()  # its slots on this host: a rejoin takes them again
         server, peer.server = peer.server, None
         if server is not None and server is not asyncio.current_task():
             server.cancel()  # its reader (and watchdog) stop now, not at their next byte
@@ -560,6 +632,10 @@ class ProcessBackend:
         for task in [*self._tasks, *self._flushers]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._flushers, return_exceptions=True)
+        for peer in self._peers.values():
+            lease, peer.lease = peer.lease, None
+            if lease is not None:
+                lease.release()
         # Only now, with this job's readers gone, may the pool read the kept workers.
         for link in kept:
             assert self._pool is not None

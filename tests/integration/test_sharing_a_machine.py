@@ -14,11 +14,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from support import (
     ANER,
@@ -155,6 +158,97 @@ def test_narrow_jobs_submitted_behind_a_wide_one_do_not_overtake_it(
     # The wide job held both slots: the narrow ones began after its last answer.
     assert all(spans[0][1] < span[0] for span in spans[1:]), spans
     assert not list((tmp_path / "rt" / "slots").glob("ticket-*"))  # every ticket returned
+
+
+# Started by the test: makes itself the subreaper of what it starts (so that a killed
+# coordinator's workers become its children, and their ends can be read), runs the
+# coordinator, kills it with SIGKILL when told, and prints how each orphan ended.
+REAPER = r"""
+import ctypes, json, os, signal, subprocess, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+coordinator = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL)
+print(coordinator.pid, flush=True)
+sys.stdin.readline()
+os.kill(coordinator.pid, signal.SIGKILL)
+coordinator.wait()
+ends = {}
+while True:
+    try:
+        pid, status = os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+    ends[pid] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else -os.WEXITSTATUS(status)
+print(json.dumps(ends), flush=True)
+"""
+
+
+def test_a_pipe_workers_coordinator_killed_takes_its_workers_with_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`kill -9` of a pipe group's coordinator mid-task: each worker is killed by the
+    kernel as its coordinator ends (SIGKILL, its parent-death signal), not left computing
+    until it notices its closed input."""
+    cluster = write_cluster(
+        tmp_path / "pair.cluster", [("p1", "local", "-", ANER, 1), ("p2", "local", "-", ANER, 1)]
+    )
+    job = tmp_path / "job"
+    argv = [
+        ANER, "parallel", "run", "--samples", LONG, "--seed", "1", "--cluster", str(cluster),
+        "--quiet", "--output", str(job),
+    ]  # fmt: skip
+    with spawned([sys.executable, "-c", REAPER, *argv], env=env, stdin=subprocess.PIPE) as reaper:
+        assert reaper.stdout is not None and reaper.stdin is not None
+        coordinator = int(reaper.stdout.readline())
+        wait_running(job, timeout=120)
+        workers = [p.pid for p in psutil.Process(coordinator).children()]
+        assert len(workers) == 2
+        reaper.stdin.write("kill\n")
+        reaper.stdin.flush()
+        ends = {int(pid): end for pid, end in json.loads(reaper.stdout.readline()).items()}
+    assert {pid: ends.get(pid) for pid in workers} == {pid: signal.SIGKILL for pid in workers}
+    assert all(not psutil.pid_exists(pid) for pid in workers)
+
+
+def test_ssh_records_on_this_host_take_its_slot_leases(
+    tmp_path: Path, env: dict[str, str], request: pytest.FixtureRequest
+) -> None:
+    """Two SSH records that reach this very host (a loopback sshd): their handshakes name
+    this host, so their slots come from its lease table like local threads'. 2 + 1 slots on
+    a table of 2 cannot all be held: the job fails naming the record that would exceed it.
+    One record of 2 slots runs, and a job that wants the host's slots meanwhile waits."""
+    sshd = request.getfixturevalue("sshd")
+    env = {**sshd.env, **{k: env[k] for k in ("ANER_RUNTIME_DIR", "SLURM_CPUS_PER_TASK")}}
+    env.pop("ANER_LEASES", None)
+    records = [("s1", "ssh", sshd.alias, ANER, 2), ("s2", "ssh", sshd.alias, ANER, 1)]
+    three = write_cluster(tmp_path / "three.cluster", records)
+    done = run_aner(
+        "parallel", "run", "--samples", "2000000", "--seed", "3", "--chunk", "200000",
+        "--cluster", str(three), "--output", str(tmp_path / "three"), env=env,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert re.search(
+        r'worker "s[12]" failed during lease: runs on this host \(its host identity is this '
+        r"coordinator's\), where this job's workers would take 3 CPU slots of its 2",
+        done.stderr,
+    ), done.stderr
+
+    two = write_cluster(tmp_path / "two.cluster", records[:1])
+    job = tmp_path / "two"
+    argv = [
+        ANER, "parallel", "run", "--samples", LONG, "--seed", "3", "--cluster", str(two),
+        "--quiet", "--output", str(job),
+    ]  # fmt: skip
+    with spawned(argv, env=env) as proc:
+        wait_running(job, timeout=120)
+        table = LeaseTable(2, private_dir("slots", env))
+        held = [h for _, h in table.holders() if h is not None]
+        assert [(h.kind, h.slots) for h in held] == [("worker s1 on this host", 2)] * 2
+        refused = run_job(env, tmp_path / "local", 41, "--no-wait")
+        assert refused.returncode == 2, refused.stderr
+        assert "held by a worker s1 on this host" in refused.stderr, refused.stderr
+        proc.send_signal(signal.SIGINT)
+        finish(proc, 120)
+    assert [h for _, h in table.holders()] == [None, None]
 
 
 def test_kill_9_of_the_running_coordinator_lets_the_next_start(
