@@ -38,6 +38,8 @@ ANER_WORKER_HANDSHAKE_S, default 120 s, to be answered):
   `max(floor, DEADLINE_FACTOR (20) x the slowest compute time per item of the job's tasks
   measured so far x the task's items)`, the floor being `result_floor_s` (four times that
   while nothing is measured, with the computation's prior estimate for the task instead).
+  A computation whose tasks' cost does not follow their items (a search's fits,
+  `UnevenTasks`) has the ceiling, MAX_BOUND_S (a day), unless the user sets one.
   The task began computing when its first `Working` with time computed says (now less its
   `elapsed_s`); later frames move nothing, so `Working` frames extend nothing past the
   deadline, and each must count up (its `elapsed_s + waiting_s` greater than the last's,
@@ -138,12 +140,15 @@ class Deadline:
 
     timeout_s: float | None
     floor_s: float
+    uneven: bool = False  # tasks whose cost does not follow their items: the ceiling
 
     def of(self, count: int, per_item_s: float | None, prior_task_s: float) -> float:
         """The deadline of a task of `count` items, given the slowest compute seconds per
         item measured so far (None: none yet, so `prior_task_s` estimates it)."""
         if self.timeout_s is not None:
             return self.timeout_s
+        if self.uneven:
+            return MAX_BOUND_S
         if per_item_s is None:
             return max(self.floor_s * UNMEASURED_FACTOR, DEADLINE_FACTOR * prior_task_s)
         return min(MAX_BOUND_S, max(self.floor_s, DEADLINE_FACTOR * per_item_s * count))
@@ -152,6 +157,8 @@ class Deadline:
     def rule(self) -> str:
         if self.timeout_s is not None:
             return "--task-timeout"
+        if self.uneven:
+            return "a day: this computation's tasks differ in cost; set --task-timeout"
         return (
             f"{DEADLINE_FACTOR:g} times the slowest measured task's time per item, at least "
             f"{self.floor_s:g} s; set --task-timeout where tasks grow faster"

@@ -164,6 +164,7 @@ class ProcessBackend:
         pool: WorkerPool | None = None,
         precision: str | None = None,
         task_timeout: float | None = None,
+        uneven_tasks: bool = False,
     ) -> None:
         self._records = list(records)
         self._precision = precision  # the job's compute precision, which each worker must offer
@@ -180,7 +181,7 @@ class ProcessBackend:
         # Slots of this host the job leased before it started: its local pipe records'.
         self._local_slots = sum(r.slots for r in self._records if r.transport == "local")
         self._task_timeout = task_timeout
-        self._deadline = Deadline(task_timeout, self._result_floor_s)
+        self._deadline = Deadline(task_timeout, self._result_floor_s, uneven_tasks)
         # The slowest compute seconds per item of the job's tasks so far, on any worker
         # (their busy_s as counted: never more than the task's age on our clock).
         self._per_item_s: float | None = None
@@ -692,4 +693,5 @@ class Processes:
             pool=plan.pool,
             precision=plan.precision,
             task_timeout=plan.task_timeout,
+            uneven_tasks=plan.uneven_tasks,
         )

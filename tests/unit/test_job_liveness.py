@@ -194,3 +194,13 @@ def test_working_frames_must_count_up_and_waiting_for_a_grant_is_not_computing()
     assert w.working(501.0, 3, 10, 1.0, 405.0) is None  # computing since 500 s
     assert w.overdue(529.9, lambda count: 30.0, "rule") is None
     assert w.overdue(530.1, lambda count: 30.0, "rule") is not None
+
+
+def test_tasks_whose_cost_does_not_follow_their_items_have_the_ceiling() -> None:
+    from aner_coord.computations.base import UnevenTasks
+    from aner_coord.computations.montecarlo import MonteCarlo
+    from aner_coord.computations.search.computation import Search
+
+    assert isinstance(Search(), UnevenTasks) and not isinstance(MonteCarlo(), UnevenTasks)
+    assert Deadline(None, 30.0, uneven=True).of(1, 1e-4, 0.5) == 86_400.0
+    assert Deadline(60.0, 30.0, uneven=True).of(1, 1e-4, 0.5) == 60.0
