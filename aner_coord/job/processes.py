@@ -66,6 +66,7 @@ from aner_coord.jobdir.status import StagingRecord
 from aner_coord.transports.base import Transport, TransportError
 from aner_worker.kernels.base import Kernel, decode, encode
 from aner_worker.leases import Holder, Lease, LeaseError, LeaseTable, leases_enabled
+from aner_worker.plugins import identities
 from protocol import (
     Accepted,
     Answered,
@@ -252,6 +253,7 @@ class ProcessBackend:
             heartbeat_s=heartbeat_interval(
                 min(self._result_floor_s, self._task_timeout or math.inf)
             ),
+            plugins=identities((self._kernel.name,)),
         )
         peer.connection = connection
         return await handshake(record, peer.transport, connection, self._handshake_s)
