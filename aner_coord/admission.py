@@ -32,6 +32,7 @@ from aner_coord.limits import (
     check_fraction,
     check_int,
     check_positive,
+    check_seconds,
 )
 from aner_coord.requests import ClusterExecution, Execution, JobRequest, LocalExecution
 
@@ -128,12 +129,15 @@ def precheck(request: JobRequest) -> Prechecked:
 
 
 def _admit_job_options(request: JobRequest) -> Workers:
-    """The execution, the audit fraction, the retries and the job to run after."""
+    """The execution, the audit fraction, the retries, the task timeout and the job to run
+    after."""
     workers = admit_execution(request.execution)
     check_fraction("audit", request.audit)
     retries = check_int("retries", request.retries)
     if retries < 0:
         raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
+    if request.task_timeout is not None:
+        check_seconds("task_timeout", request.task_timeout)
     if request.after is not None:
         _check_after(request.after)
     return workers

@@ -69,6 +69,7 @@ class Placement(TypedDict, total=False):
     output: str | os.PathLike[str]
     audit: float  # the fraction of chunks the coordinator recomputes itself
     retries: int  # lost workers the job survives (docs/contracts.md, section 11)
+    task_timeout: float  # seconds a task may compute (docs/contracts.md, section 6)
     chunk: int  # items a task, instead of the execution's (or the computation's default)
     # a function given status snapshots as the job runs, or True for a progress bar
     # (`aner_coord.handle`); taken by the drivers, never by the job
@@ -261,6 +262,7 @@ class Calls:
                 output=None if output is None else os.fspath(output),
                 audit=plain(placement.get("audit", 0.0)),
                 retries=plain(placement.get("retries", 0)),
+                task_timeout=plain(placement.get("task_timeout")),
             )
         )
 

@@ -9,6 +9,7 @@ alone holds the chunk size.
     output = "aner-jobs/pi"          # optional; must not exist
     audit = 0.0                      # fraction of chunks the coordinator recomputes
     retries = 0                      # lost workers the job survives
+    task_timeout = 600.0             # optional: seconds a task may compute
 
     [computation]
     kind = "monte-carlo"
@@ -75,6 +76,9 @@ class JobRequest(_Data, frozen=True):
     output: str | None = None
     audit: float = 0.0
     retries: int = 0  # lost workers the job survives (docs/contracts.md, section 11)
+    # Seconds a task may compute before its worker counts as lost (docs/contracts.md,
+    # section 6); None: a multiple of the tasks measured so far.
+    task_timeout: float | None = None
     # A job directory this job runs after: it starts once that job completes, and fails
     # if that one fails or is cancelled (docs/contracts.md, section 13).
     after: str | None = None

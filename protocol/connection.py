@@ -400,12 +400,13 @@ class CoordinatorConnection(_Side):
         task = self._outstanding.get(message.task_id)
         if task is None:
             raise self._remote(f"is working on task {message.task_id}, not outstanding on it")
-        if not (math.isfinite(message.elapsed_s) and 0 <= message.elapsed_s <= MAX_SECONDS):
-            raise self._remote(
-                f"is working on task {message.task_id} for {message.elapsed_s!r} s, not a "
-                f"number of seconds in 0..{MAX_SECONDS:g}"
-            )
-        return Computing(task, message.elapsed_s)
+        for seconds in (message.elapsed_s, message.waiting_s):
+            if not (math.isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
+                raise self._remote(
+                    f"is working on task {message.task_id} for {seconds!r} s, not a "
+                    f"number of seconds in 0..{MAX_SECONDS:g}"
+                )
+        return Computing(task, message.elapsed_s, message.waiting_s)
 
     def _on_staging(self, message: Missing | Staged) -> CoordinatorEvent:
         staging = self._staging
@@ -573,11 +574,12 @@ class WorkerConnection(_Side):
             return 0.0
         return min(max(asked, MIN_HEARTBEAT_S), MAX_SECONDS)
 
-    def working(self, task_id: int, elapsed_s: float) -> bytes:
-        """Task `task_id` is still being computed, for `elapsed_s` so far."""
+    def working(self, task_id: int, elapsed_s: float, waiting_s: float = 0.0) -> bytes:
+        """Task `task_id` is still being computed, for `elapsed_s` so far, after waiting
+        `waiting_s` for a granted slot."""
         if self.phase is not Phase.READY or self.heartbeat_s <= 0:
             raise LocalProtocolError(self.peer, "Working to a coordinator that asked for none")
-        return self._encode(Working(task_id, _seconds(elapsed_s)))
+        return self._encode(Working(task_id, _seconds(elapsed_s), _seconds(waiting_s)))
 
     def missing(self, blocks: tuple[str, ...]) -> bytes:
         """The answer to Stage: the blocks this worker lacks (the shell looked)."""

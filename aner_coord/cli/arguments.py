@@ -101,6 +101,14 @@ def add_execution_arguments(
         help="lost workers to survive: their chunks go to the others (default 0)",
     )
     p.add_argument(
+        "--task-timeout",
+        type=number,
+        default=None,
+        metavar="SECONDS",
+        help="a worker whose task computes longer than this is lost (default: 20 times the "
+        "slowest task measured so far per item, at least ANER_WORKER_RESULT_S)",
+    )
+    p.add_argument(
         "--after",
         metavar="DIR",
         help="start once the job in DIR completes; fail, saying why, if it fails or is cancelled",

@@ -34,7 +34,12 @@ def jobs_command(args: argparse.Namespace) -> int:
         index = index_dir()
     except LeaseError as exc:
         raise RequestError(str(exc)) from None
-    rows = listed([_row(e.job, e.directory, e.registered) for e in entries(index)], _row)
+    places = _queue_places()
+
+    def row_of(job: str, directory: Path, registered: float) -> dict[str, Any]:
+        return _row(job, directory, registered, places)
+
+    rows = listed([row_of(e.job, e.directory, e.registered) for e in entries(index)], row_of)
     if args.resume_interrupted:
         return resume_interrupted(rows)
     if args.json:
@@ -54,12 +59,33 @@ def jobs_command(args: argparse.Namespace) -> int:
         )
         if row["queued_behind"]:
             print(f"{'':<12}  behind job(s) {', '.join(row['queued_behind'])}")
+        if row["position"] is not None:
+            print(f"{'':<12}  number {row['position']} in this host's queue for CPU slots")
         if row["note"]:
             print(f"{'':<12}  {row['note']}")
     return 0
 
 
-def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
+def _queue_places() -> dict[str, int]:
+    """Each waiting job's place in this host's queue for CPU slots (1: the next to start),
+    from the lease table's tickets; none where leases are off or the table cannot be used."""
+    from aner_coord import posix
+    from aner_worker.inventory import current
+    from aner_worker.leases import LeaseError, LeaseTable, leases_enabled
+
+    if not leases_enabled() or posix.missing() is not None:
+        return {}
+    try:
+        queue = LeaseTable(current().effective_cpus).queue()
+    except (LeaseError, OSError):
+        return {}
+    places: dict[str, int] = {}
+    for holder in (h for _, h in queue if h.job):
+        places.setdefault(holder.job, len(places) + 1)
+    return places
+
+
+def _row(job: str, directory: Path, registered: float, places: dict[str, int]) -> dict[str, Any]:
     """One job as the listing shows it; a job that cannot be observed now (no status yet,
     a file that is not one) is listed with the reason instead of its state."""
     from aner_coord.cli.monitor import observe
@@ -74,6 +100,7 @@ def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
         "percent": None,
         "workers": None,
         "queued_behind": [],
+        "position": None,
         "note": None,
         "recorded": None,  # the state status.json records (`state` is the observed one)
         "interrupted": False,  # QUEUED or RUNNING when its coordinator went (a reboot)
@@ -91,5 +118,6 @@ def _row(job: str, directory: Path, registered: float) -> dict[str, Any]:
         percent=percent(snap),
         workers=len(snap.workers) if snap.workers else None,
         queued_behind=[h.job for h in snap.queued_behind if h.job],
+        position=places.get(job) if obs.state.value == "QUEUED" else None,
     )
     return row

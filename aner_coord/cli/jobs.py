@@ -104,6 +104,7 @@ def job_request(args: argparse.Namespace, computation: ComputationRequest) -> Jo
         output=args.output,
         audit=args.audit,
         retries=args.retries,
+        task_timeout=args.task_timeout,
         after=args.after,
     )
 

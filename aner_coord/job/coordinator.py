@@ -30,7 +30,13 @@ import msgspec
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
-from aner_coord.computations.base import Checkpoints, ExplainsDifference, Segment, kernel_of
+from aner_coord.computations.base import (
+    Checkpoints,
+    ExplainsDifference,
+    Segment,
+    UnevenTasks,
+    kernel_of,
+)
 from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
 from aner_coord.job.backend import Backend, BackendPlan, backend_for
@@ -561,6 +567,8 @@ class Coordinator:
                 stage=plan_of(self._run),
                 pool=self._pool,
                 precision=precision_of(self._run),
+                task_timeout=job.request.task_timeout,
+                uneven_tasks=isinstance(job.computation, UnevenTasks),
             )
         )
 

@@ -156,3 +156,24 @@ def test_inventory_reports_a_slurm_hint(monkeypatch: pytest.MonkeyPatch) -> None
     assert inv["effective_cpus"] == 1
     assert "SLURM_CPUS_PER_TASK=1 (Slurm)" in str(inv["auto_rule"])
     assert "effective_cpus: bounded by SLURM_CPUS_PER_TASK=1, set by Slurm" in inv["notes"]  # type: ignore[operator]
+
+
+def test_tickets_queue_in_the_order_taken_and_a_dead_one_is_removed(tmp_path: Path) -> None:
+    t = table(tmp_path)
+    first = t.ticket(Holder(1, job="aaaaaaaaaaaa", kind="wide", slots=2))
+    second = t.ticket(Holder(2, job="bbbbbbbbbbbb", kind="narrow", slots=1))
+    assert first.number < second.number
+    assert [h.job for _, h in t.queue()] == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    # A holder that died leaves its file unlocked: the next reader removes it.
+    dead = tmp_path / "slots" / "ticket-00000000000000000001"
+    dead.write_text("{}")
+    assert [n for n, _ in t.queue()] == [first.number, second.number]
+    assert not dead.exists()
+    first.release()
+    assert [h.job for _, h in t.queue()] == ["bbbbbbbbbbbb"]
+    third = t.ticket(Holder(3, job="cccccccccccc", kind="narrow", slots=1))
+    assert third.number > second.number
+    second.release()
+    third.release()
+    assert t.queue() == []
+    assert sorted(p.name for p in (tmp_path / "slots").iterdir()) == []
