@@ -45,7 +45,7 @@ from aner_worker.kernels.dense.data import (
 from aner_worker.kernels.dense.kernel import DenseKernel
 from aner_worker.kernels.dense.network import parameter_count
 from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
-from aner_worker.kernels.dense.plan import Roles, layer_sizes, steps_per_epoch
+from aner_worker.kernels.dense.plan import Roles, batch_used, layer_sizes, steps_per_epoch
 from aner_worker.npzfile import MAX_FILE_BYTES
 
 # Under groups or a split of your own a role's row positions travel with each of its passes
@@ -247,10 +247,10 @@ class Dense:
                 "split_column",
             )
         n_train = counts["train"]
-        batch, epochs = options["batch"], options["epochs"]
+        batch, epochs = batch_used(options["batch"], n_train), options["epochs"]
         steps = steps_per_epoch(n_train, batch)
         return Admitted(
-            items=min(batch, n_train),
+            items=batch,
             passes=1 + epochs * (steps + 1) + (1 if counts["test"] else 0),
             identity=MODEL_ID,
             # normalisation, every epoch's steps and validation, the test

@@ -68,7 +68,13 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
         ),
     ] = None
     hidden: Annotated[tuple[int, ...], Meta(description="hidden layer sizes")] = (64, 64)
-    batch: Annotated[int, Meta(description="rows of a global batch (one optimizer step)")] = 256
+    batch: Annotated[
+        int,
+        Meta(
+            description="rows of a global batch (one optimizer step); the smaller of this and "
+            "the training rows is used, and recorded"
+        ),
+    ] = 256
     epochs: Annotated[int, Meta(description="at most this many epochs")] = 100
     optimizer: Annotated[str, Meta(description="the optimizer", extra={"choices": OPTIMIZERS})] = (
         "adam"

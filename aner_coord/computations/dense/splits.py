@@ -345,7 +345,10 @@ def roles_for(
             codes,
             where,
             test_wanted=test_wanted,
-            validation_wanted=validation_used,
+            # Rows drawn one by one may leave the validation role empty on tiny data: the
+            # training then stops on its training loss (docs/contracts.md, section 9, Tiny
+            # data). Groups and a given split must fill it.
+            validation_wanted=validation_used and (groups is not None or given is not None),
             more="groups" if groups is not None else "rows",
         )
     except PlanError as exc:
