@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -222,8 +223,6 @@ def test_importing_the_api_does_not_import_scikit_learn() -> None:
 def test_iris_with_every_default_scores_as_mlp_classifier_does() -> None:
     # Issue 38, item 1: the defaults fit small data; scored on the same folds as
     # scikit-learn's MLPClassifier with its own defaults (0.967 measured, aner 0.96).
-    import warnings
-
     from sklearn.datasets import load_iris
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.model_selection import StratifiedKFold
@@ -236,3 +235,17 @@ def test_iris_with_every_default_scores_as_mlp_classifier_does() -> None:
         theirs = cross_val_score(MLPClassifier(random_state=0), x, y, cv=folds).mean()
     ours = cross_val_score(parallel.DenseClassifier(random_state=0, workers=1), x, y, cv=folds)
     assert ours.mean() >= theirs - 0.05
+
+
+def test_the_readmes_group_k_fold_pattern_gives_every_fold_a_score() -> None:
+    # Issue 38, item 2: 20 groups of the digits, 15 in each fit; a per-group draw left one
+    # fit without a validation group ("15 groups leave no validation rows": a NaN score).
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    g = np.arange(len(x)) % 20
+    model = parallel.DenseClassifier(hidden=(8,), epochs=2, random_state=0, workers=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed fit would warn and score NaN
+        scores = cross_val_score(model, x, y, groups=g, cv=GroupKFold(4), params={"groups": g})
+    assert scores.shape == (4,) and np.all(np.isfinite(scores)), scores
