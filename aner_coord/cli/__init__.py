@@ -9,7 +9,8 @@
   `timeline`: where a job's time went; `scaling`: `scaling` and `plan`, over the
   experiments, probes and predictions of `aner_coord.scaling`; `background`: `--background`
   and the detached coordinator;
-- `progress`: the live progress line; `sdnotify`: telling systemd how a job does.
+- `progress`: the live progress line; `sdnotify`: telling systemd how a job does;
+  `outcome`: the `--json` document of the job commands (`aner-job-outcome/1`).
 
 Heavy modules are imported only by the commands that need them.
 """

@@ -112,6 +112,17 @@ def add_execution_arguments(
         "taken, instead of queueing",
     )
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    add_json_argument(p)
+
+
+def add_json_argument(p: argparse.ArgumentParser) -> None:
+    """A job command's `--json` (`aner_coord.cli.outcome`)."""
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (aner-job-outcome/1: the job directory, its state, the "
+        "exit status and reason, the result's summary) and nothing else on stdout",
+    )
 
 
 def execution_from_args(args: argparse.Namespace) -> Execution:
