@@ -29,6 +29,14 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
         str | None,
         Meta(description="label column of a CSV (default: the last)", extra={"metavar": "COL"}),
     ] = None
+    delimiter: Annotated[
+        str | None,
+        Meta(
+            description="the CSV's delimiter: one character, or `tab` (default: the one its "
+            "header line holds most: comma, semicolon, tab or |)",
+            extra={"metavar": "CHAR"},
+        ),
+    ] = None
     group: Annotated[
         str | None,
         Meta(
