@@ -227,6 +227,16 @@ def _foreign_holder(directory: jobdir.JobDir) -> str | None:
 # --------------------------------------------------------------------------- rendering
 
 
+def elapsed_text(snap: StatusSnapshot) -> str:
+    """Both clocks, labelled: since the job was submitted (queueing included) and since its
+    coordinator started it, as of the snapshot. A queued job has not started."""
+    submitted = snap.submitted_at if snap.submitted_at is not None else snap.created_at
+    since_submission = max(0.0, snap.updated_at - submitted)
+    if snap.state is JobState.QUEUED or snap.phase == "ended while queued":
+        return f"{since_submission:.1f} s since submission (not started)"
+    return f"{since_submission:.1f} s since submission, {snap.elapsed_s:.1f} s since start"
+
+
 def render_lines(job: Path, obs: Observation) -> list[str]:
     """The human view: state, work done of planned, rate, ETA, position, workers, error."""
     snap = obs.snapshot
@@ -248,7 +258,7 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         eta = eta_text(snap.eta_s, upper_bound=snap.work_upper_bound)
         sooner = " (early stopping may end it sooner)" if snap.work_upper_bound else ""
         lines.append(f"eta       {eta}{sooner if snap.eta_s is not None else ''}")
-    lines.append(f"elapsed   {snap.elapsed_s:.1f} s")
+    lines.append(f"elapsed   {elapsed_text(snap)}")
     position = position_text(snap)
     if position is not None:
         lines.append(f"training  {position}")
