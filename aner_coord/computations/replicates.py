@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from aner_coord.computations.base import Accounting, readable
+from aner_coord.computations.display import fields_table, records_table, repr_lines
 from aner_coord.errors import RequestError
 from aner_coord.jobdir.results import ResultBase
 
@@ -180,6 +181,25 @@ class ReplicatesResult(ResultBase, frozen=True, tag="replicates"):
             f"{self.replicates} replicates of {self.of}, seed {self.seed}: {shown} (mean +- "
             f"standard error){pooled} | {len(self.workers)} worker(s), {self.seconds:.3f} s"
         )
+
+    def __repr__(self) -> str:
+        head = (
+            f"ReplicatesResult({self.replicates} of {self.of}, {self.contract}, seed {self.seed})"
+        )
+        tail = ("per_replicate: one record per replicate; aggregate: each field's mean and spread",)
+        return repr_lines(head, self.summary(), tail)
+
+    def _repr_html_(self) -> str:
+        header = [*self.aggregate]
+        rows = [[row.get(name, "") for name in ("replicate", "seed", *header)]
+                for row in self.per_replicate]  # fmt: skip
+        fields: list[tuple[str, object]] = [
+            ("replicates", f"{self.replicates} of {self.of} ({self.contract}), seed {self.seed}"),
+            *((name, _spread(self.aggregate[name])) for name in self.headline),
+            ("summary", self.summary()),
+        ]
+        table = records_table(["replicate", "seed", *header], rows, "per_replicate")
+        return fields_table("Replicates", fields) + table
 
 
 def _spread(summary: FieldSummary) -> str:

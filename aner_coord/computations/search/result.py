@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
-from aner_coord.computations.display import fields_table, records_table, short
+from aner_coord.computations.display import fields_table, records_table, repr_lines
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import StagingRecord
 
@@ -254,8 +254,7 @@ class SearchFit:
             f"seed {r.seed})"
         )
         tables = "records(): one per fit; candidate_records(), cv_results_: one per candidate"
-        lines = [f"  {short(line)}" for line in r.summary().split("\n")]
-        return "\n".join([head, *lines, f"  {tables}"])
+        return repr_lines(head, r.summary(), (tables,))
 
     def _repr_html_(self) -> str:
         r = self.result
