@@ -54,13 +54,27 @@ def percent(snapshot: StatusSnapshot) -> float:
     return min(99.9, math.floor(1000.0 * snapshot.fraction) / 10)
 
 
+def items_percent(snapshot: StatusSnapshot) -> float:
+    """The items done in percent of the planned items, rounded as `percent` is."""
+    if snapshot.state is JobState.COMPLETED:
+        return 100.0
+    total = snapshot.total_work
+    return min(99.9, math.floor(1000.0 * snapshot.accepted / total) / 10) if total else 0.0
+
+
 def work_text(snapshot: StatusSnapshot) -> str:
-    """`12,345 of 50,000 rows (24.6%)`; `of at most` while early stopping may end it sooner."""
+    """`12,345 of 50,000 rows (24.6%)`; `of at most` while early stopping may end it sooner.
+    Where the planned cost done differs from the items done (a Dense training's evaluated
+    rows cost less than its training rows), both are given, each labelled:
+    `70,228 of 340,418 rows (20.6% of the rows, 1.4% of the cost)`."""
     bound = "at most " if snapshot.work_upper_bound else ""
-    return (
-        f"{snapshot.accepted:,} of {bound}{snapshot.total_work:,} {snapshot.unit} "
-        f"({percent(snapshot):.1f}%)"
+    by_cost, by_items = percent(snapshot), items_percent(snapshot)
+    shown = (
+        f"{by_cost:.1f}%"
+        if by_cost == by_items
+        else f"{by_items:.1f}% of the {snapshot.unit}, {by_cost:.1f}% of the cost"
     )
+    return f"{snapshot.accepted:,} of {bound}{snapshot.total_work:,} {snapshot.unit} ({shown})"
 
 
 def position_text(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
@@ -139,10 +153,15 @@ def compact(snapshot: StatusSnapshot) -> str:
     phase = f"{where}, " if where else ""
     bound = "<=" if snapshot.work_upper_bound else ""
     eta = format_eta(snapshot.eta_s, upper_bound=snapshot.work_upper_bound)
-    return (
-        f"{phase}{percent(snapshot):5.1f}% of {bound}{si(snapshot.total_work)} {snapshot.unit}, "
-        f"{si(snapshot.throughput) if snapshot.throughput else '--'}/s, {eta}"
-    )
+    by_cost = percent(snapshot)
+    if by_cost == items_percent(snapshot):
+        done = f"{by_cost:5.1f}% of {bound}{si(snapshot.total_work)} {snapshot.unit}"
+    else:  # the percent is of the cost, not of the items: say so, and give the items
+        done = (
+            f"{by_cost:5.1f}% of the cost, {si(snapshot.accepted)} of {bound}"
+            f"{si(snapshot.total_work)} {snapshot.unit}"
+        )
+    return f"{phase}{done}, {si(snapshot.throughput) if snapshot.throughput else '--'}/s, {eta}"
 
 
 class LiveProgress:
