@@ -124,7 +124,8 @@ def _where(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
     position = position_text(snapshot, short=short)
     if position is not None:
         return position
-    return snapshot.phase if snapshot.passes > 1 else None
+    # A call still admitting its job has no work planned: its phase is all there is to say.
+    return snapshot.phase if snapshot.passes > 1 or not snapshot.passes else None
 
 
 def pacing_text(worker: WorkerAccount) -> str:
@@ -143,6 +144,8 @@ def describe(snapshot: StatusSnapshot) -> str:
     """One line: state, where it stands, work done of planned, rate, ETA."""
     where = _where(snapshot)
     phase = f" [{where}]" if where else ""
+    if not snapshot.passes:  # still admitting: nothing planned to count yet
+        return f"{snapshot.state.value}{phase}"
     eta = format_eta(snapshot.eta_s, upper_bound=snapshot.work_upper_bound)
     return f"{snapshot.state.value}{phase} {work_text(snapshot)}, {rate_text(snapshot)}, {eta}"
 
@@ -150,6 +153,8 @@ def describe(snapshot: StatusSnapshot) -> str:
 def compact(snapshot: StatusSnapshot) -> str:
     """The live line's detail, short enough for an 80-column terminal beside the bar."""
     where = _where(snapshot, short=True)
+    if not snapshot.passes:  # still admitting: nothing planned to count yet
+        return where or ""
     phase = f"{where}, " if where else ""
     bound = "<=" if snapshot.work_upper_bound else ""
     eta = format_eta(snapshot.eta_s, upper_bound=snapshot.work_upper_bound)
