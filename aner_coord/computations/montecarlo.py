@@ -271,5 +271,8 @@ class ReplicatesRun:
         if state is not JobState.COMPLETED:
             return {}
         rows = self.rows()
-        title = f"{len(rows)} replicates of {self._request.samples:,} samples"
-        return replicates_files(rows, _HEADLINE, title)
+        title = (
+            f"Monte Carlo estimates of pi: {len(rows)} replicates of "
+            f"{self._request.samples:,} samples"
+        )
+        return replicates_files(rows, _HEADLINE, title, {"estimate": ("pi", math.pi)})

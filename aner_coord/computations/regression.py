@@ -330,5 +330,7 @@ class ReplicatesRun:
         if state is not JobState.COMPLETED:
             return {}
         rows = self.rows()
-        title = f"{len(rows)} replicates of {self._request.samples:,} rows"
+        title = (
+            f"Logistic regression fits: {len(rows)} replicates of {self._request.samples:,} rows"
+        )
         return replicates_files(rows, _HEADLINE, title)
