@@ -16,7 +16,7 @@ alone holds the chunk size.
     seed = 1
 
     [execution]
-    kind = "local"                   # or "cluster", with config = "PATH"
+    kind = "local"                   # or "cluster", with config = "PATH" (and strict_bits)
     workers = 0                      # 0: the automatic policy (see `inventory`)
     chunk = 4_000_000                # optional: the computation's default
 """
@@ -44,10 +44,13 @@ class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
 
 class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):
     """The workers of the cluster file at `config` (docs/contracts.md, section 5), `chunk` items a
-    task (None: the computation's own default)."""
+    task (None: the computation's own default). With `strict_bits`, a computation whose bits
+    depend on the BLAS kernel set (Dense, search) refuses, before any work, a group whose
+    workers report different ones (`aner_coord.kernelsets`)."""
 
     config: str
     chunk: int | None = None
+    strict_bits: bool = False
 
 
 Execution = LocalExecution | ClusterExecution

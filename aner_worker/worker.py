@@ -456,6 +456,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1, max_slots: int | None = None) -
     from aner_worker.host import host_identity
     from aner_worker.inventory import current
     from aner_worker.machine import machine_identity
+    from aner_worker.plugins import installed_identities
 
     connection = WorkerConnection(
         source_fingerprint(),
@@ -467,6 +468,7 @@ def serve(stdin_fd: int = 0, stdout_fd: int = 1, max_slots: int | None = None) -
         build=build_identity(),
         host=host_identity().value,
         grant=max_slots,
+        plugins=installed_identities(),
     )
     out = _Output(stdout_fd, connection)
     serving = _Serving(connection, out, Grant.of(max_slots))

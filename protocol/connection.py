@@ -38,6 +38,7 @@ them from several threads holds one lock around them.
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 import re
 from collections.abc import Collection, Mapping
@@ -71,6 +72,7 @@ from protocol.messages import (
     Missing,
     Params,
     Ping,
+    PluginIdentity,
     Pong,
     Refused,
     Result,
@@ -132,6 +134,32 @@ def _machine_problem(welcome: Welcome) -> str | None:
         return f"platform identity longer than {MAX_PLATFORM_CHARS} characters"
     if welcome.host is not None and _HOST.fullmatch(welcome.host) is None:
         return f"host identity {welcome.host[:40]!r} is not {HOST_HEX_DIGITS} lowercase hex digits"
+    return None
+
+
+def plugin_digest(plugin: PluginIdentity) -> str:
+    """One SHA256 over a plugin's name, version and files in path order (its `digest`)."""
+    h = hashlib.sha256(f"{plugin.distribution}\0{plugin.version}\0".encode())
+    for name in sorted(plugin.files):
+        h.update(f"{name}\0{plugin.files[name]}\0".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def plugin_difference(a: PluginIdentity, b: PluginIdentity, a_is: str, b_is: str) -> str | None:
+    """How plugin `a` (`a_is`: "at the coordinator") differs from `b` (`b_is`), naming the
+    version or the first file in path order that differs; None when they are the same."""
+    if a.version != b.version:
+        return f"version {a.version[:40]} {a_is}, {b.version[:40]} {b_is}"
+    for name in sorted(a.files.keys() | b.files.keys()):
+        was, now = a.files.get(name), b.files.get(name)
+        shown = name[:MAX_MACHINE_VALUE_CHARS]
+        if was == now:
+            continue
+        if now is None:
+            return f"{shown} is installed {a_is}, not {b_is}"
+        if was is None:
+            return f"{shown} is installed {b_is}, not {a_is}"
+        return f"{shown} differs ({was[:80]} {a_is}, {now[:80]} {b_is})"
     return None
 
 
@@ -197,9 +225,11 @@ class CoordinatorConnection(_Side):
         window: int | None = None,
         max_frame: int = MAX_FRAME_BYTES,
         heartbeat_s: float = 0.0,
+        plugins: tuple[PluginIdentity, ...] = (),
     ) -> None:
         super().__init__(f'worker "{identity}"', "coordinator", max_frame)
         self.heartbeat_s = heartbeat_s
+        self.plugins = plugins
         self.identity = identity
         self.slots = slots
         self.fingerprint = fingerprint
@@ -269,6 +299,7 @@ class CoordinatorConnection(_Side):
                 self.fingerprint,
                 self.kernels,
                 heartbeat_s=self.heartbeat_s,
+                plugins=self.plugins,
             )
         )
 
@@ -430,8 +461,11 @@ class WorkerConnection(_Side):
         build: dict[str, str] | None = None,
         host: str | None = None,
         grant: int | None = None,
+        plugins: Mapping[str, PluginIdentity] | None = None,
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
+        # This worker's installed plugins, by distribution (docs/contracts.md, section 15).
+        self.plugins = dict(plugins or {})
         # The slots its host's owner granted (`--max-slots`), if any: a Hello assigning more
         # is refused, naming the grant.
         self.grant = grant
@@ -491,6 +525,7 @@ class WorkerConnection(_Side):
                 self.build,
                 tuple(sorted(self.kernels))[:MAX_MACHINE_FIELDS],
                 self.host,
+                {name: f"{p.version} {plugin_digest(p)}" for name, p in self.plugins.items()},
             )
         )
 
@@ -644,7 +679,24 @@ class WorkerConnection(_Side):
                 f"(--max-slots {self.grant}, set on its host): lower its slots in the cluster "
                 f"file to at most {self.grant}"
             )
+        for theirs in hello.plugins:
+            problem = self._plugin_problem(theirs)
+            if problem is not None:
+                return problem
         unknown = sorted(set(hello.kernels) - self.kernels)
         if unknown:
             return f"this worker has no kernel {', '.join(unknown)} (a different aner version?)"
         return None
+
+    def _plugin_problem(self, theirs: PluginIdentity) -> str | None:
+        mine = self.plugins.get(theirs.distribution)
+        name = theirs.distribution[:MAX_MACHINE_KEY_CHARS]
+        if mine is None:
+            return (
+                f"this worker has no plugin {name}: install {name} {theirs.version[:40]} "
+                "where it runs"
+            )
+        difference = plugin_difference(theirs, mine, "at the coordinator", "on this worker")
+        if difference is None:
+            return None
+        return f"plugin {name} differs from the coordinator's: {difference}"

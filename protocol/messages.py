@@ -28,6 +28,15 @@ class _Wire(msgspec.Struct, frozen=True, array_like=True):
     """Base of every wire message: frozen, and encoded as a compact array led by its tag."""
 
 
+class PluginIdentity(msgspec.Struct, frozen=True, array_like=True):
+    """An installed plugin's code (docs/contracts.md, section 15): its distribution, version
+    and the SHA256 ("sha256:...") of each installed file, by path."""
+
+    distribution: str
+    version: str
+    files: dict[str, str]
+
+
 class Hello(_Wire, frozen=True, tag="hello"):
     """Coordinator -> worker, first frame: who it is to the job, what it may use, and the
     kernels the job will run (the worker warms up only those)."""
@@ -40,6 +49,10 @@ class Hello(_Wire, frozen=True, tag="hello"):
     # How often a slot computing a task says so (`Working`); 0: never (a coordinator older
     # than heartbeats, which could not decode them).
     heartbeat_s: float = 0.0
+    # The plugins the job's kernels come from, as the coordinator has them installed: the
+    # worker refuses a Hello whose plugin it lacks or has otherwise (docs/contracts.md,
+    # section 15). Empty for aner's own computations, which the fingerprint covers.
+    plugins: tuple[PluginIdentity, ...] = ()
 
 
 class Welcome(_Wire, frozen=True, tag="welcome"):
@@ -66,6 +79,8 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     # (docs/contracts.md, "Host identity"), so that records sharing one host are known as
     # such. None where the worker cannot tell, or is older than the field.
     host: str | None = None
+    # Its installed plugins: distribution -> "version digest" (docs/contracts.md, section 15).
+    plugins: dict[str, str] = {}
 
 
 class Refused(_Wire, frozen=True, tag="refused"):

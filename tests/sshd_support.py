@@ -100,17 +100,6 @@ def _keygen(path: Path) -> str:
     return f"{algorithm} {key}"
 
 
-def _blas_environment() -> list[str]:
-    """`SetEnv` lines giving SSH sessions this environment's OpenBLAS settings.
-
-    OpenBLAS picks its kernels by CPU unless `OPENBLAS_CORETYPE` says otherwise, and two
-    kernel sets round differently; a peer on loopback must run the same kernels as the local
-    workers to be the same platform (docs/contracts.md, section 9, Agreement).
-    """
-    pairs = sorted((k, v) for k, v in os.environ.items() if k.startswith("OPENBLAS_"))
-    return [f"SetEnv {k}={v}" for k, v in pairs if v and " " not in v]
-
-
 def free_port() -> int:
     """A loopback port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -179,7 +168,6 @@ def start_sshd(directory: Path) -> SshServer:
                     "PrintMotd no",
                     f"AllowUsers {user}",
                     "LogLevel VERBOSE",
-                    *_blas_environment(),
                     "",
                 ]
             ),

@@ -112,6 +112,7 @@ def add_execution_arguments(
         "whose result differs (default 0)",
     )
     p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
+    add_strict_bits_argument(p)
     p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
     p.add_argument(
         "--retries",
@@ -146,11 +147,27 @@ def add_json_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_strict_bits_argument(p: argparse.ArgumentParser) -> None:
+    """`--strict-bits` (`ClusterExecution.strict_bits`), for job commands and `resume`."""
+    p.add_argument(
+        "--strict-bits",
+        action="store_true",
+        help="refuse, before any work, a worker group whose BLAS kernel sets differ (their "
+        "Dense and search bits may differ); without it they compute within the stated "
+        "tolerance",
+    )
+
+
 def execution_from_args(args: argparse.Namespace) -> Execution:
     if args.cluster is not None:
         if args.workers:
             raise RequestError("--workers applies to local runs; a cluster file sets slots")
-        return ClusterExecution(config=args.cluster, chunk=args.chunk)
+        return ClusterExecution(config=args.cluster, chunk=args.chunk, strict_bits=args.strict_bits)
+    if args.strict_bits:
+        raise RequestError(
+            "--strict-bits applies to a worker group (--cluster FILE): local threads compute "
+            "in this one process, with one kernel set"
+        )
     return LocalExecution(workers=args.workers, chunk=args.chunk)
 
 

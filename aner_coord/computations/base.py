@@ -234,6 +234,10 @@ class ExplainsDifference(Protocol):
 
     def close(self, worker: Any, own: Any) -> bool: ...
 
+    # The largest difference of any statistic relative to its magnitude, as `close` judges
+    # it (inf where a count or shape differs): what an audit measures of another platform.
+    def deviation(self, worker: Any, own: Any) -> float: ...
+
 
 @runtime_checkable
 class DeclaresPrecision(Protocol):
@@ -250,6 +254,14 @@ class MakesTiny(Protocol):
     probes (Dense: a teacher set of the data's shape, which needs no staging)."""
 
     def tiny(self, request: Any, rows: int) -> Any: ...
+
+
+@runtime_checkable
+class ChecksChunk(Protocol):
+    """A computation whose reduction needs its chunks cut in a certain way (a simulation's
+    at block boundaries): why `chunk` items a task cannot be used for `request`, or None."""
+
+    def check_chunk(self, request: Any, chunk: int) -> str | None: ...
 
 
 @runtime_checkable

@@ -53,6 +53,7 @@ from aner_coord.job.timing import TaskTimes
 from aner_coord.jobdir.status import StagingRecord
 from aner_coord.transports.base import Transport, TransportError
 from aner_worker.kernels.base import Kernel, decode, encode
+from aner_worker.plugins import identities
 from protocol import (
     Accepted,
     Answered,
@@ -227,6 +228,7 @@ class ProcessBackend:
             self._fingerprint,
             (self._kernel.name,),
             heartbeat_s=heartbeat_interval(self._result_floor_s),
+            plugins=identities((self._kernel.name,)),
         )
         peer.connection = connection
         return await handshake(record, peer.transport, connection, self._handshake_s)

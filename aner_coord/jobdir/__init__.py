@@ -11,7 +11,7 @@ the files' own types.
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
 - `timeline`: `timeline.jsonl`, where the job's time went (bounded; written and read);
 - `status`, `manifest`, `results`: the job files as msgspec Structs;
-- `sources`: the files whose code computes a result's numbers, which the manifest records;
+- `sources`: the SHA256 of every source file of aner's packages, which the manifest records;
 - `index`: the per-user index of this host's job directories, behind `aner parallel jobs`.
 """
 

@@ -272,10 +272,10 @@ def test_the_log_is_adopted_through_the_directory_held_not_the_path(tmp_path: Pa
 def test_a_coordinator_whose_numerical_code_changed_cannot_resume_the_job(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    """Issue 25 item 7: the coordinator applies the fixture's updates, so a change under
-    `aner_coord/computations/` (one comment line, in a copy of the installation whose
-    workers are the same) refuses the resume naming the file; the installation that began
-    the job resumes it."""
+    """Issue 25 item 7, issue 35 item 3: the coordinator applies the fixture's updates and
+    replays the ledger's accepted chunks, so a change to the computation or to the ledger
+    (one comment line more, in a copy of the installation whose workers are the same) refuses the
+    resume naming the file; the installation that began the job resumes it."""
     import signal
 
     job = tmp_path / "job"
@@ -297,20 +297,22 @@ def test_a_coordinator_whose_numerical_code_changed_cannot_resume_the_job(
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: process_gone(pid), 30, "the killed coordinator to go")
     manifest = json.loads((job / "run-manifest.json").read_text())
-    changed = "aner_coord/computations/regression.py"
-    assert changed in manifest["sources"]
     kept = [entry for entry in listing(job) if entry[0] != "coordinator.lock"]
-    other = installed_copy(tmp_path, changed)
-    refused = subprocess.run(
-        [str(other), "parallel", "resume", "--job", str(job)],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert refused.returncode == 2, refused.stderr
-    line = one_line(refused.stderr)
-    assert f"was started by a different aner: {changed} differs" in line, line
-    assert manifest["sources"][changed] in line
-    # (the dead coordinator's lock file goes with the lock the refused resume took)
-    assert [entry for entry in listing(job) if entry[0] != "coordinator.lock"] == kept
+    for changed in ("aner_coord/jobdir/ledger.py", "aner_coord/computations/regression.py"):
+        assert changed in manifest["sources"]
+        where = tmp_path / Path(changed).stem
+        where.mkdir()
+        other = installed_copy(where, changed)
+        refused = subprocess.run(
+            [str(other), "parallel", "resume", "--job", str(job)],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        line = one_line(refused.stderr)
+        assert f"was started by a different aner: {changed} differs" in line, line
+        assert manifest["sources"][changed] in line
+        # (the dead coordinator's lock file goes with the lock the refused resume took)
+        assert [entry for entry in listing(job) if entry[0] != "coordinator.lock"] == kept
     done = run_aner("parallel", "resume", "--job", str(job), "--quiet", timeout=600)
     assert done.returncode == 0, done.stderr
     assert status_of(job).state is JobState.COMPLETED

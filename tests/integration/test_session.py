@@ -45,7 +45,8 @@ def _workers() -> list[psutil.Process]:
 
 
 def _is_worker(argv: list[str]) -> bool:
-    return argv[-3:] == ["parallel", "worker", "--stdio"]
+    # `<exec> parallel worker --stdio`, then the coordinator's --blas-env settings.
+    return ["parallel", "worker", "--stdio"] in (argv[i : i + 3] for i in range(len(argv)))
 
 
 def _no_workers() -> bool:
