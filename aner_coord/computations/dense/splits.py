@@ -175,7 +175,7 @@ def check_group_count(n_groups: int, test_fraction: float, validation_fraction: 
     if n_groups < len(wanted):
         raise RequestError(
             f"{n_groups} group(s) cannot fill the {len(wanted)} roles ({', '.join(wanted)}), "
-            "each at least one group: use a {group} column with more groups"
+            "each at least one group: give more distinct groups"
             + (", or {test_fraction} 0 (no held-out test)" if test_fraction > 0 else ""),
             "group",
             "test_fraction",
