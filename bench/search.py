@@ -189,11 +189,14 @@ def sklearn_search(epochs: int) -> dict[str, Any]:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from aner_coord.computations.search.folds import pool_mask
     from aner_worker.kernels.dense.data import load_digits
+    from aner_worker.kernels.dense.plan import DEFAULT_TEST_FRACTION
+    from aner_worker.kernels.dense.streams import TEST, role_codes
 
     data = load_digits()
-    pool = pool_mask(SEED, data.n_rows)
+    # The pool: every row that section 9's split by row does not make a test row (the folds
+    # validate, so the pool has no validation rows).
+    pool = role_codes(SEED, data.n_rows, DEFAULT_TEST_FRACTION, 0.0) != TEST
     x, y = data.x[pool], data.y[pool]
     model = make_pipeline(
         StandardScaler(),
@@ -289,5 +292,6 @@ BENCHMARK = Benchmark(
     title="model search: 16 fits on 2 workers and a pipe pair; against GridSearchCV",
     full=Sizes(schedule_epochs=80, schedule_reps=3, compare_epochs=50, compare_reps=3),
     quick=Sizes(schedule_epochs=6, schedule_reps=1, compare_epochs=5, compare_reps=1),
+    smoke=Sizes(schedule_epochs=1, schedule_reps=1, compare_epochs=1, compare_reps=1),
     run=run,
 )
