@@ -601,6 +601,7 @@ class Coordinator:
             work_upper_bound=upper_bound,
             position=progress.position,
             notes=list(self.job.notes),
+            plan=self.job.plan_line,
             steps_recovered=self._steps_recovered,
             checkpointed_steps=self._checkpoints.steps if self._checkpoints is not None else None,
             fraction_done=round(fraction, 6),

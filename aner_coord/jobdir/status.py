@@ -187,6 +187,9 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     # pass's items weighted by their measured cost (`aner_coord.job.pace`); None from older
     # writers, whose readers take `accepted / total_work`.
     fraction_done: float | None = None
+    # Appended with local worker processes (issue 39): how a local job's workers run, and
+    # why ("local: 2 worker processes (search fits hold the GIL)"); None for a cluster's.
+    plan: str | None = None
 
     @property
     def fraction(self) -> float:
