@@ -372,6 +372,27 @@ def test_a_killed_coordinator_leaves_no_local_worker_process_behind(
     assert alive == []
 
 
+@pytest.mark.slow
+def test_a_local_worker_process_killed_mid_search_is_survived_and_cancel_stops_the_rest(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    spec = tmp_path / "slow.toml"
+    spec.write_text(SLOW_FITS)
+    job = tmp_path / "job"
+    pid = coordinators.add(background(job, spec, "--workers", "2", "--retries", "1"))
+    both_fitting(job)
+    workers_of(pid)[0].kill()
+    # The lost worker's fit goes to the other, and the coordinator starts a new one.
+    seen = wait_status(job, lambda s: len(s.losses) == 1 and len(workers_of(pid)) == 2, 240,
+                       "the loss counted and a new local worker process started")  # fmt: skip
+    assert seen.state is JobState.RUNNING and seen.losses[0].identity in {"local-1", "local-2"}
+    workers = workers_of(pid)
+    cancelled = run_aner("parallel", "cancel", "--job", str(job))
+    assert cancelled.returncode == 4 and "CANCELLED" in cancelled.stdout, cancelled.stderr
+    assert status_of(job).state is JobState.CANCELLED
+    assert psutil.wait_procs(workers, timeout=120)[1] == []
+
+
 # --------------------------------------------------------------------------- test rows
 
 
