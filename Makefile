@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test test-fast lint typecheck pytest bench cref bench-slurm clean
+.PHONY: demo test test-fast test-kernel-sets docs lint typecheck pytest bench cref bench-slurm clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,8 +12,12 @@ $(VENV)/.base: pyproject.toml
 	$(PIP) install -e .
 	touch $@
 
-$(VENV)/.test: $(VENV)/.base
+# The sample plugin (samples/asian, its own distribution) is installed as a user would
+# install it: its tests and aner's plugin tests use it (docs/contracts.md, section 15).
+SAMPLE_PLUGIN := samples/asian
+$(VENV)/.test: $(VENV)/.base $(SAMPLE_PLUGIN)/pyproject.toml $(wildcard $(SAMPLE_PLUGIN)/aner_asian/*.py)
 	$(PIP) install -e '.[test]'
+	$(PIP) install ./$(SAMPLE_PLUGIN)
 	touch $@
 
 demo: $(VENV)/.base
@@ -22,7 +26,7 @@ demo: $(VENV)/.base
 test: $(VENV)/.test
 	bash .ci/ensure-sshd
 	bash .ci/ensure-slurm
-	$(MAKE) --no-print-directory lint typecheck pytest
+	$(MAKE) --no-print-directory lint typecheck docs pytest test-kernel-sets
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check .
@@ -43,14 +47,28 @@ PYTEST_XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist l
 pytest: $(VENV)/.test
 	$(PY) -m pytest -q $(PYTEST_XDIST) --durations=25
 
+# The documentation site, warnings as errors (mkdocs.yml; tests/integration/test_docs.py runs
+# every block of its pages).
+docs: $(VENV)/.test
+	$(VENV)/bin/mkdocs build --strict --quiet
+
+# The numerical tests again under every other BLAS kernel set this machine's OpenBLAS runs
+# (OPENBLAS_CORETYPE unset, Haswell, SkylakeX, Sandybridge, Nehalem, deduplicated by what each
+# gives): users' machines differ, and each set rounds matrix products differently in the last
+# bits (tests/kernel_sets.py). Each run is a child process with its own environment.
+test-kernel-sets: $(VENV)/.test
+	$(PY) tests/kernel_sets.py
+
 # The edit loop: the pure layers (unit, protocol) and the transport contract without SSH,
 # in a minute or two; `make test` still runs everything.
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow and not ssh and not slurm" \
 		tests/unit tests/protocol tests/contract
 
+# The figures go to bench-results.json, and from it to the performance page of the docs.
 bench: $(VENV)/.base cref
 	$(PY) -m bench --json bench-results.json
+	$(PY) -m bench.report bench-results.json docs/performance.md
 
 # The native C reference of the Monte Carlo stream (bench/c/pi_ref.c), built with the system
 # compiler; without one, the benchmarks that compare with it say so and skip it. No fused

@@ -20,6 +20,7 @@ The documented entry point for Python is `import aner.parallel` (the package `an
   user names; `posix`: what needs POSIX, and its refusal where it is missing;
 - `capabilities`: the capability and provenance report of this build and its workers;
   `hosts`: which workers share a host, in the words of `status`, `plan` and the reports;
+  `kernelsets`: which workers compute with other BLAS kernel sets, in those words too;
 - `program`: the `aner` program's first line; `interrupts`: who takes SIGINT while a
   command starts, runs and ends;
 - `aner/`: the package `aner` (`aner.parallel`, `python -m aner`); `shadowing`: our own

@@ -13,15 +13,17 @@ they are made, so a bad context fails where it is written.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from aner_coord import posix
 from aner_coord.arguments import checked
 from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord, load_cluster_file
 from aner_coord.computations import Admitted, Computation, computation_for
-from aner_coord.computations.base import Prechecks, kernel_of
+from aner_coord.computations.base import ChecksChunk, Prechecks, kernel_of
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.job.local import CHOICES, LocalPlan, plan_for
 from aner_coord.job.local import records as local_records
@@ -32,6 +34,7 @@ from aner_coord.limits import (
     check_fraction,
     check_int,
     check_positive,
+    check_seconds,
 )
 from aner_coord.requests import (
     ClusterExecution,
@@ -119,6 +122,10 @@ def admit(request: JobRequest) -> Job:
         raise RequestError(f"{{chunk}}: {admitted.chunk_refused}", "chunk")
     if chunk is None:
         chunk = admitted.chunk or computation.default_chunk
+    if isinstance(computation, ChecksChunk):
+        problem = computation.check_chunk(request.computation, chunk)
+        if problem is not None:
+            raise RequestError(f"{{chunk}}: {problem}", "chunk")
     notes = _check_plan(admitted, chunk, workers, admitted.unit or computation.unit)
     output = _check_output(request)
     return Job(request, computation, admitted, workers, output, chunk, notes)
@@ -142,12 +149,15 @@ def precheck(request: JobRequest) -> Prechecked:
 
 
 def _admit_job_options(request: JobRequest) -> Workers:
-    """The execution, the audit fraction, the retries and the job to run after."""
+    """The execution, the audit fraction, the retries, the task timeout and the job to run
+    after."""
     workers = admit_execution(request.execution)
     check_fraction("audit", request.audit)
     retries = check_int("retries", request.retries)
     if retries < 0:
         raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
+    if request.task_timeout is not None:
+        check_seconds("task_timeout", request.task_timeout)
     if request.after is not None:
         _check_after(request.after)
     return workers
@@ -248,9 +258,29 @@ def _admit_local(workers: int) -> Workers:
 
 def load_cluster(path: str) -> ClusterConfig:
     try:
-        return load_cluster_file(os.path.expanduser(path))
+        config = load_cluster_file(os.path.expanduser(path))
     except ClusterFileError as exc:
         raise RequestError(str(exc)) from None
+    check_blas_environment(config)
+    return config
+
+
+def check_blas_environment(config: ClusterConfig) -> None:
+    """Refuse this process's OpenBLAS variables where a record's worker is to take them
+    (docs/contracts.md, section 5) and the worker could not: they travel as its arguments."""
+    from aner_worker.blasenv import own_settings, value_problem
+
+    for name, value in own_settings().items():
+        takers = [
+            w.identity for w in config.workers if not w.blas.own and name not in dict(w.blas.values)
+        ]
+        problem = value_problem(name, value) if value and takers else None
+        if problem is not None:
+            raise RequestError(
+                f"this environment's {problem}, and the workers of cluster file {config.path} "
+                f"take it ({', '.join(takers)}): set it right or unset it, or give those "
+                "records their own (coretype=, l2size=) or blas=own"
+            )
 
 
 def _admit_cluster(execution: ClusterExecution) -> Workers:
@@ -315,6 +345,24 @@ def _check_plan(
     )
 
 
+def with_strict_bits(job: Job) -> Job:
+    """`job` refusing a group of differing kernel sets (`resume --strict-bits`): its own
+    request stays as its directory records it; only this run is strict."""
+    return replace(job, request=strict_bits_request(job.request))
+
+
+def strict_bits_request(request: JobRequest) -> JobRequest:
+    """`request` with `strict_bits`; refused for local threads, which it does not concern."""
+    execution = request.execution
+    if not isinstance(execution, ClusterExecution):
+        raise RequestError(
+            "--strict-bits applies to a worker group (--cluster FILE): this job computes on "
+            "local threads, in one process, with one kernel set"
+        )
+    strict = msgspec.structs.replace(execution, strict_bits=True)
+    return msgspec.structs.replace(request, execution=strict)
+
+
 @checked
 def local(
     workers: int = 0, chunk: int | None = None, backend: LocalBackend = "auto"
@@ -330,8 +378,12 @@ def local(
 
 
 @checked
-def cluster(config: str | os.PathLike[str], chunk: int | None = None) -> ClusterExecution:
-    """The group described by the cluster file at `config` (docs/contracts.md, section 5)."""
-    execution = ClusterExecution(config=os.fspath(config), chunk=chunk)
+def cluster(
+    config: str | os.PathLike[str], chunk: int | None = None, strict_bits: bool = False
+) -> ClusterExecution:
+    """The group described by the cluster file at `config` (docs/contracts.md, section 5). With
+    `strict_bits`, a Dense or search job refuses, before any work, a group whose workers
+    compute with different BLAS kernel sets (section 6)."""
+    execution = ClusterExecution(config=os.fspath(config), chunk=chunk, strict_bits=strict_bits)
     admit_execution(execution)
     return execution

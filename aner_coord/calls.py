@@ -69,6 +69,7 @@ class Placement(TypedDict, total=False):
     output: str | os.PathLike[str]
     audit: float  # the fraction of chunks the coordinator recomputes itself
     retries: int  # lost workers the job survives (docs/contracts.md, section 11)
+    task_timeout: float  # seconds a task may compute (docs/contracts.md, section 6)
     chunk: int  # items a task, instead of the execution's (or the computation's default)
     # a function given status snapshots as the job runs, or True for a progress bar
     # (`aner_coord.handle`); taken by the drivers, never by the job
@@ -261,6 +262,7 @@ class Calls:
                 output=None if output is None else os.fspath(output),
                 audit=plain(placement.get("audit", 0.0)),
                 retries=plain(placement.get("retries", 0)),
+                task_timeout=plain(placement.get("task_timeout")),
             )
         )
 
@@ -526,30 +528,46 @@ def _side_columns(options: dict[str, Any], sides: dict[str, Any], call: str) -> 
 
 
 def _appended(x: Any, y: Any, validation: Any, call: str) -> tuple[Any, Any, int]:
-    """X and y with `validation`'s rows after theirs, and how many rows it added."""
+    """X and y with `validation`'s rows after theirs, and how many rows it added. Each X is
+    converted by itself (`inputs.feature_rows`), so that joining them changes no value (an
+    int64 X beside a float X_val is not rounded); a frame's X_val is mapped to X's column
+    names."""
     import numpy as np
+
+    from aner_coord.computations.dense.inputs import Rows, feature_rows, name_mismatch
+    from aner_worker.kernels.dense.data import MAX_DATA_BYTES
 
     if not isinstance(validation, tuple | list) or len(validation) != 2:
         raise RequestError(f"{call}() takes validation= as a pair (X_val, y_val)")
     x_val, y_val = validation
-    if hasattr(x, "columns") and hasattr(x_val, "columns"):  # frames keep their names
-        import importlib
-
-        pandas: Any = importlib.import_module("pandas")  # a frame's own: pandas is there
-        together = pandas.concat([x, x_val], ignore_index=True)
-    else:
-        first, second = np.asarray(x), np.asarray(x_val)
-        if first.ndim != 2 or second.ndim != 2 or first.shape[1] != second.shape[1]:
-            raise RequestError(
-                f"validation=: X_val must have X's {first.shape[1:]} columns, got shape "
-                f"{second.shape}"
-            )
-        together = np.concatenate([first, second])
-    labels = np.concatenate([np.asarray(y).reshape(-1), np.asarray(y_val).reshape(-1)])
-    extra = len(together) - len(x)
-    if labels.size != len(together) or extra < 1:
+    if isinstance(y_val, np.ma.MaskedArray):
+        raise RequestError(
+            "validation=: y_val is a masked array: drop the rows of its masked labels"
+        )
+    first = feature_rows(x, "X", limit_bytes=MAX_DATA_BYTES)
+    second = feature_rows(x_val, "X_val", limit_bytes=MAX_DATA_BYTES)
+    values = second.values
+    if first.names is not None and second.names is not None:
+        mismatch = name_mismatch(second.names, first.names)
+        if mismatch is not None:
+            raise RequestError(f"validation=: {mismatch}")
+        values = values[:, [second.names.index(name) for name in first.names]]
+    if values.shape[1] != first.values.shape[1]:
+        raise RequestError(
+            f"validation=: X_val must have X's {first.values.shape[1]} columns, got shape "
+            f"{values.shape}"
+        )
+    together = Rows(np.concatenate([first.values, values]), first.names)
+    labels, labels_val = np.asarray(y).reshape(-1), np.asarray(y_val).reshape(-1)
+    if labels.dtype.kind != labels_val.dtype.kind:  # joined, one would change type
+        raise RequestError(
+            f"validation=: y_val holds {labels_val.dtype}, y holds {labels.dtype}: give labels "
+            "of one type"
+        )
+    extra = values.shape[0]
+    if labels_val.size != extra:
         raise RequestError("validation=: X_val and y_val must have one label per row, and rows")
-    return together, labels, extra
+    return together, np.concatenate([labels, labels_val]), extra
 
 
 def is_array_data(data: Any) -> bool:

@@ -41,9 +41,17 @@ FLAGS: dict[str, tuple[bool, str]] = {
 NUMERIC_FIELDS = ("numpy", "numba", "blas", "blas_threads")
 
 
-def build_of(build: dict[str, str], machine: dict[str, str]) -> dict[str, str]:
+# `editable` travels as a string on the wire (`Welcome.build` is a dict of strings); the
+# report gives JSON its own booleans, null where the build cannot tell.
+_EDITABLE: dict[str, bool | None] = {"true": True, "false": False}
+
+
+def build_of(build: dict[str, str], machine: dict[str, str]) -> dict[str, Any]:
     """A build as the report shows it: its own fields and its machine's numeric stack."""
-    return {**build, **{k: machine.get(k, "unknown") for k in NUMERIC_FIELDS}}
+    shown: dict[str, Any] = {**build, **{k: machine.get(k, "unknown") for k in NUMERIC_FIELDS}}
+    if "editable" in shown:
+        shown["editable"] = _EDITABLE.get(shown["editable"])
+    return shown
 
 
 def provenance() -> dict[str, Any]:
@@ -83,19 +91,33 @@ def transports() -> dict[str, dict[str, Any]]:
 
 
 def computations() -> list[dict[str, Any]]:
-    """Each registered computation: its kind, contract identity and options."""
+    """Each registered computation: its kind, contract identity and options, and for a
+    plugin's its distribution, version and digest (docs/contracts.md, section 15)."""
     import msgspec
 
-    from aner_coord.computations import COMPUTATIONS, contract_of, request_type_of
+    from aner_coord.computations import COMPUTATIONS, contract_of, plugin_of, request_type_of
+    from aner_worker.plugins import Simulation, identity
+    from protocol.connection import plugin_digest
 
     out = []
     for kind in COMPUTATIONS:
         fields = msgspec.structs.fields(request_type_of(kind))
+        found = plugin_of(kind)
+        plugin = None
+        if found is not None:
+            own = identity(kind)
+            plugin = {
+                "distribution": found.distribution,
+                "version": found.version,
+                "digest": plugin_digest(own) if own else None,
+                "kit": isinstance(found.declaration, Simulation),
+            }
         out.append(
             {
                 "kind": kind,
                 "contract": contract_of(kind),
                 "options": [field.name for field in fields],
+                "plugin": plugin,
             }
         )
     return out
@@ -103,25 +125,37 @@ def computations() -> list[dict[str, Any]]:
 
 def capabilities(cluster: str | None = None) -> dict[str, Any]:
     """The whole report; with `cluster` (a cluster file) each worker's handshake report."""
+    from aner_coord.kernelsets import bits_note
     from aner_worker.kernels.base import PRECISIONS
 
     report = provenance()
+    workers = None if cluster is None else _workers(cluster)
+    from aner_coord.computations import problems
+
     report.update(
         computations=computations(),
+        problems=problems(),
         precisions=list(PRECISIONS),
         transports=transports(),
         **{name: value for name, (value, _) in FLAGS.items()},
         reasons={name: why for name, (_, why) in FLAGS.items()},
-        workers=None if cluster is None else _workers(cluster),
+        workers=workers,
+        # The kernel-set warning where the workers that answered report different BLAS
+        # (docs/contracts.md, section 6, "Kernel sets"); None without --cluster or where not.
+        bits=None
+        if workers is None
+        else bits_note({w["identity"]: w["machine"] for w in workers if not w["error"]}),
     )
     return report
 
 
 def _workers(path: str) -> list[dict[str, Any]]:
+    from aner_coord.admission import check_blas_environment
     from aner_coord.clusterfile import load_cluster_file
     from aner_coord.runner import run_sync
 
     config = load_cluster_file(path)
+    check_blas_environment(config)
     return [run_sync(_worker(record)) for record in config.workers]
 
 

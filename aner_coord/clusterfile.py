@@ -5,7 +5,7 @@ Grammar, one item per line (lines end at "\\n"; a trailing "\\r" is ignored):
 
     ANER_CLUSTER 1
     # comment lines and blank lines are ignored
-    worker "<identity>" <local|ssh|slurm> "<endpoint>" "<executable>" <slots>
+    worker "<identity>" <local|ssh|slurm> "<endpoint>" "<executable>" <slots> [options]
 
 - Fields are separated by spaces or tabs. `worker`, the transport and the slots are bare words;
   identity, endpoint and executable are double-quoted. There are no escapes: a quoted string
@@ -21,6 +21,11 @@ Grammar, one item per line (lines end at "\\n"; a trailing "\\r" is ignored):
 - executable: an absolute path (spaces allowed, control characters not).
   No line may contain control characters; tabs separate fields like spaces.
 - slots: a decimal integer from 1 to 256.
+- options (none, or several bare `key=value` words, each key at most once): how the worker's
+  OpenBLAS is set (`BlasChoice`). By default the coordinator passes its own
+  `OPENBLAS_CORETYPE` and `OPENBLAS_L2_SIZE` (or their absence) to the worker;
+  `coretype=NAME` and `l2size=KB` set the record's own (`-`: unset), and `blas=own` leaves
+  both to the worker's own environment (`blas=coordinator` is the default said aloud).
 - At least one and at most 32 records.
 
 Endpoints and executables are private, so no error message repeats them; it says which field
@@ -44,7 +49,12 @@ MAX_CLUSTER_FILE_BYTES = 1 << 20
 HEADER = "ANER_CLUSTER 1"
 RECORD_SHAPE = (
     'worker "<identity>" <local|ssh|slurm> "<endpoint>" "<absolute executable path>" <slots>'
+    " [blas=own | coretype=NAME l2size=KB]"
 )
+# The options a record may end with, and the OpenBLAS variable each of the last two sets.
+RECORD_OPTIONS = ("blas", "coretype", "l2size")
+_OPTION_VARIABLES = {"coretype": "OPENBLAS_CORETYPE", "l2size": "OPENBLAS_L2_SIZE"}
+_BLAS_CHOICES = ("coordinator", "own")
 # The srun options a slurm endpoint may set (docs/contracts.md, section 5), in the order they are
 # passed.
 SLURM_KEYS = ("partition", "nodelist", "account", "qos", "constraint", "time")
@@ -101,6 +111,16 @@ class SlurmEndpoint:
 
 
 @dataclass(frozen=True)
+class BlasChoice:
+    """How a record's worker sets OpenBLAS's variables (`aner_worker.blasenv`): with `own`
+    as its own environment has them; else each as the coordinator has it, unless `values`
+    gives the record's own (variable, value; "" for unset)."""
+
+    own: bool = False
+    values: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class WorkerRecord:
     identity: str
     transport: Transport
@@ -110,6 +130,7 @@ class WorkerRecord:
     line: int
     # The parsed endpoint of a slurm record; None for the other transports.
     slurm: SlurmEndpoint | None = None
+    blas: BlasChoice = BlasChoice()
 
 
 @dataclass(frozen=True)
@@ -264,10 +285,7 @@ def _parse_record(tokens: list[_Token], line: int) -> WorkerRecord:
         raise _LineError(f"unknown record {_show(tokens[0].text)} (expected {RECORD_SHAPE})")
     if len(tokens) < 6:
         raise _LineError(f"worker record has {len(tokens)} fields, expected 6: {RECORD_SHAPE}")
-    if len(tokens) > 6:
-        hint = " (comments must be on their own line)" if tokens[6].text.startswith("#") else ""
-        raise _LineError(f"unexpected field after the slots{hint}; expected {RECORD_SHAPE}")
-    identity_tok, transport_tok, endpoint_tok, executable_tok, slots_tok = tokens[1:]
+    identity_tok, transport_tok, endpoint_tok, executable_tok, slots_tok = tokens[1:6]
     # Field by field, in the order of the line, so the first wrong field is the one named.
     identity = _identity(identity_tok)
     transport = _transport(transport_tok)
@@ -280,7 +298,43 @@ def _parse_record(tokens: list[_Token], line: int) -> WorkerRecord:
         slots=_slots(slots_tok),
         line=line,
         slurm=slurm,
+        blas=_options(tokens[6:]),
     )
+
+
+def _options(tokens: list[_Token]) -> BlasChoice:
+    """The options after the slots: `blas=own|coordinator`, `coretype=`, `l2size=`."""
+    from aner_worker.blasenv import value_problem
+
+    given: dict[str, str] = {}
+    for position, token in enumerate(tokens, start=7):
+        key, equals, value = token.text.partition("=")
+        if token.quoted or not equals or key not in RECORD_OPTIONS:
+            hint = " (comments must be on their own line)" if token.text.startswith("#") else ""
+            raise _LineError(
+                f"unexpected field after the slots (field {position}){hint}; options are "
+                f"{', '.join(k + '=' for k in RECORD_OPTIONS)}: {RECORD_SHAPE}"
+            )
+        if key in given:
+            raise _LineError(f'option "{key}" is given twice')
+        given[key] = value
+    blas = given.pop("blas", "coordinator")
+    if blas not in _BLAS_CHOICES:
+        raise _LineError("blas= takes own or coordinator")
+    if blas == "own" and given:
+        raise _LineError(
+            f"blas=own leaves OpenBLAS to the worker's environment: drop "
+            f"{' and '.join(k + '=' for k in given)}, or blas=own"
+        )
+    values = []
+    for key, value in given.items():
+        variable = _OPTION_VARIABLES[key]
+        setting = "" if value == "-" else value
+        problem = value_problem(variable, setting) if value else f"{variable} needs a value"
+        if problem is not None:
+            raise _LineError(f"{key}=: {problem}, or - for unset")
+        values.append((variable, setting))
+    return BlasChoice(own=blas == "own", values=tuple(values))
 
 
 def _identity(token: _Token) -> str:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from aner_coord.computations.dense.inputs import accuracy, names_of
+from aner_coord.computations.dense.model import DenseModel
 from aner_coord.computations.dense.result import DenseFit
 from aner_coord.errors import RequestError
 
@@ -127,9 +129,7 @@ class DenseClassifier(_Estimator):
         group's rows in one role."""
         from aner_coord.calls import OneOff  # what `parallel.dense_fit` calls
 
-        X = _rows(X, "fit", fit=True)
-        names = _feature_names(X)
-        y = _labels(y)
+        y = _labels(y)  # X is dense_fit's to convert: one rule for every entry point
         arguments: dict[str, Any] = {
             "seed": _seed(self.random_state),
             "hidden": self.hidden,
@@ -155,31 +155,24 @@ class DenseClassifier(_Estimator):
         self.classes_: npt.NDArray[np.generic] = fit.model.labels
         self.n_features_in_: int = fit.model.sizes[0]
         self.n_iter_: int = len(fit.history)
+        names = fit.model.feature_names_in
         if names is not None:
-            self.feature_names_in_: npt.NDArray[np.object_] = names
+            self.feature_names_in_: npt.NDArray[np.object_] = np.asarray(names, dtype=object)
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_  # a refit on an array forgets the old names
         return self
 
     def predict(self, X: Any) -> npt.NDArray[np.generic]:
         """Labels of rows `X`, in the classes' own type."""
-        fit, rows = self._fitted(X, "predict")
-        return fit.predict(rows)
+        return self._fitted(X, "predict").predict(X)
 
     def predict_proba(self, X: Any) -> npt.NDArray[np.float64]:
         """Class probabilities of rows `X`, a column per class of `classes_`."""
-        fit, rows = self._fitted(X, "predict_proba")
-        return fit.predict_proba(rows)
+        return self._fitted(X, "predict_proba").predict_proba(X)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Mean accuracy of `predict(X)` against `y` (weighted by `sample_weight`)."""
-        predicted = self.predict(X)
-        labels = np.asarray(y)
-        if labels.shape != predicted.shape:
-            raise ValueError(f"y has shape {labels.shape}; X gives {predicted.shape[0]} rows")
-        if predicted.dtype.kind in "US":
-            labels = labels.astype(np.str_)
-        return float(np.average(predicted == labels, weights=sample_weight))
+        return accuracy(self.predict(X), y, sample_weight)
 
     def _execution(self) -> Execution | None:
         from aner_coord.admission import local
@@ -190,115 +183,28 @@ class DenseClassifier(_Estimator):
             raise RequestError("DenseClassifier takes workers= or execution=, not both")
         return local(workers=self.workers)
 
-    def _fitted(self, X: Any, method: str) -> tuple[DenseFit, Any]:
+    def _fitted(self, X: Any, method: str) -> DenseModel:
+        """The fitted model, which converts `X` as every entry point does
+        (`inputs.rows_for`: a frame mapped by name where both it and `fit`'s had names),
+        after scikit-learn's warning where only one of them had names."""
         if not hasattr(self, "fit_"):
             raise NotFittedError(
                 f"This {type(self).__name__} instance is not fitted yet: call fit before {method}"
             )
-        rows = _rows(self._by_name(X), method)
-        if rows.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {rows.shape[1]} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input"
-            )
-        return self.fit_, rows
-
-    def _by_name(self, x: Any) -> Any:
-        """Rows `x` as an array with the columns of `fit`: a frame's mapped by name where both
-        it and `fit`'s had names (scikit-learn's words where they do not match), else taken
-        by position, with scikit-learn's warning where only one of them had names."""
-        names = _feature_names(x)
-        fitted: npt.NDArray[np.object_] | None = getattr(self, "feature_names_in_", None)
+        names = names_of(X)
+        fitted = hasattr(self, "feature_names_in_")
         kind = type(self).__name__
-        if names is not None and fitted is None:
+        if names is not None and not fitted:
             warnings.warn(
                 f"X has feature names, but {kind} was fitted without feature names",
-                stacklevel=4,  # the caller of predict
+                stacklevel=3,  # the caller of predict
             )
-        elif names is None and fitted is not None:
+        elif names is None and fitted:
             warnings.warn(
                 f"X does not have valid feature names, but {kind} was fitted with feature names",
-                stacklevel=4,
+                stacklevel=3,
             )
-        elif names is not None and fitted is not None:
-            unseen, missing = _differences(names, fitted)
-            if unseen or missing:
-                raise ValueError(
-                    "The feature names should match those that were passed during fit.\n"
-                    + _listed("Feature names unseen at fit time:", unseen)
-                    + _listed("Feature names seen at fit time, yet now missing:", missing)
-                )
-            x = x[list(fitted)]  # aner maps a frame by name, as `predict` does a CSV
-        return np.asarray(x) if hasattr(x, "columns") else x
-
-
-def _feature_names(x: Any) -> npt.NDArray[np.object_] | None:
-    """A frame's column names as scikit-learn's `feature_names_in_` holds them: only where
-    every name is a string (None for other names); a mix of strings and others is refused
-    with scikit-learn's words."""
-    if not hasattr(x, "columns") or len(x.columns) == 0:
-        return None
-    names = np.asarray(list(x.columns), dtype=object)
-    types = sorted({type(name).__qualname__ for name in names})
-    if len(types) > 1 and "str" in types:
-        raise TypeError(
-            "Feature names are only supported if all input features have string names, but "
-            f"your input has {types} as feature name / column name types: convert them all "
-            "to strings (X.columns = X.columns.astype(str)) or none of them"
-        )
-    return names if types == ["str"] else None
-
-
-def _differences(
-    names: npt.NDArray[np.object_], fitted: npt.NDArray[np.object_]
-) -> tuple[list[str], list[str]]:
-    """Names of `names` that `fit` did not see, and names `fit` saw that `names` lacks."""
-    return sorted(set(names) - set(fitted)), sorted(set(fitted) - set(names))
-
-
-def _listed(heading: str, names: list[str]) -> str:
-    """A block of scikit-learn's message: the heading and at most five names."""
-    if not names:
-        return ""
-    lines = [f"- {name}" for name in names[:5]] + (["- ..."] if len(names) > 5 else [])
-    return "\n".join([heading, *lines]) + "\n"
-
-
-def _rows(x: Any, method: str, *, fit: bool = False) -> Any:
-    """`x` as `dense_fit` and the model take it, refused as scikit-learn's `check_array`
-    refuses (and words it, so its estimator checks recognise the messages): a frame goes on
-    as it is (its columns are mapped by name), anything else as a 2-D numeric array, an
-    object array converted to float64 as scikit-learn converts one."""
-    if hasattr(x, "tocsr") or hasattr(x, "toarray"):
-        raise TypeError(f"{method}() takes dense rows, not a sparse matrix: give X.toarray()")
-    if hasattr(x, "columns"):
-        return x
-    rows = np.asarray(x)
-    if rows.dtype.kind == "c":
-        raise ValueError(f"Complex data not supported: {method}() takes real numbers")
-    if rows.ndim != 2:
-        raise ValueError(
-            f"Expected a 2-D array of rows x features, got shape {rows.shape}: Reshape your "
-            "data with X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for one row"
-        )
-    if rows.dtype.kind == "O":
-        rows = rows.astype(np.float64)
-    n, d = rows.shape
-    if d == 0:
-        raise ValueError(
-            f"Found array with 0 feature(s) (shape={rows.shape}) while a minimum of 1 is required."
-        )
-    if fit and n < 2:
-        raise ValueError(
-            f"Found array with {n} sample(s) (shape={rows.shape}) while a minimum of 2 is required."
-        )
-    if rows.dtype.kind == "f" and not np.isfinite(rows).all():
-        r, c = np.argwhere(~np.isfinite(rows))[0]
-        raise ValueError(
-            f"Input X contains NaN or infinity: {rows[r, c]} at row {r}, column {c} "
-            f"({method}() takes finite numbers)"
-        )
-    return rows
+        return self.fit_.model
 
 
 def _labels(y: Any) -> Any:

@@ -9,6 +9,7 @@ alone holds the chunk size.
     output = "aner-jobs/pi"          # optional; must not exist
     audit = 0.0                      # fraction of chunks the coordinator recomputes
     retries = 0                      # lost workers the job survives
+    task_timeout = 600.0             # optional: seconds a task may compute
 
     [computation]
     kind = "monte-carlo"
@@ -16,7 +17,7 @@ alone holds the chunk size.
     seed = 1
 
     [execution]
-    kind = "local"                   # or "cluster", with config = "PATH"
+    kind = "local"                   # or "cluster", with config = "PATH" (and strict_bits)
     workers = 0                      # 0: the automatic policy (see `inventory`)
     backend = "auto"                 # or "threads", "processes" (docs/contracts.md, 3)
     chunk = 4_000_000                # optional: the computation's default
@@ -52,10 +53,13 @@ class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
 
 class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):
     """The workers of the cluster file at `config` (docs/contracts.md, section 5), `chunk` items a
-    task (None: the computation's own default)."""
+    task (None: the computation's own default). With `strict_bits`, a computation whose bits
+    depend on the BLAS kernel set (Dense, search) refuses, before any work, a group whose
+    workers report different ones (`aner_coord.kernelsets`)."""
 
     config: str
     chunk: int | None = None
+    strict_bits: bool = False
 
 
 Execution = LocalExecution | ClusterExecution
@@ -80,6 +84,9 @@ class JobRequest(_Data, frozen=True):
     output: str | None = None
     audit: float = 0.0
     retries: int = 0  # lost workers the job survives (docs/contracts.md, section 11)
+    # Seconds a task may compute before its worker counts as lost (docs/contracts.md,
+    # section 6); None: a multiple of the tasks measured so far.
+    task_timeout: float | None = None
     # A job directory this job runs after: it starts once that job completes, and fails
     # if that one fails or is cancelled (docs/contracts.md, section 13).
     after: str | None = None

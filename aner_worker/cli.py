@@ -18,6 +18,16 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
         "refused, and every computing task holds one of this host's first N lease slots "
         "(an authorized_keys forced command can fix it)",
     )
+    p.add_argument(
+        "--blas-env",
+        type=_blas_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE to compute with, empty for unset, set "
+        "before numpy loads OpenBLAS (default: none, the environment as it is; the "
+        "coordinator passes its own, docs/contracts.md, section 5)",
+    )
 
 
 def _positive(text: str) -> int:
@@ -30,7 +40,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def _blas_setting(text: str) -> tuple[str, str]:
+    from aner_worker.blasenv import parse_setting
+
+    try:
+        return parse_setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def worker_command(args: argparse.Namespace) -> int:
+    from aner_worker import blasenv
+
+    # Before the worker module, which imports the kernels and so numpy and its OpenBLAS.
+    blasenv.apply(args.blas_env)
     from aner_worker.worker import main
 
     return main(max_slots=args.max_slots)

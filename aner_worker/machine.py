@@ -3,8 +3,9 @@
 
 Public facts only, all strings: CPU model, logical CPUs, memory, OS and architecture, the
 Python, numpy, numba and aner versions, the BLAS numpy computes with (library, version, the
-kernel set it chose, threading layer, and `OPENBLAS_CORETYPE` when that overrides the choice)
-and its default thread count, and the source fingerprint of the contract
+kernel set it chose, threading layer), the OpenBLAS settings it runs with (`blas_env`:
+`OPENBLAS_CORETYPE` and `OPENBLAS_L2_SIZE` where set, `aner_worker.blasenv`) and its
+default thread count, and the source fingerprint of the contract
 (`aner_worker.contract`), so that a rebuilt engine is a new revision even under an unchanged
 version string. Never a hostname, a user or a path: the coordinator records these in job
 files and in the configuration registry, which people publish. Any change of one of them
@@ -23,6 +24,7 @@ import platform
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from aner_worker import blasenv
 from aner_worker.contract import source_fingerprint
 from protocol import bounded_machine
 
@@ -39,12 +41,15 @@ FIELDS = (
     "source",
     "blas",
     "blas_threads",
+    "blas_env",
 )
 # What decides the bits of a floating-point kernel: the instructions the CPU offers and the
 # code that uses them. Two builds of one numpy version may carry different BLAS libraries,
 # and one library picks its kernels by CPU (or by OPENBLAS_CORETYPE), so the BLAS counts on
-# its own. Its thread count does not: every kernel that calls BLAS holds it to one thread
-# per computing thread (`kernels.dense.network.single_thread_blas`).
+# its own: the kernel set it chose, not how it was chosen (an OPENBLAS_CORETYPE that names
+# the set the CPU would pick computes alike), so `blas_env` does not count. Nor does the
+# thread count: every kernel that calls BLAS holds it to one thread per computing thread
+# (`kernels.dense.network.single_thread_blas`).
 PLATFORM_FIELDS = ("cpu_model", "os", "arch", "python", "numpy", "numba", "blas")
 # The /proc/cpuinfo fields that tell one CPU model (and stepping) from another where the
 # "model name" alone does not (a virtual machine may say only "AMD EPYC").
@@ -105,9 +110,6 @@ def _blas() -> tuple[str, str]:
         )
         for info in mine
     )
-    coretype = os.environ.get("OPENBLAS_CORETYPE")
-    if coretype:
-        names.append(f"OPENBLAS_CORETYPE={coretype}")
     threads = ",".join(str(info.get("num_threads", "unknown")) for info in mine)
     return "; ".join(names), threads
 
@@ -147,6 +149,7 @@ def machine_identity() -> dict[str, str]:
             "source": source_fingerprint(),
             "blas": blas,
             "blas_threads": threads,
+            "blas_env": blasenv.describe(),
         }
     )
 

@@ -19,25 +19,40 @@ V = TypeVar("V")
 
 
 class LazyRegistry(MutableMapping[str, V], Generic[V]):
-    def __init__(self, what: str) -> None:
+    """`populate`, if given, declares the registry's entries the first time anyone looks
+    (the computations installed are read from their entry points then, not at import)."""
+
+    def __init__(self, what: str, populate: Callable[[], None] | None = None) -> None:
         self._what = what
-        self._paths: dict[str, str] = {}  # declared, not yet imported
+        self._populate = populate
+        self._paths: dict[str, str | Callable[[], V]] = {}  # declared, not yet made
         self._items: dict[str, V] = {}
         self._order: dict[str, None] = {}  # every name, in the order it became known
         self._lock = threading.RLock()
 
-    def declare(self, name: str, path: str) -> None:
-        """`name` is the instance of `path` (`package.module:Class`), made when first asked
-        for; a name already loaded keeps its object."""
+    def ensure_declared(self) -> None:
+        """Run `populate` if it has not run yet (what every lookup does first)."""
+        if self._populate is not None:
+            with self._lock:
+                populate, self._populate = self._populate, None
+                if populate is not None:
+                    populate()
+
+    def declare(self, name: str, path: str | Callable[[], V]) -> None:
+        """`name` is the instance of `path` (`package.module:Class`, or a function that
+        makes it), made when first asked for; a name already loaded keeps its object."""
+        self.ensure_declared()
         if name not in self._items:
             self._paths[name] = path
         self._order[name] = None
 
     def loaded(self, name: str) -> bool:
         """Whether `name`'s implementation has been imported (for tests and diagnostics)."""
+        self.ensure_declared()
         return name in self._items
 
     def __getitem__(self, name: str) -> V:
+        self.ensure_declared()
         item = self._items.get(name)
         if item is not None:
             return item
@@ -48,22 +63,29 @@ class LazyRegistry(MutableMapping[str, V], Generic[V]):
             path = self._paths.get(name)
             if path is None:
                 raise KeyError(name)
-            module, _, attribute = path.partition(":")
-            try:
-                factory: Callable[[], V] = getattr(importlib.import_module(module), attribute)
-            except (ImportError, AttributeError) as exc:
-                raise ImportError(f"{self._what} {name!r}: cannot import {path}: {exc}") from exc
-            item = factory()
+            item = self._make(name, path)
             self._items[name] = item
             del self._paths[name]
             return item
 
+    def _make(self, name: str, path: str | Callable[[], V]) -> V:
+        if not isinstance(path, str):
+            return path()
+        module, _, attribute = path.partition(":")
+        try:
+            factory: Callable[[], V] = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise ImportError(f"{self._what} {name!r}: cannot import {path}: {exc}") from exc
+        return factory()
+
     def __setitem__(self, name: str, item: V) -> None:
+        self.ensure_declared()
         self._paths.pop(name, None)
         self._items[name] = item
         self._order[name] = None
 
     def __delitem__(self, name: str) -> None:
+        self.ensure_declared()
         if name not in self._order:
             raise KeyError(name)
         self._paths.pop(name, None)
@@ -71,10 +93,13 @@ class LazyRegistry(MutableMapping[str, V], Generic[V]):
         del self._order[name]
 
     def __iter__(self) -> Iterator[str]:
+        self.ensure_declared()
         return iter(list(self._order))
 
     def __len__(self) -> int:
+        self.ensure_declared()
         return len(self._order)
 
     def __contains__(self, name: object) -> bool:
+        self.ensure_declared()
         return name in self._order

@@ -38,6 +38,7 @@ them from several threads holds one lock around them.
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 import re
 from collections.abc import Collection, Mapping
@@ -71,6 +72,7 @@ from protocol.messages import (
     Missing,
     Params,
     Ping,
+    PluginIdentity,
     Pong,
     Refused,
     Result,
@@ -106,6 +108,15 @@ MIN_HEARTBEAT_S = 0.05
 MAX_REASON_CHARS = 2000
 
 
+def bounded_reason(reason: str) -> str:
+    """`reason` within MAX_REASON_CHARS; a longer one is cut saying so and how long it was,
+    so that whatever keeps it later (error-detail.txt) does not pass the cut for the whole."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    tail = f" [... cut on the wire: {len(reason):,} characters in all]"
+    return reason[: MAX_REASON_CHARS - len(tail)] + tail
+
+
 def bounded_machine(machine: Mapping[str, str]) -> dict[str, str]:
     """`machine` within the bounds a coordinator accepts: the first MAX_MACHINE_FIELDS
     fields, keys and values cut to their maximum (what a worker sends of itself)."""
@@ -132,6 +143,32 @@ def _machine_problem(welcome: Welcome) -> str | None:
         return f"platform identity longer than {MAX_PLATFORM_CHARS} characters"
     if welcome.host is not None and _HOST.fullmatch(welcome.host) is None:
         return f"host identity {welcome.host[:40]!r} is not {HOST_HEX_DIGITS} lowercase hex digits"
+    return None
+
+
+def plugin_digest(plugin: PluginIdentity) -> str:
+    """One SHA256 over a plugin's name, version and files in path order (its `digest`)."""
+    h = hashlib.sha256(f"{plugin.distribution}\0{plugin.version}\0".encode())
+    for name in sorted(plugin.files):
+        h.update(f"{name}\0{plugin.files[name]}\0".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def plugin_difference(a: PluginIdentity, b: PluginIdentity, a_is: str, b_is: str) -> str | None:
+    """How plugin `a` (`a_is`: "at the coordinator") differs from `b` (`b_is`), naming the
+    version or the first file in path order that differs; None when they are the same."""
+    if a.version != b.version:
+        return f"version {a.version[:40]} {a_is}, {b.version[:40]} {b_is}"
+    for name in sorted(a.files.keys() | b.files.keys()):
+        was, now = a.files.get(name), b.files.get(name)
+        shown = name[:MAX_MACHINE_VALUE_CHARS]
+        if was == now:
+            continue
+        if now is None:
+            return f"{shown} is installed {a_is}, not {b_is}"
+        if was is None:
+            return f"{shown} is installed {b_is}, not {a_is}"
+        return f"{shown} differs ({was[:80]} {a_is}, {now[:80]} {b_is})"
     return None
 
 
@@ -197,9 +234,11 @@ class CoordinatorConnection(_Side):
         window: int | None = None,
         max_frame: int = MAX_FRAME_BYTES,
         heartbeat_s: float = 0.0,
+        plugins: tuple[PluginIdentity, ...] = (),
     ) -> None:
         super().__init__(f'worker "{identity}"', "coordinator", max_frame)
         self.heartbeat_s = heartbeat_s
+        self.plugins = plugins
         self.identity = identity
         self.slots = slots
         self.fingerprint = fingerprint
@@ -269,6 +308,7 @@ class CoordinatorConnection(_Side):
                 self.fingerprint,
                 self.kernels,
                 heartbeat_s=self.heartbeat_s,
+                plugins=self.plugins,
             )
         )
 
@@ -342,7 +382,7 @@ class CoordinatorConnection(_Side):
                 "(duplicate or unknown)"
             )
         if isinstance(message, TaskFailed):
-            reason = one_line(message.reason[:MAX_REASON_CHARS])
+            reason = one_line(bounded_reason(message.reason))
             if reason != message.reason:
                 message = TaskFailed(message.task_id, reason)
             return Answered(message, task)
@@ -360,12 +400,13 @@ class CoordinatorConnection(_Side):
         task = self._outstanding.get(message.task_id)
         if task is None:
             raise self._remote(f"is working on task {message.task_id}, not outstanding on it")
-        if not (math.isfinite(message.elapsed_s) and 0 <= message.elapsed_s <= MAX_SECONDS):
-            raise self._remote(
-                f"is working on task {message.task_id} for {message.elapsed_s!r} s, not a "
-                f"number of seconds in 0..{MAX_SECONDS:g}"
-            )
-        return Computing(task, message.elapsed_s)
+        for seconds in (message.elapsed_s, message.waiting_s):
+            if not (math.isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
+                raise self._remote(
+                    f"is working on task {message.task_id} for {seconds!r} s, not a "
+                    f"number of seconds in 0..{MAX_SECONDS:g}"
+                )
+        return Computing(task, message.elapsed_s, message.waiting_s)
 
     def _on_staging(self, message: Missing | Staged) -> CoordinatorEvent:
         staging = self._staging
@@ -388,7 +429,7 @@ class CoordinatorConnection(_Side):
     def _on_handshake(self, message: Message) -> CoordinatorEvent:
         if isinstance(message, Refused):
             self.phase = Phase.CLOSED
-            return Rejected(f"refused by the worker: {one_line(message.reason[:MAX_REASON_CHARS])}")
+            return Rejected(f"refused by the worker: {one_line(bounded_reason(message.reason))}")
         if not isinstance(message, Welcome):
             raise self._remote(f"expected Welcome, got {type(message).__name__}")
         problem = _machine_problem(message)
@@ -430,8 +471,11 @@ class WorkerConnection(_Side):
         build: dict[str, str] | None = None,
         host: str | None = None,
         grant: int | None = None,
+        plugins: Mapping[str, PluginIdentity] | None = None,
     ) -> None:
         super().__init__("coordinator", "worker", max_frame)
+        # This worker's installed plugins, by distribution (docs/contracts.md, section 15).
+        self.plugins = dict(plugins or {})
         # The slots its host's owner granted (`--max-slots`), if any: a Hello assigning more
         # is refused, naming the grant.
         self.grant = grant
@@ -491,6 +535,7 @@ class WorkerConnection(_Side):
                 self.build,
                 tuple(sorted(self.kernels))[:MAX_MACHINE_FIELDS],
                 self.host,
+                {name: f"{p.version} {plugin_digest(p)}" for name, p in self.plugins.items()},
             )
         )
 
@@ -514,7 +559,7 @@ class WorkerConnection(_Side):
 
     def failed(self, task_id: int, reason: str) -> bytes:
         self._answered += 1
-        return self._encode(TaskFailed(task_id, reason[:MAX_REASON_CHARS]))
+        return self._encode(TaskFailed(task_id, bounded_reason(reason)))
 
     def pong(self, nonce: int, clock: float = 0.0) -> bytes:
         """The answer to Ping `nonce`, with the worker's monotonic clock now."""
@@ -529,11 +574,12 @@ class WorkerConnection(_Side):
             return 0.0
         return min(max(asked, MIN_HEARTBEAT_S), MAX_SECONDS)
 
-    def working(self, task_id: int, elapsed_s: float) -> bytes:
-        """Task `task_id` is still being computed, for `elapsed_s` so far."""
+    def working(self, task_id: int, elapsed_s: float, waiting_s: float = 0.0) -> bytes:
+        """Task `task_id` is still being computed, for `elapsed_s` so far, after waiting
+        `waiting_s` for a granted slot."""
         if self.phase is not Phase.READY or self.heartbeat_s <= 0:
             raise LocalProtocolError(self.peer, "Working to a coordinator that asked for none")
-        return self._encode(Working(task_id, _seconds(elapsed_s)))
+        return self._encode(Working(task_id, _seconds(elapsed_s), _seconds(waiting_s)))
 
     def missing(self, blocks: tuple[str, ...]) -> bytes:
         """The answer to Stage: the blocks this worker lacks (the shell looked)."""
@@ -644,7 +690,24 @@ class WorkerConnection(_Side):
                 f"(--max-slots {self.grant}, set on its host): lower its slots in the cluster "
                 f"file to at most {self.grant}"
             )
+        for theirs in hello.plugins:
+            problem = self._plugin_problem(theirs)
+            if problem is not None:
+                return problem
         unknown = sorted(set(hello.kernels) - self.kernels)
         if unknown:
             return f"this worker has no kernel {', '.join(unknown)} (a different aner version?)"
         return None
+
+    def _plugin_problem(self, theirs: PluginIdentity) -> str | None:
+        mine = self.plugins.get(theirs.distribution)
+        name = theirs.distribution[:MAX_MACHINE_KEY_CHARS]
+        if mine is None:
+            return (
+                f"this worker has no plugin {name}: install {name} {theirs.version[:40]} "
+                "where it runs"
+            )
+        difference = plugin_difference(theirs, mine, "at the coordinator", "on this worker")
+        if difference is None:
+            return None
+        return f"plugin {name} differs from the coordinator's: {difference}"

@@ -28,6 +28,15 @@ class _Wire(msgspec.Struct, frozen=True, array_like=True):
     """Base of every wire message: frozen, and encoded as a compact array led by its tag."""
 
 
+class PluginIdentity(msgspec.Struct, frozen=True, array_like=True):
+    """An installed plugin's code (docs/contracts.md, section 15): its distribution, version
+    and the SHA256 ("sha256:...") of each installed file, by path."""
+
+    distribution: str
+    version: str
+    files: dict[str, str]
+
+
 class Hello(_Wire, frozen=True, tag="hello"):
     """Coordinator -> worker, first frame: who it is to the job, what it may use, and the
     kernels the job will run (the worker warms up only those)."""
@@ -40,6 +49,10 @@ class Hello(_Wire, frozen=True, tag="hello"):
     # How often a slot computing a task says so (`Working`); 0: never (a coordinator older
     # than heartbeats, which could not decode them).
     heartbeat_s: float = 0.0
+    # The plugins the job's kernels come from, as the coordinator has them installed: the
+    # worker refuses a Hello whose plugin it lacks or has otherwise (docs/contracts.md,
+    # section 15). Empty for aner's own computations, which the fingerprint covers.
+    plugins: tuple[PluginIdentity, ...] = ()
 
 
 class Welcome(_Wire, frozen=True, tag="welcome"):
@@ -66,6 +79,8 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     # (docs/contracts.md, "Host identity"), so that records sharing one host are known as
     # such. None where the worker cannot tell, or is older than the field.
     host: str | None = None
+    # Its installed plugins: distribution -> "version digest" (docs/contracts.md, section 15).
+    plugins: dict[str, str] = {}
 
 
 class Refused(_Wire, frozen=True, tag="refused"):
@@ -136,10 +151,14 @@ class Pong(_Wire, frozen=True, tag="pong"):
 class Working(_Wire, frozen=True, tag="working"):
     """Worker -> coordinator, from the slot computing task `task_id`: still at it, for
     `elapsed_s` so far. Sent every `Hello.heartbeat_s` while the task runs (between the
-    kernel's sub-ranges, so a slot that is stuck says nothing), only if that is positive."""
+    kernel's sub-ranges, so a slot that is stuck says nothing), only if that is positive.
+    `elapsed_s` counts computing only: a slot that waits for a granted slot of its host
+    (`--max-slots`) says so in `waiting_s` (appended with a default), with `elapsed_s` 0
+    until it computes. Their sum grows from one Working of a task to the next."""
 
     task_id: int
     elapsed_s: float
+    waiting_s: float = 0.0
 
 
 class Shutdown(_Wire, frozen=True, tag="shutdown"):

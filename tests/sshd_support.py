@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite_env import child_env, isolation
 from support import reap, wait_for
 
 SSHD = "/usr/sbin/sshd"
@@ -100,15 +101,12 @@ def _keygen(path: Path) -> str:
     return f"{algorithm} {key}"
 
 
-def _blas_environment() -> list[str]:
-    """`SetEnv` lines giving SSH sessions this environment's OpenBLAS settings.
-
-    OpenBLAS picks its kernels by CPU unless `OPENBLAS_CORETYPE` says otherwise, and two
-    kernel sets round differently; a peer on loopback must run the same kernels as the local
-    workers to be the same platform (docs/contracts.md, section 9, Agreement).
-    """
-    pairs = sorted((k, v) for k, v in os.environ.items() if k.startswith("OPENBLAS_"))
-    return [f"SetEnv {k}={v}" for k, v in pairs if v and " " not in v]
+def _session_environment() -> list[str]:
+    """`SetEnv` lines giving SSH sessions the suite's isolation (tests/suite_env.py): a granted
+    worker started over SSH takes its slots in the suite's own runtime directory, not in the
+    user's lease table. No OPENBLAS_ variable: a coordinator passes its kernel set to the
+    workers it starts itself, and the suite's sshd is stock so that tests see it do so."""
+    return [f"SetEnv {k}={v}" for k, v in sorted(isolation().items()) if v and " " not in v]
 
 
 def free_port() -> int:
@@ -179,7 +177,7 @@ def start_sshd(directory: Path) -> SshServer:
                     "PrintMotd no",
                     f"AllowUsers {user}",
                     "LogLevel VERBOSE",
-                    *_blas_environment(),
+                    *_session_environment(),
                     "",
                 ]
             ),
@@ -202,7 +200,7 @@ def start_sshd(directory: Path) -> SshServer:
         raise SshdUnavailable("sshd did not start; its log ends:\n" + text[-2000:])
 
     home = directory / "home"
-    env = dict(os.environ, HOME=str(home))
+    env = child_env(HOME=str(home))
     env.pop("SSH_AUTH_SOCK", None)
     server = SshServer(
         home=home,

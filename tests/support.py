@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from suite_env import child_env
 
 from aner_coord.jobdir.status import JobState, StatusSnapshot, decode_status
 from aner_worker.leases import Holder, Lease, LeaseTable, private_dir
@@ -272,10 +273,15 @@ def submit(
 # --------------------------------------------------------------------------- cluster files
 
 
-def write_cluster(path: Path, records: list[tuple[str, str, str, str, int]]) -> Path:
+def write_cluster(
+    path: Path, records: list[tuple[str, str, str, str, int] | tuple[str, str, str, str, int, str]]
+) -> Path:
+    """A cluster file of `records`: (identity, transport, endpoint, executable, slots), and
+    optionally the record's options (`coretype=Sandybridge`) as the sixth."""
     lines = ["ANER_CLUSTER 1", "# written by the test suite"]
-    for identity, transport, endpoint, executable, slots in records:
-        lines.append(f'worker "{identity}" {transport} "{endpoint}" "{executable}" {slots}')
+    for identity, transport, endpoint, executable, slots, *options in records:
+        line = f'worker "{identity}" {transport} "{endpoint}" "{executable}" {slots}'
+        lines.append(" ".join([line, *options]))
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)
     return path
@@ -323,18 +329,15 @@ class Coordinators:
 
 
 def installed_copy(tmp_path: Path, changed: str) -> Path:
-    """A second installation of aner in which one comment line of `changed` differs, and a
-    launcher that runs it."""
+    """A second installation of aner in which `changed` has one comment line more at its end,
+    and a launcher that runs it."""
     copy = tmp_path / "other-aner"
     for package in ("protocol", "aner_worker", "aner_coord"):
         shutil.copytree(
             ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     source = copy / changed
-    lines = source.read_text().splitlines(keepends=True)
-    comment = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# "))
-    lines[comment] = lines[comment].replace("# ", "#  ", 1)  # one comment line, one space
-    source.write_text("".join(lines))
+    source.write_text(source.read_text() + "# a line that changes no number\n")
     launcher = tmp_path / "other-aner-launcher"
     launcher.write_text(
         f'#!/bin/sh\nPYTHONPATH="{copy}" exec "{sys.executable}" -P -m aner_coord "$@"\n'
@@ -366,9 +369,12 @@ HOLDING_JOB = "feedfacecafe"  # the job id a test's own lease names
 def leased_env(tmp_path: Path, cpus: int) -> dict[str, str]:
     """The environment of a user whose host has `cpus` CPU slots, leases on (the rest of the
     suite runs with them off), in a lease table of the test's own."""
-    environ = {k: v for k, v in os.environ.items() if k != "ANER_LEASES"}
-    environ.update(ANER_RUNTIME_DIR=str(tmp_path / "rt"), SLURM_CPUS_PER_TASK=str(cpus))
-    return environ
+    return child_env(
+        ANER_LEASES="on",
+        ANER_RUNTIME_DIR=str(tmp_path / "rt"),
+        ANER_STATE_DIR=str(tmp_path / "state"),  # its durable queue (`aner parallel jobs`)
+        SLURM_CPUS_PER_TASK=str(cpus),
+    )
 
 
 def hold_slots(env: dict[str, str], slots: int) -> Lease:

@@ -99,6 +99,7 @@ def add_execution_arguments(
         "whose result differs (default 0)",
     )
     p.add_argument("--cluster", metavar="FILE", help="run on the workers of this cluster file")
+    add_strict_bits_argument(p)
     p.add_argument("--output", metavar="DIR", help="job directory to create (must not exist)")
     p.add_argument(
         "--retries",
@@ -106,6 +107,14 @@ def add_execution_arguments(
         default=0,
         metavar="N",
         help="lost workers to survive: their chunks go to the others (default 0)",
+    )
+    p.add_argument(
+        "--task-timeout",
+        type=number,
+        default=None,
+        metavar="SECONDS",
+        help="a worker whose task computes longer than this is lost (default: 20 times the "
+        "slowest task measured so far per item, at least ANER_WORKER_RESULT_S)",
     )
     p.add_argument(
         "--after",
@@ -122,13 +131,29 @@ def add_execution_arguments(
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
 
 
+def add_strict_bits_argument(p: argparse.ArgumentParser) -> None:
+    """`--strict-bits` (`ClusterExecution.strict_bits`), for job commands and `resume`."""
+    p.add_argument(
+        "--strict-bits",
+        action="store_true",
+        help="refuse, before any work, a worker group whose BLAS kernel sets differ (their "
+        "Dense and search bits may differ); without it they compute within the stated "
+        "tolerance",
+    )
+
+
 def execution_from_args(args: argparse.Namespace) -> Execution:
     if args.cluster is not None:
         if args.workers:
             raise RequestError("--workers applies to local runs; a cluster file sets slots")
         if args.backend != "auto":
             raise RequestError("--backend applies to local runs; a cluster file names workers")
-        return ClusterExecution(config=args.cluster, chunk=args.chunk)
+        return ClusterExecution(config=args.cluster, chunk=args.chunk, strict_bits=args.strict_bits)
+    if args.strict_bits:
+        raise RequestError(
+            "--strict-bits applies to a worker group (--cluster FILE): local workers run "
+            "this one installation, with one kernel set"
+        )
     return LocalExecution(workers=args.workers, chunk=args.chunk, backend=args.backend)
 
 

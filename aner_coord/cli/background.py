@@ -50,7 +50,7 @@ from typing import IO
 import msgspec
 
 from aner_coord import jobdir
-from aner_coord.admission import Job, Prechecked, admit
+from aner_coord.admission import Job, Prechecked, admit, with_strict_bits
 from aner_coord.cli.progress import describe
 from aner_coord.errors import (
     EXIT_CANCELLED,
@@ -90,6 +90,7 @@ def submit(
     resume: bool = False,
     ready_timeout_s: float = READY_TIMEOUT_S,
     wait: bool = True,
+    strict: bool = False,
 ) -> int:
     """Start `job` (or, with `resume`, the resumption of its existing directory) under a
     detached coordinator, which admits it whole; return once it is ready (0) or has
@@ -100,7 +101,11 @@ def submit(
         )
     output = job.output.absolute()
     if resume:
-        how = ("--resume-job", str(output))
+        how: tuple[str, ...] = (
+            "--resume-job",
+            str(output),
+            *(("--strict-bits",) if strict else ()),
+        )
     else:
         # A detached coordinator starts in `/` (it must not pin the working directory).
         spec = with_absolute_paths(msgspec.structs.replace(job.request, output=str(output)))
@@ -261,7 +266,12 @@ def _report_failure(child: subprocess.Popen[bytes], line: bytes, early_log: IO[b
 
 
 def coordinate_command(
-    spec_json: str | None, resume_job: str | None, ready_fd: int, *, wait: bool = True
+    spec_json: str | None,
+    resume_job: str | None,
+    ready_fd: int,
+    *,
+    wait: bool = True,
+    strict_bits: bool = False,
 ) -> int:
     """The detached coordinator: `aner parallel coordinate`, started only by `submit()`."""
     try:
@@ -277,6 +287,8 @@ def coordinate_command(
             from aner_coord.job.resume import prepare_resume
 
             job, resumption = prepare_resume(resume_job)
+            if strict_bits:  # `resume --strict-bits --background`
+                job = with_strict_bits(job)
         else:
             assert spec_json is not None
             job = admit(decode_request(spec_json.encode(), fmt="json", source="--spec-json"))

@@ -29,13 +29,21 @@ def _lines(report: dict[str, Any]) -> list[str]:
     lines = [
         f"aner         {report['aner']} (protocol {report['protocol']})",
         f"fingerprint  {report['fingerprint']}",
-        f"build        install {build['install_hash']}, editable {build['editable']}",
+        f"build        install {build['install_hash']}, editable {_editable(build['editable'])}",
         f"numeric      numpy {build['numpy']}, numba {build['numba']}, BLAS {build['blas']} "
         f"({build['blas_threads']} threads)",
         f"precisions   {', '.join(report['precisions'])}",
     ]
     for entry in report["computations"]:
-        lines.append(f"computation  {entry['kind']:<12} {entry['contract']}")
+        plugin = entry["plugin"]
+        origin = (
+            ""
+            if plugin is None
+            else (f" (plugin {plugin['distribution']} {plugin['version']}, {plugin['digest']})")
+        )
+        lines.append(f"computation  {entry['kind']:<12} {entry['contract']}{origin}")
+    for problem in report["problems"]:
+        lines.append(f"left out     {problem}")
     for name, transport in report["transports"].items():
         state = "available" if transport["available"] else f"unavailable: {transport['reason']}"
         lines.append(f"transport    {name:<12} {state}")
@@ -52,4 +60,10 @@ def _lines(report: dict[str, Any]) -> list[str]:
             f"{b.get('blas', '?')}, kernels "
             f"{', '.join(worker['kernels'])}, precisions {', '.join(worker['precisions'])}"
         )
+    if report.get("bits"):
+        lines.append(f"kernel sets  {report['bits']}")
     return lines
+
+
+def _editable(value: bool | None) -> str:
+    return "unknown" if value is None else str(value).lower()

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # numpy and the job machinery load only when a command runs
     import numpy as np
     import numpy.typing as npt
 
-    from aner_coord.computations.dense.model import DenseModel
+    from aner_coord.computations.dense.model import DenseModel, NotEvaluable
 
     Floats = npt.NDArray[np.float64]
 
@@ -122,13 +122,13 @@ def _load(model_dir: str, allow_incomplete: bool) -> tuple[DenseModel, dict[str,
 def _predictions(model: DenseModel, x: Floats, data: str, model_dir: str) -> str:
     import numpy as np
 
-    from aner_coord.computations.dense.model import check_probabilities
+    from aner_coord.computations.dense.model import NotEvaluable
     from aner_worker.kernels.dense.labels import label_strings
 
-    proba = model.predict_proba(x)
-    bad = check_probabilities(proba)
-    if bad is not None:
-        _blame(model, x[bad], bad, data, model_dir)
+    try:
+        proba = model.predict_proba(x)
+    except NotEvaluable as exc:
+        raise _blamed(exc, model, data, model_dir) from None
     labels = label_strings(model.classes)
     index = np.argmax(proba, axis=1)
     out = io.StringIO()
@@ -139,26 +139,24 @@ def _predictions(model: DenseModel, x: Floats, data: str, model_dir: str) -> str
     return out.getvalue()
 
 
-# A row within this many training standard deviations of the mean cannot overflow the
-# network of a sound model; beyond it, the row is the likelier culprit.
-FAR_OUT_STD = 1e6
-
-
-def _blame(model: DenseModel, row: Floats, index: int, data: str, model_dir: str) -> None:
-    """A row's probabilities are not finite numbers: the row's fault if its features lie
-    far outside the training data, else the model's (its parameters are out of range)."""
-    import numpy as np
-
-    z = float(np.max(np.abs((row - model.normalisation.mean) / model.normalisation.std)))
-    if z > FAR_OUT_STD:
-        raise RequestError(
-            f"--data {data}: row {index + 1} gives probabilities that are not finite numbers: "
-            f"its features lie up to {z:.3g} training standard deviations from the mean, "
-            "beyond what this model can evaluate; nothing was written"
+def _blamed(exc: NotEvaluable, model: DenseModel, data: str, model_dir: str) -> RequestError:
+    """The model's refusal of a row (`NotEvaluable`, the API's rule) in the command's words:
+    the row of the file (from 1) and the column's name, or the model's fault."""
+    feature = f"x{exc.column}" if model.features is None else model.features[exc.column]
+    far = (
+        f"{exc.distance:.3g} training standard deviations from the mean"
+        if exc.distance != float("inf")
+        else "so far from the training mean that its normalised value overflows binary64"
+    )
+    if not exc.model_fault:
+        return RequestError(
+            f"--data {data}: row {exc.row + 1} gives probabilities that are not finite "
+            f"numbers: its feature {feature!r} lies {far}, beyond what this model can "
+            "evaluate; nothing was written"
         )
-    raise RequestError(
+    return RequestError(
         f"--model {model_dir}: model.npz gives probabilities that are not finite numbers for "
-        f"row {index + 1} of the data, {z:.3g} standard deviations from the training mean: its "
+        f"row {exc.row + 1} of the data, whose furthest feature {feature!r} lies {far}: its "
         "parameters are out of range; nothing was written"
     )
 

@@ -14,10 +14,11 @@ from typing import TypeVar
 
 import msgspec
 
-from aner_coord.admission import Job, admit, precheck
+from aner_coord.admission import Job, admit, precheck, strict_bits_request, with_strict_bits
 from aner_coord.cli.arguments import (
     add_execution_arguments,
     add_request_arguments,
+    add_strict_bits_argument,
     execution_from_args,
     request_from_arguments,
     show_needed,
@@ -77,6 +78,7 @@ def add_resume_arguments(p: argparse.ArgumentParser) -> None:
         "taken, instead of queueing",
     )
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    add_strict_bits_argument(p)
 
 
 def request_from_args(args: argparse.Namespace) -> JobRequest:
@@ -84,7 +86,8 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
     kind = REQUEST_TYPES[args.command]
     if getattr(args, "spec", None):
         given = [f.name for f in msgspec.structs.fields(kind)] + ["output", "cluster"]
-        if any(getattr(args, k, None) is not None for k in given):
+        strict = getattr(args, "strict_bits", False)  # the spec's [execution] says it
+        if strict or any(getattr(args, k, None) is not None for k in given):
             raise RequestError("--spec describes the whole job: give no other job options")
         return load_spec_file(args.spec)
     computation = request_from_arguments(args, kind, args.command)
@@ -101,6 +104,7 @@ def job_request(args: argparse.Namespace, computation: ComputationRequest) -> Jo
         output=args.output,
         audit=args.audit,
         retries=args.retries,
+        task_timeout=args.task_timeout,
         after=args.after,
     )
 
@@ -173,7 +177,12 @@ def start(
             from aner_coord.job.resume import check_resumable
 
             prechecked = check_resumable(resume, expect=request)
-            return submit(prechecked, quiet=args.quiet, resume=True, wait=not args.no_wait)
+            strict = request is None and args.strict_bits
+            if strict:
+                strict_bits_request(prechecked.request)  # refused here, as in the foreground
+            return submit(
+                prechecked, quiet=args.quiet, resume=True, wait=not args.no_wait, strict=strict
+            )
         assert request is not None
         # The coordinator's refusal is raised here, to be named as the user named things.
         return admit_spec(
@@ -187,6 +196,8 @@ def start(
         from aner_coord.job.resume import prepare_resume
 
         job, resumption = prepare_resume(resume, expect=request)
+        if request is None and args.strict_bits:  # `resume --strict-bits`
+            job = with_strict_bits(job)
     else:
         assert request is not None
         job = admit_spec(request, args, admit)

@@ -39,6 +39,7 @@ from aner_coord.errors import EXIT_INVALID, AnerError, bounded_message, cli_name
 from aner_coord.interrupts import release
 
 EXIT_INTERNAL = 1  # a bug in aner: no documented outcome uses it
+SHELLS = ("bash", "zsh")  # what `aner completion` writes for (shtab's shells, less tcsh)
 DEBUG_ENV = "ANER_DEBUG"
 # These speak their own protocol on standard output (frames, a readiness handshake) or have
 # none: their output is never guarded.
@@ -89,10 +90,27 @@ def _part(command: str, kind: str) -> Callable[..., object]:
     return part
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def _overview() -> str:
+    """Every command with its one line, for `aner --help`."""
+    width = max(map(len, COMMANDS))
+    lines = [f"  aner parallel {name:<{width}}  {words}" for name, (words, _) in COMMANDS.items()]
+    lines += [
+        f"  aner {'completion bash|zsh':<{width + 9}}  a shell completion script",
+        f"  aner {'manpage':<{width + 9}}  the manual page (troff), from this parser",
+    ]
+    return "commands:\n" + "\n".join(lines) + "\n\n`aner parallel COMMAND --help` for each."
+
+
+def build_parser(command: str | None = None, *, every: bool = False) -> argparse.ArgumentParser:
     """The parser; the flags of `command` alone (the one being run) are added, so that only
-    its module is imported. Every command is listed in the help whatever."""
-    parser = _Parser(prog="aner", description="Native parallel scientific computing.")
+    its module is imported (`every`: the flags of every command, for the reference, the
+    completion and the manual page). Every command is listed in the help whatever."""
+    parser = _Parser(
+        prog="aner",
+        description="Native parallel scientific computing.",
+        epilog=_overview(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument(
         "--json",
@@ -100,13 +118,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="with --version: the version, source fingerprint and build, as JSON",
     )
-    top = parser.add_subparsers(dest="group", metavar="parallel", parser_class=_Parser)
+    top = parser.add_subparsers(dest="group", metavar="GROUP", parser_class=_Parser)
     group = top.add_parser("parallel", help="reproducible parallel computations")
     sub = group.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (words, _module) in COMMANDS.items():
         parser_of_command = sub.add_parser(name, help=words, description=words)
-        if name == command:
+        if name == command or every:
             _part(name, "add")(parser_of_command)
+    shells = top.add_parser("completion", help="print a shell completion script")
+    shells.add_argument("shell", choices=SHELLS, help="the shell to complete for")
+    top.add_parser("manpage", help="print the manual page (troff), made from this parser")
     return parser
 
 
@@ -118,6 +139,7 @@ def _coordinate_parser() -> argparse.ArgumentParser:
     how.add_argument("--resume-job")
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--no-wait", action="store_true")
+    parser.add_argument("--strict-bits", action="store_true")  # with --resume-job
     return parser
 
 
@@ -212,13 +234,23 @@ def _main(args_list: list[str]) -> int:
             hidden = _coordinate_parser().parse_args(args_list[2:])
             release()
             return coordinate_command(
-                hidden.spec_json, hidden.resume_job, hidden.ready_fd, wait=not hidden.no_wait
+                hidden.spec_json,
+                hidden.resume_job,
+                hidden.ready_fd,
+                wait=not hidden.no_wait,
+                strict_bits=hidden.strict_bits,
             )
         named = args_list[1] if args_list[:1] == ["parallel"] and len(args_list) > 1 else None
         parser = build_parser(named if named in COMMANDS else None)
         args = parser.parse_args(args_list)
         if args.version or args.version_json:
             return _version(parser, args.version, args.version_json)
+        if args.group in ("completion", "manpage"):
+            from aner_coord.cli.shell import completion, manpage
+
+            full = build_parser(every=True)
+            print(completion(full, args.shell) if args.group == "completion" else manpage(full))
+            return 0
         if args.group is None or args.command is None:
             parser.parse_args([*args_list, "--help"])  # prints the help and exits 0
         if args.command not in _TAKE_SIGINT or getattr(args, "background", False):

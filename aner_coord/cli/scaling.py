@@ -21,6 +21,7 @@ from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.errors import EXIT_OK, RequestError
 from aner_coord.hosts import host_groups, hosts_text
+from aner_coord.kernelsets import bits_note
 from aner_coord.requests import ComputationRequest
 from aner_coord.scaling.experiment import Case, Experiment
 from aner_coord.scaling.plan import (
@@ -229,6 +230,7 @@ def plan(
     if as_json:
         data: dict[str, Any] = {"probe": probe.to_dict(), **advice.to_dict()}
         data["hosts"] = hosts_summary(probe)
+        data["bits"] = bits_note({w.identity: w.machine for w in probe.workers})
         if experiment is not None:
             data["cases"] = cases
         print(json.dumps(data, indent=2))
@@ -261,6 +263,9 @@ def format_plan(
         )
     if probe.workers:
         lines.append(f"hosts: {hosts_summary(probe)['text']}")
+        note = bits_note({w.identity: w.machine for w in probe.workers})
+        if note is not None:
+            lines.append(f"kernel sets: {note}")
     lines += ["", f"{'plan':<28} {'slots':>5} {'chunk':>12} {'predicted s':>12}"]
     for c in advice.candidates[:12]:
         name = f"{c.name} (this host)" if c.on_this_host else c.name

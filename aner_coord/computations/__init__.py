@@ -1,16 +1,21 @@
-"""The registry of computations, by kind. Adding a workload: its kernel in `aner_worker`
-(declared in, or registered with, `aner_worker.kernels`), its coordinator half implementing
-`base.Computation`, and one `declare()` here (or a `register()` call with an instance).
+"""The registry of computations, by kind. Adding a workload: an installed distribution
+whose entry point in the group "aner.computations" declares both halves (docs/contracts.md,
+section 15; aner's own are declared so in its `pyproject.toml`), or a test's `register()`
+call with an instance.
 
 - `base`: what a computation is (`Computation`, `Admitted`, the pass and accounting types);
 - `montecarlo`, `regression`: the two built-in computations of one module each;
   `replicates`: the seeds of replicates and the aggregation rule over them;
 - `dense/`: Dense classifier training; `search/`: model search and cross-validation;
-- `display`: how a fitted result shows itself in a notebook (a short repr, an HTML table).
+- `display`: how a fitted result shows itself in a notebook (a short repr, an HTML table);
+- `plugins`: an installed plugin's halves, checked against the interface, and the request
+  type a simulation's declaration implies; `simulation/`: the simulation kit's coordinator
+  half.
 
-The built-in computations are declared by kind, request type and `module:Class` path and
-imported when a job first needs one: `status`, `cancel` and a Monte Carlo run never import
-the Dense computation (numpy, and numba through its data streams). `summarize` shows a
+Every computation installed (aner's own and each plugin's, `aner_worker.plugins`) is
+declared by kind, request type and `module:Class` path and imported when a job first needs
+one: `status`, `cancel` and a Monte Carlo run never import the Dense computation (numpy, and
+numba through its data streams). `summarize` shows a
 completed job's result, and `progress_lines` a running job's own account of its progress
 (`status.json`'s detail), from light modules only.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from aner_coord.computations.base import (
@@ -29,13 +35,10 @@ from aner_coord.computations.base import (
     PassSpec,
     Run,
 )
-from aner_coord.computations.dense.request import DenseRequest
-from aner_coord.computations.montecarlo import MonteCarloRequest
-from aner_coord.computations.regression import RegressionRequest
-from aner_coord.computations.search.request import SearchRequest
+from aner_coord.computations.plugins import declared_request, plugin_computation
 from aner_coord.errors import RequestError
 from aner_coord.requests import ComputationRequest
-from aner_worker.kernels.identities import FIXTURE_ID, STREAM_ID
+from aner_worker.plugins import Found, Plugin, discover
 from aner_worker.registry import LazyRegistry
 
 __all__ = [
@@ -49,7 +52,10 @@ __all__ = [
     "computation_for",
     "contract_of",
     "declare",
+    "declare_found",
     "declare_result",
+    "plugin_of",
+    "problems",
     "progress_lines",
     "register",
     "request_type_of",
@@ -57,7 +63,13 @@ __all__ = [
     "summarize",
 ]
 
-COMPUTATIONS: LazyRegistry[Computation] = LazyRegistry("computation")
+
+def _declare_installed() -> None:
+    for found in discover().found:
+        declare_found(found)
+
+
+COMPUTATIONS: LazyRegistry[Computation] = LazyRegistry("computation", _declare_installed)
 # Declared (not yet imported) computations: the kind of each request type, and where the
 # lines that `status` shows of a result come from when that is not the computation itself.
 _KINDS: dict[type[ComputationRequest], str] = {}
@@ -65,6 +77,8 @@ _SUMMARIES: dict[str, str] = {}
 _PROGRESS: dict[str, str] = {}
 # The contract identity of each declared kind (docs/contracts.md), for the capability report.
 _CONTRACTS: dict[str, str] = {}
+# The plugins left out here (a request type that cannot be had), beside discovery's.
+_PROBLEMS: list[str] = []
 
 
 def register(computation: Computation) -> Computation:
@@ -76,12 +90,13 @@ def register(computation: Computation) -> Computation:
 def declare(
     kind: str,
     request_type: type[ComputationRequest],
-    path: str,
+    path: str | Callable[[], Computation],
     summary: str | None = None,
     progress: str | None = None,
     contract: str | None = None,
 ) -> None:
-    """`kind` is computed by `path` (`module:Class`), imported when a job first needs it;
+    """`kind` is computed by `path` (`module:Class`, or a function that makes it), made
+    when a job first needs it;
     `summary` (`module:function`) renders its results without importing it, `progress`
     (`module:function`) the detail of its running jobs' status, and `contract` is the
     identity of what it computes (docs/contracts.md)."""
@@ -96,6 +111,35 @@ def declare(
     request_types.cache_clear()
 
 
+def declare_found(found: Found) -> None:
+    """Declare the computation an installed distribution declares (aner's own included); a
+    plugin whose request type cannot be had is left out, its problem kept (`problems`)."""
+    declaration = found.declaration
+    request = declared_request(found)
+    if isinstance(request, str):
+        _PROBLEMS.append(request)
+        return
+    if found.builtin and isinstance(declaration, Plugin):
+        path: str | Callable[[], Computation] = declaration.computation
+    else:
+        path = plugin_computation(found)
+    summary = declaration.summary if isinstance(declaration, Plugin) else None
+    progress = declaration.progress if isinstance(declaration, Plugin) else None
+    declare(found.name, request, path, summary, progress, declaration.contract)
+
+
+def problems() -> list[str]:
+    """One line for each installed plugin left out, naming its distribution and why."""
+    COMPUTATIONS.ensure_declared()
+    return [*discover().problems, *_PROBLEMS]
+
+
+def plugin_of(kind: str) -> Found | None:
+    """The installed plugin that declares `kind` (None: aner's own, or none)."""
+    found = discover().get(kind)
+    return None if found is None or found.builtin else found
+
+
 def declare_result(tag: str, summary: str) -> None:
     """A result tagged `tag` that is not its computation's kind (a computation's replicates)
     is shown by `summary` (`module:function`)."""
@@ -103,6 +147,7 @@ def declare_result(tag: str, summary: str) -> None:
 
 
 def computation_for(request: ComputationRequest) -> Computation:
+    COMPUTATIONS.ensure_declared()
     kind = _KINDS.get(type(request))
     if kind is not None and kind in COMPUTATIONS:
         return COMPUTATIONS[kind]
@@ -114,11 +159,13 @@ def computation_for(request: ComputationRequest) -> Computation:
 
 def contract_of(kind: str) -> str | None:
     """The contract identity `kind` was declared with (None for one registered without)."""
+    COMPUTATIONS.ensure_declared()
     return _CONTRACTS.get(kind)
 
 
 def request_type_of(kind: str) -> type[ComputationRequest]:
     """The request type of `kind`, without importing its computation."""
+    COMPUTATIONS.ensure_declared()
     if COMPUTATIONS.loaded(kind):
         return COMPUTATIONS[kind].request_type
     return next(t for t, k in _KINDS.items() if k == kind)
@@ -127,6 +174,7 @@ def request_type_of(kind: str) -> type[ComputationRequest]:
 @functools.cache
 def request_types() -> Any:
     """The tagged union of every registered request type (for decoding spec files)."""
+    COMPUTATIONS.ensure_declared()
     declared = {kind: t for t, kind in _KINDS.items()}
     types = tuple(
         declared[kind] if not COMPUTATIONS.loaded(kind) else COMPUTATIONS[kind].request_type
@@ -140,6 +188,7 @@ def request_types() -> Any:
 
 def summarize(kind: str, result: dict[str, Any]) -> list[str] | None:
     """The lines `status` shows of a completed `kind` job's result; None for an unknown kind."""
+    COMPUTATIONS.ensure_declared()
     path = _SUMMARIES.get(kind)
     if path is not None and not COMPUTATIONS.loaded(kind):
         module, _, function = path.partition(":")
@@ -153,6 +202,7 @@ def summarize(kind: str, result: dict[str, Any]) -> list[str] | None:
 def progress_lines(kind: str, detail: dict[str, Any] | None, slots: dict[str, int]) -> list[str]:
     """The lines `status` shows of a running `kind` job's own account of its progress
     (`slots`: each worker's); none for a computation that gives none."""
+    COMPUTATIONS.ensure_declared()
     path = _PROGRESS.get(kind)
     if path is None or not detail:
         return []
@@ -163,31 +213,5 @@ def progress_lines(kind: str, detail: dict[str, Any] | None, slots: dict[str, in
     return lines
 
 
-declare(
-    "monte-carlo",
-    MonteCarloRequest,
-    "aner_coord.computations.montecarlo:MonteCarlo",
-    contract=STREAM_ID,
-)
-declare(
-    "regression",
-    RegressionRequest,
-    "aner_coord.computations.regression:Regression",
-    contract=FIXTURE_ID,
-)
 declare_result("replicates", "aner_coord.computations.replicates:summarize")
-declare(
-    "dense",
-    DenseRequest,
-    "aner_coord.computations.search.replicates:DenseTraining",
-    summary="aner_coord.computations.dense.summary:summarize",
-    contract="aner-dense/v1",
-)
-declare(
-    "search",
-    SearchRequest,
-    "aner_coord.computations.search.computation:Search",
-    summary="aner_coord.computations.search.summary:summarize",
-    progress="aner_coord.computations.search.summary:progress",
-    contract="aner-search/v1",
-)
+declare_result("simulation", "aner_coord.computations.simulation.result:summarize")

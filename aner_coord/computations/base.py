@@ -234,6 +234,10 @@ class ExplainsDifference(Protocol):
 
     def close(self, worker: Any, own: Any) -> bool: ...
 
+    # The largest difference of any statistic relative to its magnitude, as `close` judges
+    # it (inf where a count or shape differs): what an audit measures of another platform.
+    def deviation(self, worker: Any, own: Any) -> float: ...
+
 
 @runtime_checkable
 class DeclaresPrecision(Protocol):
@@ -253,6 +257,14 @@ class MakesTiny(Protocol):
 
 
 @runtime_checkable
+class ChecksChunk(Protocol):
+    """A computation whose reduction needs its chunks cut in a certain way (a simulation's
+    at block boundaries): why `chunk` items a task cannot be used for `request`, or None."""
+
+    def check_chunk(self, request: Any, chunk: int) -> str | None: ...
+
+
+@runtime_checkable
 class Prechecks(Protocol):
     """A computation whose admission does work in proportion to its data's rows (Dense and
     search: the data read or a teacher set's labels generated, every row's role or fold):
@@ -261,6 +273,16 @@ class Prechecks(Protocol):
     job to a detached coordinator, which admits it whole (`admission.precheck`)."""
 
     def precheck(self, request: Any) -> None: ...
+
+
+@runtime_checkable
+class UnevenTasks(Protocol):
+    """A computation whose tasks' cost does not follow their items (a search's fits differ
+    by candidate, a thousandfold between the smallest and largest layers): the tasks measured
+    before one say nothing of its cost, so its default deadline is the ceiling
+    (`aner_coord.job.liveness.Deadline`; docs/contracts.md, section 6)."""
+
+    uneven_tasks: ClassVar[bool]
 
 
 @runtime_checkable

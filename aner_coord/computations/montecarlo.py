@@ -10,6 +10,7 @@ from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
 from aner_coord.computations.replicates import (
+    WHOLE_REPLICATE,
     ReplicatesResult,
     check_replicates,
     replicate_seeds,
@@ -32,8 +33,6 @@ _P = math.pi / 4
 # A chunk's hits lie this many standard deviations from pi/4 of its samples only for a
 # worker that does not compute the stream: no honest chunk of the stream comes near it.
 _SIGMAS = 12
-# A replicate of at most this many samples is one task when the execution names no chunk.
-WHOLE_REPLICATE = 1 << 26
 # The field a replicates summary and chart show.
 _HEADLINE = ("estimate",)
 

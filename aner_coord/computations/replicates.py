@@ -36,6 +36,8 @@ from aner_coord.jobdir.results import ResultBase
 # 16 + layer, 2**32 + epoch).
 REPLICATE_STREAM = 2**40
 MAX_REPLICATES = 10_000
+# A replicate of at most this many samples is one task when the execution names no chunk.
+WHOLE_REPLICATE = 1 << 26
 
 _MASK = 2**64 - 1
 _M0, _M1 = 0xD2E7470EE14C6C93, 0xCA5A826395121157

@@ -15,7 +15,8 @@
   the compute, transfer and wait seconds they add up to; `timeline`: those records and the
   coordinator's own phases as lines of the job's `timeline.jsonl`; `pace`: progress
   weighted by what each kind of pass costs, and the ETA;
-  `audits`: what `--audit` checked, per worker, for the result;
+  `audits`: what `--audit` checked, per worker, for the result; `preflight`: a group's
+  kernel sets checked before its job starts (`--strict-bits`);
 - `liveness`: when a connected worker counts as lost, judged on whole frames;
   `checkpoints`: a training's committed state, written and read through the job directory;
 - `queue`: the job's CPU slots on this host, taken from the lease table, waited for (QUEUED)

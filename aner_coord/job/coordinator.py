@@ -30,7 +30,13 @@ import msgspec
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
-from aner_coord.computations.base import Checkpoints, ExplainsDifference, Segment, kernel_of
+from aner_coord.computations.base import (
+    Checkpoints,
+    ExplainsDifference,
+    Segment,
+    UnevenTasks,
+    kernel_of,
+)
 from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
 from aner_coord.job.backend import Backend, BackendPlan, backend_for
@@ -66,8 +72,15 @@ from aner_coord.job.timeline import JobTimeline
 from aner_coord.jobdir import ERROR_DETAIL, JobDirError, ledger
 from aner_coord.jobdir.ledger import LedgerWriter, Recovered
 from aner_coord.jobdir.results import ResultBase
-from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot, WorkerLoss
+from aner_coord.jobdir.status import (
+    STATUS_SCHEMA,
+    JobState,
+    StatusSnapshot,
+    WorkerAccount,
+    WorkerLoss,
+)
 from aner_coord.jobdir.timeline import TimelineWriter
+from aner_coord.kernelsets import BLAS_KERNELS, bits_note
 from aner_worker.kernels.base import encode
 
 Observer = Callable[[StatusSnapshot], None]
@@ -203,6 +216,9 @@ class Coordinator:
                 if self.job.request.audit and isinstance(result, ResultBase):
                     audit = self._audit_book.record(snapshot.workers)
                     result = msgspec.structs.replace(result, audit=audit)
+                if self._blas_decides_bits and isinstance(result, ResultBase):
+                    bits = self._audit_book.bits(snapshot.workers)
+                    result = msgspec.structs.replace(result, bits=bits)
             except Exception as exc:  # the last seam: a FAILED job naming it, like the others
                 log.exception("building the result")
                 self._state = JobState.FAILED
@@ -503,8 +519,10 @@ class Coordinator:
                 kernel.run, self._params[task.pass_id], task.start, task.count, None
             )
             agrees = run.same(event.stats, own)
+            tolerant = self._audit_book.comparison(event.worker) == TOLERANCE
+            if tolerant and isinstance(run, ExplainsDifference):
+                self._audit_book.measured(event.worker, run.deviation(event.stats, own))
             if not agrees and isinstance(run, ExplainsDifference):
-                tolerant = self._audit_book.comparison(event.worker) == TOLERANCE
                 agrees = tolerant and run.close(event.stats, own)
         except Exception as exc:
             self._handle(ShellFailed("the audit", repr(exc)))
@@ -516,10 +534,20 @@ class Coordinator:
                 self._backend.flush_soon()  # what the result let the machine send
             return
         if isinstance(run, ExplainsDifference):
-            detail = run.difference(event.stats, own)
+            detail = f"{run.difference(event.stats, own)} ({self._held_to(event.worker, run)})"
         else:
             detail = f"it sent {event.stats}, expected {own}"
         self._handle(AuditFailed(event.worker, task.task_id, detail))
+
+    def _held_to(self, worker: str, run: ExplainsDifference) -> str:
+        """What an audited worker was held to, for the failure's message."""
+        fields = self._audit_book.differences(worker)
+        if self._audit_book.comparison(worker) == TOLERANCE:
+            return (
+                f"it reported another platform ({', '.join(fields)}): held within "
+                f"{run.tolerance:g} of each statistic's magnitude"
+            )
+        return "it reported this machine's platform: held to the same bits"
 
     def _machine_of(self, worker: str) -> dict[str, str] | None:
         """The machine identity `worker` reported at its handshake, if any."""
@@ -539,6 +567,8 @@ class Coordinator:
                 stage=plan_of(self._run),
                 pool=self._pool,
                 precision=precision_of(self._run),
+                task_timeout=job.request.task_timeout,
+                uneven_tasks=isinstance(job.computation, UnevenTasks),
             )
         )
 
@@ -600,12 +630,25 @@ class Coordinator:
             work=work,
             work_upper_bound=upper_bound,
             position=progress.position,
-            notes=list(self.job.notes),
+            notes=[*self.job.notes, *self._bits_notes(progress.workers)],
             plan=self.job.plan_line,
             steps_recovered=self._steps_recovered,
             checkpointed_steps=self._checkpoints.steps if self._checkpoints is not None else None,
             fraction_done=round(fraction, 6),
         )
+
+    @property
+    def _blas_decides_bits(self) -> bool:
+        """A worker group computing what a BLAS kernel set decides (Dense, search)."""
+        return self.job.workers.records is not None and self._kernel.name in BLAS_KERNELS
+
+    def _bits_notes(self, workers: Sequence[WorkerAccount]) -> list[str]:
+        """The kernel-set warning for status.json, where the group's workers differ."""
+        if not self._blas_decides_bits or self._backend is None:
+            return []
+        timing = self._backend.timing
+        note = bits_note({w.identity: timing.machine_of(w.identity) for w in workers})
+        return [] if note is None else [note]
 
     @property
     def _job_plan(self) -> tuple[Segment, ...]:

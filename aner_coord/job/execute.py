@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from aner_coord import jobdir
 from aner_coord.admission import Job
 from aner_coord.computations.base import WritesFiles
+from aner_coord.job import preflight
 from aner_coord.job.checkpoints import Checkpointer, Policy, Restored
 from aner_coord.job.coordinator import Coordinator, JobReport, Observer
 from aner_coord.job.events import ShellFailed
@@ -198,7 +199,32 @@ async def execute(
     The job's local CPU slots come first (`aner_coord.job.queue`), and the job it runs after
     (`--after`) before them: while another job holds them (or has not completed) this one is
     QUEUED, or, with `wait=False`, refused at once (AdmissionError, exit 2, nothing made);
-    the slots are held until the run ends."""
+    the slots are held until the run ends. Before both, a job that asks for strict bits has
+    its group's kernel sets checked (`aner_coord.job.preflight`)."""
+    if not preflight.wanted(job):
+        return await _execute(job, observers, cancel, on_ready, resume, pool, on_directory, wait)
+    # --strict-bits: the group's kernel sets are checked first; its workers wait in a pool.
+    own_pool = WorkerPool() if pool is None else None
+    kept = pool if pool is not None else own_pool
+    assert kept is not None
+    try:
+        await preflight.check_kernel_sets(job, kept)
+        return await _execute(job, observers, cancel, on_ready, resume, kept, on_directory, wait)
+    finally:
+        if own_pool is not None:
+            await own_pool.close()
+
+
+async def _execute(
+    job: Job,
+    observers: Sequence[Observer],
+    cancel: asyncio.Event | None,
+    on_ready: Callable[[], None] | None,
+    resume: Resumption | None,
+    pool: WorkerPool | None,
+    on_directory: Callable[[jobdir.JobDir], None] | None,
+    wait: bool,
+) -> JobReport:
     cancel = cancel if cancel is not None else asyncio.Event()
     policy = Policy.from_environ()  # a bad setting is refused before anything starts
     with_timeline = timeline_wanted()

@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aner_coord.clusterfile import WorkerRecord
+from aner_coord.clusterfile import BlasChoice, WorkerRecord
 from aner_coord.computations.base import DeclaresPrecision
 from aner_coord.errors import WorkerFailure
 from aner_coord.job.liveness import frame_bound, frame_stalled, silence_timeout
 from aner_coord.transports.base import Transport, TransportError
 from aner_coord.transports.registry import open_transport
+from aner_worker import blasenv
 from protocol import Accepted, CoordinatorConnection, CoordinatorEvent, Rejected
 
 HANDSHAKE_TIMEOUT_S = 120.0  # the first start on a host may compile the kernels
@@ -32,8 +33,21 @@ HELLO_FAILED_WAIT_S = 2.0
 
 def worker_argv(record: WorkerRecord) -> list[str]:
     """The command line of `record`'s worker (docs/contracts.md, section 6: `<exec> parallel worker
-    ...`)."""
-    return [record.executable, "parallel", "worker", "--stdio"]
+    ...`), with the OpenBLAS settings it is to compute with (section 5)."""
+    return [record.executable, "parallel", "worker", "--stdio", *blas_arguments(record.blas)]
+
+
+def blas_arguments(choice: BlasChoice, environ: Mapping[str, str] | None = None) -> list[str]:
+    """`--blas-env NAME=VALUE` for each OpenBLAS variable: this process's value (or "",
+    unset), unless the record sets its own; none for a record whose worker keeps its own
+    environment's (`blas=own`). Arguments, not environment variables: they reach a worker
+    over SSH through a stock sshd (whose AcceptEnv refuses environment requests) as they
+    reach one over pipes or srun."""
+    if choice.own:
+        return []
+    settings = blasenv.own_settings(environ)
+    settings.update(choice.values)
+    return [f"--blas-env={name}={value}" for name, value in settings.items()]
 
 
 class LinkClosed(Exception):

@@ -63,12 +63,14 @@ class _Idle:
 
 
 def _same_worker(a: WorkerRecord, b: WorkerRecord) -> bool:
-    return (a.transport, a.endpoint, a.executable, a.slots, a.slurm) == (
+    # The OpenBLAS settings too: a worker started with other ones computes other bits.
+    return (a.transport, a.endpoint, a.executable, a.slots, a.slurm, a.blas) == (
         b.transport,
         b.endpoint,
         b.executable,
         b.slots,
         b.slurm,
+        b.blas,
     )
 
 

@@ -54,7 +54,7 @@ from aner_coord.job.checkpoints import CheckpointError, Restored, vouched
 from aner_coord.job.execute import Resumption
 from aner_coord.job.machine import JobMachine
 from aner_coord.jobdir import ledger
-from aner_coord.jobdir.manifest import Manifest, decode_manifest
+from aner_coord.jobdir.manifest import Manifest, decode_manifest, sources_difference
 from aner_coord.jobdir.status import JobState
 from aner_coord.requests import JobRequest, with_absolute_paths
 from aner_coord.specfile import decode_request
@@ -186,7 +186,7 @@ def _checkpoint(
 
 
 def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
-    from aner_coord.jobdir.sources import first_difference, installed_result_sources
+    from aner_coord.jobdir.sources import installed_result_sources
     from aner_worker.contract import source_fingerprint
 
     try:
@@ -197,12 +197,13 @@ def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
         raise _refuse(target, str(exc)) from None
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise _refuse(target, f"its {jobdir.MANIFEST} is not a manifest: {exc}") from None
-    changed = first_difference(manifest.sources, installed_result_sources())
-    if manifest.sources and changed is not None:
+    changed = sources_difference(manifest, installed_result_sources())
+    if changed is not None:
         raise RequestError(
             f"job {target} was started by a different aner: {changed}; resume it with that "
             "version, or start it again with a new --output"
         )
+    _check_plugins(target, manifest)
     installed = source_fingerprint()
     if manifest.source_fingerprint != installed:
         raise RequestError(
@@ -218,6 +219,30 @@ def _manifest(target: Path, directory: jobdir.JobDir) -> Manifest:
             target, f"its {jobdir.MANIFEST} records no job identity: start it again"
         ) from None
     return manifest
+
+
+def _check_plugins(target: Path, manifest: Manifest) -> None:
+    """Refuse a job whose plugin is not installed now, or differs from the one it began with,
+    naming the distribution and the first file that differs (docs/contracts.md, section 15)."""
+    from aner_worker.plugins import installed_identities
+    from protocol import PluginIdentity
+    from protocol.connection import plugin_difference
+
+    installed = installed_identities()
+    for name, record in sorted(manifest.plugins.items()):
+        now = installed.get(name)
+        if now is None:
+            raise RequestError(
+                f"job {target} was started with plugin {name} {record.version}, which is not "
+                f"installed now: install it, or start the job again with a new --output"
+            )
+        began = PluginIdentity(name, record.version, record.files)
+        changed = plugin_difference(began, now, "when it began", "installed now")
+        if changed is not None:
+            raise RequestError(
+                f"job {target} was started with a different plugin {name}: {changed}; resume "
+                "it with that version, or start it again with a new --output"
+            )
 
 
 def _recorded_request(

@@ -28,6 +28,9 @@ class AuditedWorker(msgspec.Struct, frozen=True):
     audited: int
     comparison: str
     platform_differs: list[str] = []
+    # Of its tasks compared within the tolerance, the largest difference of a statistic
+    # relative to its magnitude (None: none was).
+    largest_difference: float | None = None
 
 
 class AuditRecord(msgspec.Struct, frozen=True):
@@ -38,6 +41,28 @@ class AuditRecord(msgspec.Struct, frozen=True):
     workers: list[AuditedWorker]
 
 
+class KernelSet(msgspec.Struct, frozen=True):
+    """The workers whose handshakes reported one BLAS (`aner_coord.kernelsets`)."""
+
+    blas: str
+    workers: list[str]
+
+
+class BitsRecord(msgspec.Struct, frozen=True):
+    """A worker group's kernel sets and what its result promises of them (docs/contracts.md,
+    section 6, "Kernel sets"): `note` the warning where they differ; `tolerance` the one
+    results are within across platforms (relative to each statistic's magnitude, as the
+    audit holds them); `measured` the largest difference the audit found between a worker
+    of another platform and the coordinator's own recomputation (None: nothing was compared
+    so, without --audit or with no such worker), over `measured_tasks` tasks."""
+
+    kernel_sets: list[KernelSet]
+    note: str | None
+    tolerance: float | None
+    measured: float | None
+    measured_tasks: int
+
+
 class ResultBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="computation"):
     seconds: float
     execution: dict[str, Any]
@@ -45,6 +70,9 @@ class ResultBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="computati
     schema: str = RESULT_SCHEMA
     losses: list[WorkerLoss] = []  # workers lost and survived (retries)
     audit: AuditRecord | None = None  # None: no audit was asked for
+    # A worker group's kernel sets, for a computation whose bits they decide (Dense, search);
+    # None for local threads (one process) and for Monte Carlo and the fixture.
+    bits: BitsRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = msgspec.to_builtins(self)

@@ -1,11 +1,13 @@
 """The configuration registry: each public identity's revisions `C01, C02, ...`.
 
 A revision is an immutable record of one machine identity (the fields of
-`aner_worker.machine.FIELDS`, nothing else: never a hostname or an endpoint). The first
-identity seen under a public name is `C01`; any change of any field makes the next
-revision. A revision whose hardware (CPU model, logical CPUs, memory and architecture) all
-differ from the one before is flagged `replaced`: probably another machine under the same
-name, which a report must say.
+`aner_worker.machine.FIELDS`, nothing else: never a hostname or an endpoint), less what
+changes neither a kernel's bits nor its speed (`public_machine`), so that one worker
+reached over pipes, SSH or Slurm is one revision. The first identity seen under a public
+name is `C01`; any change of a recorded field makes the next revision. A revision whose
+hardware (CPU model, logical CPUs, memory and architecture) all differ from the one before
+is flagged `replaced`: probably another machine under the same name, which a report must
+say.
 
 The registry lives in the user's data directory (`$XDG_DATA_HOME/aner/registry.json`,
 default `~/.local/share/aner/registry.json`) unless a file is given; it is written
@@ -68,9 +70,22 @@ class _File(msgspec.Struct, frozen=True):
     identities: dict[str, list[_Entry]] = {}
 
 
+# Left out of a revision: the BLAS thread count (every kernel holds BLAS to one thread per
+# computing thread; an SSH login may lack the variable a terminal sets) and, of the
+# OpenBLAS settings, OPENBLAS_CORETYPE (the kernel set it chose is `blas` itself; naming
+# the set the CPU would pick anyway computes alike). OPENBLAS_L2_SIZE stays: it sizes the
+# blocks of a matrix product, so it may change the speed.
+_NOT_RECORDED = ("blas_threads",)
+_RECORDED_BLAS_ENV = ("OPENBLAS_L2_SIZE=",)
+
+
 def public_machine(machine: dict[str, Any]) -> dict[str, str]:
-    """Only the listed public fields, as strings."""
-    return {k: str(machine[k]) for k in FIELDS if k in machine}
+    """The listed public fields that decide bits or speed, as strings."""
+    facts = {k: str(machine[k]) for k in FIELDS if k in machine and k not in _NOT_RECORDED}
+    if "blas_env" in facts:
+        kept = [w for w in facts["blas_env"].split() if w.startswith(_RECORDED_BLAS_ENV)]
+        facts["blas_env"] = " ".join(kept) or "none"
+    return facts
 
 
 class Registry:

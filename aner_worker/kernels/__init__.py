@@ -6,22 +6,26 @@
 - `regression` and `fixture`: the logistic regression fixture and its numba pass;
 - `dense/`: the Dense classifier (data sets, streams, the network's forward and backward,
   the training plan and optimizers);
-- `search/`: model search and cross-validation, whole Dense fits each on one slot.
+- `search/`: model search and cross-validation, whole Dense fits each on one slot;
+- `simulation/`: the simulation kit's kernel, one for each `Simulation` a plugin declares.
 
-`KERNELS` lists every kernel by name without importing any: each is declared by its
-`module:Class` path and imported the first time it is asked for, so a worker loads only the
+`KERNELS` lists every kernel by name without importing any: each computation installed
+(`aner_worker.plugins`: aner's own and every plugin's, by entry point) declares its kernel by
+its `module:Class` path, imported the first time it is asked for, so a worker loads only the
 kernels its job names. Each kernel's coordinator half lives in `aner_coord.computations`
-under the same name. Adding a workload: a kernel module here, declared below.
+under the same name.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+
 from aner_worker.kernels.base import Kernel, StopCheck, Stopped, decode, encode
+from aner_worker.plugins import Found, Plugin, Simulation, discover
 from aner_worker.registry import LazyRegistry
 
 __all__ = ["KERNELS", "Kernel", "StopCheck", "Stopped", "decode", "encode", "register"]
-
-KERNELS: LazyRegistry[Kernel] = LazyRegistry("kernel")
 
 
 def register(kernel: Kernel) -> Kernel:
@@ -34,7 +38,46 @@ def register(kernel: Kernel) -> Kernel:
     return kernel
 
 
-KERNELS.declare("monte-carlo", "aner_worker.kernels.montecarlo:MonteCarloKernel")
-KERNELS.declare("regression", "aner_worker.kernels.regression:RegressionKernel")
-KERNELS.declare("dense", "aner_worker.kernels.dense.kernel:DenseKernel")
-KERNELS.declare("search", "aner_worker.kernels.search.kernel:SearchKernel")
+class InterfaceError(ImportError):
+    """A plugin's kernel is not what its declaration says (docs/contracts.md, section 15)."""
+
+
+def _plugin_kernel(found: Found) -> Callable[[], Kernel]:
+    """What makes the kernel `found` declares, checked against the interface."""
+
+    def make() -> Kernel:
+        declaration = found.declaration
+        if isinstance(declaration, Simulation):
+            from aner_worker.kernels.simulation.kernel import SimulationKernel
+
+            simulation: Kernel = SimulationKernel(found.name, declaration)  # type: ignore[assignment]
+            return simulation
+        module, _, attribute = declaration.kernel.partition(":")
+        who = f"plugin {found.distribution} {found.version}: computation {found.name!r}"
+        try:
+            kernel: Kernel = getattr(importlib.import_module(module), attribute)()
+        except Exception as exc:  # the plugin's code: say whose it is
+            raise InterfaceError(
+                f"{who}: cannot make its kernel {declaration.kernel}: {type(exc).__name__}: {exc}"
+            ) from exc
+        if getattr(kernel, "name", None) != found.name or not all(
+            callable(getattr(kernel, method, None)) for method in ("warm_up", "run")
+        ):
+            raise InterfaceError(
+                f"{who}: its kernel {declaration.kernel} is not a Kernel named {found.name!r} "
+                "with warm_up() and run() (aner_worker.kernels.base)"
+            )
+        return kernel
+
+    return make
+
+
+def _declare_installed() -> None:
+    for found in discover().found:
+        if found.builtin and isinstance(found.declaration, Plugin):
+            KERNELS.declare(found.name, found.declaration.kernel)
+        else:
+            KERNELS.declare(found.name, _plugin_kernel(found))
+
+
+KERNELS: LazyRegistry[Kernel] = LazyRegistry("kernel", _declare_installed)

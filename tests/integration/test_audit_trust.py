@@ -1,7 +1,7 @@
 """Whom an audit trusts, and what it records (issue 25, items 1, 4, 5 and 8), end to end.
 
-- Two honest workers that differ only in the BLAS kernels numpy picks (`OPENBLAS_CORETYPE`
-  on one) round differently; the handshake says so, the audit compares that worker within
+- Two honest workers that differ only in the BLAS kernels numpy picks (`coretype=` on
+  one's record) round differently; the handshake says so, the audit compares that worker within
   the stated tolerance, never calls it faulty, and `result.json` says how it compared.
 - `result.json` records how many tasks of each worker the audit checked, so a liar that
   went unaudited shows as such.
@@ -20,19 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from suite_env import child_env
 from support import ANER, run_aner, write_cluster
 
 from aner_coord.errors import MAX_MESSAGE_CHARS
 
 DIGITS = ["parallel", "train", "--data", "digits", "--seed", "2", "--epochs", "5"]
-
-
-def sandybridge(tmp_path: Path) -> str:
-    """`aner` with numpy's OpenBLAS held to its Sandybridge kernels (no FMA)."""
-    script = tmp_path / "aner-sandybridge"
-    script.write_text(f'#!/bin/sh\nOPENBLAS_CORETYPE=Sandybridge exec "{ANER}" "$@"\n')
-    script.chmod(0o755)
-    return str(script)
 
 
 def openblas_kernels(env: dict[str, str]) -> str:
@@ -47,7 +40,7 @@ def test_the_machine_identity_names_the_blas_and_its_kernels() -> None:
         "from aner_worker.machine import machine_identity\n"
         "print(json.dumps(machine_identity()))\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_CORETYPE": "Sandybridge"}
+    env = child_env(dict(PATH="/usr/bin:/bin", OPENBLAS_CORETYPE="Sandybridge"))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     held = json.loads(done.stdout)
@@ -55,7 +48,8 @@ def test_the_machine_identity_names_the_blas_and_its_kernels() -> None:
 
     own = machine_identity()
     assert own["blas"].split()[0] in {"openblas", "mkl", "blis", "accelerate", "unknown"}
-    assert "OPENBLAS_CORETYPE=Sandybridge" in held["blas"]
+    assert "Sandybridge" in held["blas"]
+    assert "OPENBLAS_CORETYPE=Sandybridge" in held["blas_env"]
     assert platform_differences(held, own) == ["blas"]
     # An older worker that says nothing of its BLAS is on another platform, not this one.
     assert platform_differences({k: v for k, v in own.items() if k != "blas"}, own) == ["blas"]
@@ -67,7 +61,11 @@ def two_blas(tmp_path: Path) -> Path:
         pytest.skip("numpy's BLAS here is not an OpenBLAS that takes OPENBLAS_CORETYPE")
     return write_cluster(
         tmp_path / "cluster",
-        [("plain", "local", "-", ANER, 1), ("sandy", "local", "-", sandybridge(tmp_path), 1)],
+        # numpy's OpenBLAS held to its Sandybridge kernels (no FMA) on "sandy" alone.
+        [
+            ("plain", "local", "-", ANER, 1),
+            ("sandy", "local", "-", ANER, 1, "coretype=Sandybridge"),
+        ],
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from suite_env import child_env
 from support import ROOT, wait_for
 
 from aner_coord import parallel
@@ -189,7 +190,7 @@ def test_progress_true_draws_a_bar_on_a_terminal() -> None:
     try:
         done = subprocess.run(
             [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=follower,
-            cwd=ROOT, env={**os.environ, "COLUMNS": "120", "TERM": "xterm"}, timeout=300,
+            cwd=ROOT, env=child_env(COLUMNS="120", TERM="xterm"), timeout=300,
             check=False,
         )  # fmt: skip
         os.close(follower)

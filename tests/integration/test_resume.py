@@ -36,6 +36,7 @@ from support import (
     wait_status,
 )
 
+from aner_coord.jobdir import jobkey
 from aner_coord.jobdir.ledger import Accepted, frame, scan
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.base import encode
@@ -134,13 +135,18 @@ def _execution(key: str, value: object) -> Callable[[Path], None]:
     return _edit_request(lambda r: r["execution"].__setitem__(key, value))
 
 
-def _forge(stats: McStats, chunk: int) -> Callable[[Path], None]:
-    """Append a record that the job's own identity and checksums make look genuine."""
+def _forge(stats: McStats, chunk: int, *, keyed: bool = True) -> Callable[[Path], None]:
+    """Append a record that the job's own identity and checksums make look genuine, and
+    with `keyed` its MAC too (what only the job key's holder can write)."""
 
     def forge(job: Path) -> None:
         key = bytes.fromhex(json.loads((job / "run-manifest.json").read_text())["job"])
+        secret = jobkey.user_secret(create=False)
+        assert secret is not None
+        mac_key = jobkey.job_mac_key(secret, key) if keyed else None
+        offset = (job / "ledger").stat().st_size
         with open(job / "ledger", "ab") as ledger:
-            ledger.write(frame(key, Accepted(0, chunk, encode(stats))))
+            ledger.write(frame(key, Accepted(0, chunk, encode(stats)), mac_key, offset))
 
     return forge
 
@@ -153,7 +159,7 @@ def _reframe(job: Path) -> None:
 
 def _flip_early_byte(job: Path) -> None:
     data = bytearray((job / "ledger").read_bytes())
-    data[100] ^= 0x10
+    data[20] ^= 0x10  # inside the payload of the opening record
     (job / "ledger").write_bytes(bytes(data))
 
 
@@ -178,6 +184,9 @@ EDITS: list[tuple[str, Callable[[Path], None], str]] = [
      "deviations from pi/4"),
     ("ledger_record_out_of_range", _forge(McStats(7_853_981), 100), "the ledger's record of "
      "chunk 100 of pass 0 is refused: that pass has 100 chunks"),
+    # Issue 36: a chunk of one more hit, with the job's own checksums, resumed with exit 0.
+    ("ledger_record_without_the_key", _forge(McStats(7_853_982), 99, keyed=False),
+     "(chunk 99 of pass 0) does not carry the MAC of your job key"),
 ]  # fmt: skip
 
 
@@ -259,10 +268,10 @@ def test_the_log_is_adopted_through_the_directory_held_not_the_path(tmp_path: Pa
 def test_a_coordinator_whose_numerical_code_changed_cannot_resume_the_job(
     tmp_path: Path, coordinators: Coordinators
 ) -> None:
-    """Issue 25 item 7: the coordinator applies the fixture's updates, so a change under
-    `aner_coord/computations/` (one comment line, in a copy of the installation whose
-    workers are the same) refuses the resume naming the file; the installation that began
-    the job resumes it."""
+    """Issue 25 item 7, issue 35 item 3: the coordinator applies the fixture's updates and
+    replays the ledger's accepted chunks, so a change to the computation or to the ledger
+    (one comment line more, in a copy of the installation whose workers are the same) refuses the
+    resume naming the file; the installation that began the job resumes it."""
     import signal
 
     job = tmp_path / "job"
@@ -284,20 +293,22 @@ def test_a_coordinator_whose_numerical_code_changed_cannot_resume_the_job(
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: process_gone(pid), 30, "the killed coordinator to go")
     manifest = json.loads((job / "run-manifest.json").read_text())
-    changed = "aner_coord/computations/regression.py"
-    assert changed in manifest["sources"]
     kept = [entry for entry in listing(job) if entry[0] != "coordinator.lock"]
-    other = installed_copy(tmp_path, changed)
-    refused = subprocess.run(
-        [str(other), "parallel", "resume", "--job", str(job)],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert refused.returncode == 2, refused.stderr
-    line = one_line(refused.stderr)
-    assert f"was started by a different aner: {changed} differs" in line, line
-    assert manifest["sources"][changed] in line
-    # (the dead coordinator's lock file goes with the lock the refused resume took)
-    assert [entry for entry in listing(job) if entry[0] != "coordinator.lock"] == kept
+    for changed in ("aner_coord/jobdir/ledger.py", "aner_coord/computations/regression.py"):
+        assert changed in manifest["sources"]
+        where = tmp_path / Path(changed).stem
+        where.mkdir()
+        other = installed_copy(where, changed)
+        refused = subprocess.run(
+            [str(other), "parallel", "resume", "--job", str(job)],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        line = one_line(refused.stderr)
+        assert f"was started by a different aner: {changed} differs" in line, line
+        assert manifest["sources"][changed] in line
+        # (the dead coordinator's lock file goes with the lock the refused resume took)
+        assert [entry for entry in listing(job) if entry[0] != "coordinator.lock"] == kept
     done = run_aner("parallel", "resume", "--job", str(job), "--quiet", timeout=600)
     assert done.returncode == 0, done.stderr
     assert status_of(job).state is JobState.COMPLETED

@@ -197,3 +197,16 @@ def test_a_timeline_that_cannot_be_read_is_refused_in_one_line(
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "timeline.jsonl" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_line_nested_too_deeply_is_refused_in_one_line(finished: Path, tmp_path: Path) -> None:
+    """100,000 nested brackets in a line (under a field the reader skips) exited 1 with a
+    RecursionError."""
+    lines = (finished / "timeline.jsonl").read_bytes().split(b"\n")
+    deep = b'{"kind": "segment", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    job = _copy(finished, tmp_path)
+    (job / "timeline.jsonl").write_bytes(b"\n".join([lines[0], deep, *lines[1:]]))
+    done = run_aner("parallel", "timeline", "--job", str(job))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "line 2 is not a timeline line: it is nested too deeply" in done.stderr

@@ -18,12 +18,14 @@ from aner_worker.build import build_identity
 from aner_worker.contract import source_fingerprint
 from aner_worker.host import host_identity
 from aner_worker.inventory import current
+from aner_worker.kernels import KERNELS as INSTALLED
 from aner_worker.kernels.base import decode, encode
 from aner_worker.kernels.fixture import fixture_pass
 from aner_worker.kernels.montecarlo import McParams, McStats
 from aner_worker.kernels.philox import count_hits
 from aner_worker.kernels.regression import RegressionParams, RegressionStats
 from aner_worker.machine import machine_identity
+from aner_worker.plugins import installed_identities
 from aner_worker.worker import platform_identity
 from protocol import (
     MAX_QUEUED_PER_SLOT,
@@ -42,6 +44,7 @@ from protocol import (
     Welcome,
     Working,
 )
+from protocol.connection import plugin_digest
 
 WAIT_S = HANG_S  # guards against a hang only
 HUGE = 9_000_000_000  # samples: most of a minute of one core, within the admission limits
@@ -166,8 +169,10 @@ def test_hello_gets_welcome(worker: Worker) -> None:
         machine=machine_identity(),  # what configuration revisions are made of
         precisions=("float64", "float32"),  # what a Dense job may declare
         build=build_identity(),  # what `aner parallel capabilities --cluster` shows
-        kernels=("dense", "monte-carlo", "regression", "search"),
+        # aner's own and the installed plugins' (the sample plugin, samples/asian)
+        kernels=tuple(sorted(INSTALLED)),
         host=host_identity().value,  # this host, as this test process computes it
+        plugins={d: f"{p.version} {plugin_digest(p)}" for d, p in installed_identities().items()},
     )
 
 

@@ -28,6 +28,7 @@ from protocol import (
     Phase,
     Ping,
     PingReceived,
+    PluginIdentity,
     Pong,
     Ponged,
     Refused,
@@ -44,6 +45,7 @@ from protocol import (
     Working,
     bounded_machine,
 )
+from protocol.connection import plugin_digest
 
 FP = "sha256:" + "ab" * 32
 OTHER_FP = "sha256:" + "cd" * 32
@@ -128,6 +130,58 @@ def test_the_worker_refuses_a_kernel_it_does_not_have() -> None:
     [hello] = worker.receive(coordinator.hello())
     assert isinstance(hello, HelloReceived) and hello.refusal is not None
     assert "no kernel dense" in hello.refusal
+
+
+ASIAN = PluginIdentity(
+    "aner-asian",
+    "0.1.0",
+    {"aner_asian/__init__.py": "sha256:aa", "aner_asian/model.py": "sha256:bb"},
+)
+
+
+def test_the_worker_refuses_a_plugin_that_differs_naming_the_first_file() -> None:
+    # docs/contracts.md, section 15: the coordinator's plugin in its Hello, the worker's own.
+    edited = PluginIdentity(
+        ASIAN.distribution, ASIAN.version, {**ASIAN.files, "aner_asian/model.py": "sha256:cc"}
+    )
+    coordinator = CoordinatorConnection("w1", 1, FP, ("asian",), plugins=(ASIAN,))
+    worker = WorkerConnection(FP, 2, "p", {"asian"}, plugins={"aner-asian": edited})
+    [hello] = worker.receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived)
+    assert hello.refusal == (
+        "plugin aner-asian differs from the coordinator's: aner_asian/model.py differs "
+        "(sha256:bb at the coordinator, sha256:cc on this worker)"
+    )
+
+
+def test_the_worker_refuses_a_plugin_it_lacks_or_of_another_version() -> None:
+    coordinator = CoordinatorConnection("w1", 1, FP, ("asian",), plugins=(ASIAN,))
+    [hello] = WorkerConnection(FP, 2, "p", {"asian"}).receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived)
+    assert (
+        hello.refusal
+        == "this worker has no plugin aner-asian: install aner-asian 0.1.0 where it runs"
+    )
+    older = PluginIdentity(ASIAN.distribution, "0.0.9", ASIAN.files)
+    worker = WorkerConnection(FP, 2, "p", {"asian"}, plugins={"aner-asian": older})
+    [hello] = worker.receive(
+        CoordinatorConnection("w1", 1, FP, ("asian",), plugins=(ASIAN,)).hello()
+    )
+    assert isinstance(hello, HelloReceived)
+    assert hello.refusal == (
+        "plugin aner-asian differs from the coordinator's: version 0.1.0 at the coordinator, "
+        "0.0.9 on this worker"
+    )
+
+
+def test_the_same_plugin_is_welcomed_and_reported() -> None:
+    coordinator = CoordinatorConnection("w1", 1, FP, ("asian",), plugins=(ASIAN,))
+    worker = WorkerConnection(FP, 2, "p", {"asian"}, plugins={"aner-asian": ASIAN})
+    [hello] = worker.receive(coordinator.hello())
+    assert isinstance(hello, HelloReceived) and hello.refusal is None
+    [accepted] = coordinator.receive(worker.reply())
+    assert isinstance(accepted, Accepted)
+    assert accepted.welcome.plugins == {"aner-asian": f"0.1.0 {plugin_digest(ASIAN)}"}
 
 
 def test_the_worker_refuses_another_protocol_version() -> None:
@@ -504,12 +558,27 @@ def test_long_reasons_are_cut_to_a_line_a_person_can_read() -> None:
     coordinator.task(task)
     [event] = coordinator.receive(frame(TaskFailed(5, "x" * 10_000_000)))
     assert isinstance(event, Answered) and isinstance(event.message, TaskFailed)
-    assert event.message.reason == "x" * MAX_REASON_CHARS
+    # Cut saying so (issue 36: a 100,000-character reason reached error-detail.txt as its
+    # first 2,000 characters, under a message saying that file held the whole text).
+    cut = " [... cut on the wire: 10,000,000 characters in all]"
+    reason = event.message.reason
+    assert len(reason) == MAX_REASON_CHARS and reason == "x" * (MAX_REASON_CHARS - len(cut)) + cut
     refusing, _ = pair()
     refusing.hello()
     [rejected] = refusing.receive(frame(Refused("y" * 10_000_000, PROTOCOL_VERSION, FP)))
     assert isinstance(rejected, Rejected)
-    assert rejected.reason == "refused by the worker: " + "y" * MAX_REASON_CHARS
+    assert rejected.reason == "refused by the worker: " + "y" * (MAX_REASON_CHARS - len(cut)) + cut
+
+
+def test_a_worker_cuts_its_own_long_reason_saying_how_long_it_was() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(5, 0, 0, 10))
+    [event] = coordinator.receive(worker.failed(5, "z" * 100_000))
+    assert isinstance(event, Answered) and isinstance(event.message, TaskFailed)
+    assert event.message.reason.endswith("z [... cut on the wire: 100,000 characters in all]")
+    assert len(event.message.reason) == MAX_REASON_CHARS
 
 
 def test_the_frame_in_progress_is_visible_for_its_deadline() -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from aner_coord.clusterfile import (
     MAX_WORKER_RECORDS,
+    BlasChoice,
     ClusterConfig,
     ClusterFileError,
     SlurmEndpoint,
@@ -208,7 +209,36 @@ ERRORS = [
     (record('worker "a" ssh "h" "/a\\b" 1'), 2, "no backslash escapes"),
     (record('worker "a" local "-" "/bin/\x1baner" 1'), 2, "control character"),
     (record('worker"a" local "-" "/a" 1'), 2, 'a " may only start a field'),
+    # The record's OpenBLAS options (docs/contracts.md, section 5).
+    (record('worker "a" local "-" "/a" 1 blas=x'), 2, "blas= takes own or coordinator"),
+    (record('worker "a" local "-" "/a" 1 blas=own coretype=Haswell'), 2, "drop coretype="),
+    (record('worker "a" local "-" "/a" 1 coretype=A coretype=B'), 2, '"coretype" is given twice'),
+    (record('worker "a" local "-" "/a" 1 coretype='), 2, "needs a value, or - for unset"),
+    (record('worker "a" local "-" "/a" 1 coretype=$(id)'), 2, "must be a core name"),
+    (record('worker "a" local "-" "/a" 1 l2size=0'), 2, "must be a size in kilobytes"),
+    (record('worker "a" local "-" "/a" 1 "coretype=A"'), 2, "unexpected field after the slots"),
+    (record('worker "a" local "-" "/a" 1 cores=A'), 2, "options are blas=, coretype=, l2size="),
 ]
+
+
+@pytest.mark.parametrize(
+    ("options", "blas"),
+    [
+        ("", BlasChoice()),
+        (" blas=coordinator", BlasChoice()),
+        (" blas=own", BlasChoice(own=True)),
+        (" coretype=SkylakeX", BlasChoice(values=(("OPENBLAS_CORETYPE", "SkylakeX"),))),
+        (
+            " l2size=1024 coretype=-",
+            BlasChoice(values=(("OPENBLAS_L2_SIZE", "1024"), ("OPENBLAS_CORETYPE", ""))),
+        ),
+    ],
+)
+def test_a_record_may_end_with_its_openblas_options(options: str, blas: BlasChoice) -> None:
+    # Before: any field after the slots was refused.
+    config = parse_cluster_text(record(f'worker "a" ssh "h" "/a" 2{options}'), "/x/c.txt")
+    assert config.workers[0].blas == blas
+    assert config.workers[0].slots == 2
 
 
 @pytest.mark.parametrize(("text", "line", "fragment"), ERRORS)

@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aner_coord.computations.dense.model import DenseModel, ModelFileError, encode_model, load_model
+from aner_coord.computations.dense.model import (
+    DenseModel,
+    ModelFileError,
+    NotEvaluable,
+    encode_model,
+    load_model,
+)
+from aner_coord.computations.dense.request import MODEL_ID
 from aner_coord.computations.dense.single import train_single
 from aner_worker.files import write_atomically
 from aner_worker.kernels.dense.data import TeacherDataset, parse_csv
@@ -144,6 +151,16 @@ def test_feature_names_are_recorded_and_an_older_model_still_reads(tmp_path: Pat
         ({"meta": np.array("[1, 2]")}, "meta must be a JSON object, got list"),
         ({"meta": np.array("{nope")}, "meta is not JSON"),
         ({"classes": np.array([0.0, 1.0, 2.0])}, "3 classes for 2 outputs"),
+        # both were accepted (issue 36): a flag that is not a boolean, a member nobody wrote
+        (
+            {
+                "meta": np.array(
+                    f'{{"schema": "{MODEL_ID}", "layer_sizes": [2, 2], "complete": "yes"}}'
+                )
+            },
+            "complete must be true or false, got 'yes'",
+        ),
+        ({"W9": np.zeros(2)}, "unexpected member 'W9'"),
     ],
 )
 def test_a_tampered_model_is_refused_in_one_line(
@@ -162,3 +179,56 @@ def test_a_tampered_model_is_refused_in_one_line(
     with pytest.raises(ModelFileError, match=message) as info:
         load_model(path)
     assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+# -- rows a model cannot evaluate (issue 35, item 4) -------------------------------------
+
+
+def _small_model(precision: str = "float64") -> DenseModel:
+    data = TeacherDataset(400, 4, 3, 2)
+    return train_single(data, seed=2, hidden=(6,), batch=64, epochs=1, precision=precision).model
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_a_row_that_overflows_is_refused_naming_its_row_and_column(precision: str) -> None:
+    # 1.79e308 gave NaN probabilities and class 0 without a word (issue 35).
+    model = _small_model(precision)
+    rows = np.zeros((3, 4))
+    rows[2, 1] = 1.79e308
+    for method in (model.predict, model.predict_proba, lambda x: model.score(x, [0, 1, 2])):
+        with pytest.raises(NotEvaluable, match=r"^X\[2, 1\] lies .* beyond what the model can ev"):
+            method(rows)
+    # A float32 model's normalised value overflows binary32 long before binary64.
+    rows[2, 1] = 1e39
+    if precision == "float64":
+        assert np.isfinite(model.predict_proba(rows)).all()
+    else:
+        with pytest.raises(NotEvaluable) as caught:
+            model.predict(rows)
+        assert (caught.value.row, caught.value.column, caught.value.model_fault) == (2, 1, False)
+    assert np.array_equal(model.predict(rows[:2]), model.predict(np.zeros((2, 4))))
+
+
+def test_a_model_whose_weights_overflow_is_refused_as_the_models_fault() -> None:
+    model = _small_model()
+    w1, _, w2, b2 = model.params
+    # b1 at 1e308 keeps every hidden unit near 1e308 for rows near the mean; W2 overflows.
+    huge = dataclasses.replace(model, params=[w1, np.full(6, 1e308), np.full_like(w2, 1e308), b2])
+    rows = np.full((2, 4), 0.25)
+    with pytest.raises(NotEvaluable, match=r"^the model's outputs for row 0 of X are not finite"):
+        huge.predict_proba(rows)
+    with pytest.raises(NotEvaluable, match="the model's parameters are out of range"):
+        huge.predict(rows)
+
+
+def test_an_infinite_pre_activation_a_relu_would_hide_is_refused() -> None:
+    # The hidden layer's pre-activations are -inf for this row: the ReLU makes them 0 and the
+    # logits finite, a prediction of nothing the row holds.
+    model = _small_model()
+    w1 = np.full_like(model.params[0], -1e300)
+    hidden = dataclasses.replace(model, params=[w1, *model.params[1:]])
+    n = model.normalisation
+    row = (n.mean + 1e10 * n.std)[None, :]  # normalised, 1e10 a feature: -4e310 a unit
+    with pytest.raises(NotEvaluable) as caught:
+        hidden.predict(row)
+    assert caught.value.row == 0 and not caught.value.model_fault

@@ -14,7 +14,12 @@ from aner_coord.cli.progress import describe
 from aner_coord.computations.montecarlo import MonteCarloResult
 from aner_coord.computations.regression import RegressionResult
 from aner_coord.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_OFFLINE, EXIT_OK
-from aner_coord.jobdir.manifest import MANIFEST_SCHEMA, decode_manifest, encode_manifest
+from aner_coord.jobdir.manifest import (
+    MANIFEST_SCHEMA,
+    decode_manifest,
+    encode_manifest,
+    sources_difference,
+)
 from aner_coord.jobdir.results import RESULT_SCHEMA, encode_result
 from aner_coord.jobdir.status import (
     STATUS_SCHEMA,
@@ -187,6 +192,37 @@ def test_checked_in_dense_and_search_results_v2_read_with_epochs_from_1() -> Non
 # -- run-manifest.json ---------------------------------------------------------------------
 
 
+def test_checked_in_manifest_v4_reads_with_the_sources_of_its_rule() -> None:
+    manifest = decode_manifest((DATA / "manifest-v4.json").read_bytes())
+    assert manifest.schema == "aner-manifest/4"
+    assert manifest.request == {"samples": 1_000_000, "seed": 1}
+    # Schema 4's rule: the worker's contract, the computations and two modules, 89 files.
+    assert len(manifest.sources) == 89
+    assert "aner_coord/computations/montecarlo.py" in manifest.sources
+    assert "aner_coord/jobdir/ledger.py" not in manifest.sources
+    assert decode_manifest(encode_manifest(manifest)) == manifest
+
+
+def test_a_resume_holds_an_older_manifest_to_the_files_it_recorded() -> None:
+    v4 = decode_manifest((DATA / "manifest-v4.json").read_bytes())
+    ledger = "aner_coord/jobdir/ledger.py"
+    installed = {**v4.sources, ledger: "sha256:" + "0" * 64}
+    assert sources_difference(v4, installed) is None  # schema 4 did not record the ledger
+    changed = {**installed, "aner_coord/computations/montecarlo.py": "sha256:" + "1" * 64}
+    said = sources_difference(v4, changed)
+    assert said is not None and said.startswith("aner_coord/computations/montecarlo.py differs")
+    gone = {k: v for k, v in installed.items() if k != "protocol/messages.py"}
+    said = sources_difference(v4, gone)
+    assert said == "protocol/messages.py took part when it began but is not installed now"
+    v3 = decode_manifest((DATA / "manifest-v3.json").read_bytes())
+    assert sources_difference(v3, installed) is None  # no sources: the fingerprint decides
+    # From schema 5 on every file is recorded, so one the manifest does not name is new.
+    v5 = msgspec.structs.replace(v4, schema=MANIFEST_SCHEMA)
+    said = sources_difference(v5, installed)
+    assert said == f"{ledger} is installed now but took no part when it began"
+    assert sources_difference(msgspec.structs.replace(v5, sources=installed), installed) is None
+
+
 def test_checked_in_manifest_v3_reads_with_the_jobs_identity() -> None:
     manifest = decode_manifest((DATA / "manifest-v3.json").read_bytes())
     assert manifest.schema == "aner-manifest/3"
@@ -271,10 +307,11 @@ def test_a_new_manifest_records_the_identity_of_every_file_its_numbers_come_from
     newer = msgspec.structs.replace(
         manifest, schema=MANIFEST_SCHEMA, sources=installed_result_sources()
     )
-    assert MANIFEST_SCHEMA == "aner-manifest/4"
+    assert MANIFEST_SCHEMA == "aner-manifest/5"
     again = decode_manifest(encode_manifest(newer))
     assert again == newer
-    assert again.sources["aner_coord/computations/regression.py"].startswith("sha256:")
+    for name in ("aner_coord/computations/regression.py", "aner_coord/jobdir/ledger.py"):
+        assert again.sources[name].startswith("sha256:")
 
 
 def test_a_queued_job_says_whom_it_waits_for_and_how_it_ended() -> None:

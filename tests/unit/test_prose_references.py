@@ -99,9 +99,12 @@ def test_a_folder_face_names_exactly_its_modules(folder: Path) -> None:
     assert stale_in(text, folder, own) == []
 
 
+LAYOUT = ROOT / "docs" / "explanation" / "design.md"  # the layout table's page
+
+
 def layout_rows() -> dict[str, str]:
-    """The README's layout table: folder (`path/`) -> what it holds."""
-    text = (ROOT / "README.md").read_text()
+    """The layout table (docs/explanation/design.md): folder (`path/`) -> what it holds."""
+    text = LAYOUT.read_text()
     table = text[text.index("| path | holds |") :]
     rows: dict[str, str] = {}
     for line in table.splitlines()[2:]:
@@ -118,7 +121,7 @@ def test_the_layout_table_names_exactly_the_folders() -> None:
     top -= {"aner.egg-info/", "build/", "dist/"}
     assert {row for row in rows if row.count("/") == 1} == top
     for row in rows:
-        assert (ROOT / row).is_dir(), f"README layout: {row} does not exist"
+        assert (ROOT / row).is_dir(), f"layout table: {row} does not exist"
     described = set(rows)
     for folder in FOLDERS:
         path = str(folder.relative_to(ROOT)) + "/"
@@ -141,7 +144,7 @@ def test_the_layout_table_names_every_module_of_a_folder(folder: Path) -> None:
     # A subfolder with its own row need not be named in this one.
     needed = {m for m in own if not (m.endswith("/") and path + m in rows)}
     missing = sorted(m for m in needed if not named(holds, m, folder))
-    assert missing == [], f"README layout, {path}: {missing} not named"
+    assert missing == [], f"layout table, {path}: {missing} not named"
     if path in rows:
         children = {
             name for child in folder.iterdir() if (child / "__init__.py").is_file()

@@ -1,117 +1,128 @@
-"""The files whose code computes a result's numbers (`aner_coord.jobdir.sources`), which the
-manifest records and `resume` holds an installation to (issue 25 item 7).
+"""The files a job's numbers can come from (`aner_coord.jobdir.sources`), which the manifest
+records and `resume` holds an installation to (issue 25 item 7, issue 35 item 3).
 
-The rule names the coordinator's numerical code by where it lives; this test keeps the rule
-honest: every `aner_coord` module that a result file imports (read with `ast`, imports inside
-functions included) is a result file itself or is declared here as orchestration, with the
-reason it computes none of the result's numbers. A new numerical module cannot be forgotten:
-below `aner_coord/computations/` it joins by being there; anywhere else, importing it from a
-computation fails this test until it is placed in one list or the other.
+The rule names no module: every `.py` file of aner's packages is recorded. These tests hold it
+to that: every module a real job's coordinator has loaded once it has written its result and
+checked a resume is recorded; one comment line added, in a copied installation, in each
+module on the resume path (the ledger's replay, resume, the job machine, the chunk plan, the
+reductions) is named as the first difference; a new module anywhere joins by being there; and
+an installed wheel's top-level `aner` package, which stands beside the others rather than in
+`aner_coord/`, is recorded too.
 """
 
 from __future__ import annotations
 
-import ast
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from support import ROOT
+import pytest
+from support import ROOT, installed_copy
 
 from aner_coord.jobdir.sources import (
-    RESULT_MODULES,
     first_difference,
     installed_result_sources,
     result_files,
     sources_of,
 )
 
-# aner_coord modules a computation imports that compute none of the result's numbers.
-ORCHESTRATION = {
-    "aner_coord/__init__.py": "the package's version and face",
-    "aner_coord/errors.py": "exception types",
-    "aner_coord/requests.py": "the request's envelope: paths, execution options, encoding",
-    "aner_coord/limits.py": "admission limits, checked before any work",
-    "aner_coord/jobdir/__init__.py": "the job directory's face",
-    "aner_coord/jobdir/status.py": "the status file's types and states",
-    "aner_coord/admission.py": "admits a request (the chunk plan it makes is the manifest's, "
-    "which resume checks); the computation's own admission is below computations/",
-    "aner_coord/calls.py": "the API's calls: run a job, raise its failure",
-}
+# Runs a Monte Carlo job in this process, as the `aner` command does, and a resume of it (which
+# checks it all and is refused, the job being done), then prints the files of every module
+# loaded from aner's packages (the root also holds this test's venv).
+RUN_AND_LIST = """
+import json, sys
+from pathlib import Path
+from aner_coord import program
+from aner_coord.jobdir.sources import _ROOT
+
+job = sys.argv[1]
+sys.argv = ["aner", "parallel", "run", "--samples", "1e6", "--seed", "1", "--workers", "1",
+            "--output", job, "--quiet"]
+codes = [program.main()]
+sys.argv = ["aner", "parallel", "resume", "--job", job]  # refused: the job is COMPLETED
+codes.append(program.main())
+files = set()
+for module in list(sys.modules.values()):
+    where = getattr(module, "__file__", None)
+    if where and Path(where).resolve().is_relative_to(_ROOT):
+        name = Path(where).resolve().relative_to(_ROOT).as_posix()
+        if name.split("/")[0] in ("protocol", "aner_worker", "aner_coord", "aner"):
+            files.add(name)
+print(json.dumps({"codes": codes, "files": sorted(files)}))
+"""
+
+# The modules a resume runs through on its way to a number: the ledger's replay, resume's
+# checks, the job machine that decides which chunks count, the chunk plan that cuts ranges,
+# and the reductions (Monte Carlo's hits on the coordinator, Dense's chunk sums).
+RESUME_PATH = (
+    "aner_coord/jobdir/ledger.py",
+    "aner_coord/job/resume.py",
+    "aner_coord/job/machine.py",
+    "aner_coord/job/chunks.py",
+    "aner_coord/computations/montecarlo.py",
+    "aner_worker/kernels/dense/plan.py",
+)
 
 
-def _imported_files(path: Path) -> set[str]:
-    """The `aner_coord` source files that `path` imports, relative to the tree."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path}: a relative import"
-            module = node.module or ""
-            names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
-        else:
-            continue
-        for name in names:
-            if not name.startswith("aner_coord"):
-                continue
-            base = name.replace(".", "/")
-            for candidate in (f"{base}.py", f"{base}/__init__.py"):
-                if (ROOT / candidate).is_file():
-                    found.add(candidate)
-    return found
+def test_every_module_a_job_loads_is_recorded(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST, str(tmp_path / "job")],
+        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout.splitlines()[-1])
+    assert listed["codes"] == [0, 2], done.stderr
+    assert "COMPLETED" in done.stderr
+    loaded = set(listed["files"])
+    for required in RESUME_PATH[:5]:
+        assert required in loaded, required  # the job took the path the tests below edit
+    recorded = json.loads((tmp_path / "job/run-manifest.json").read_text())["sources"]
+    assert recorded == installed_result_sources()
+    assert loaded - recorded.keys() == set()
 
 
-def test_every_aner_coord_module_a_result_file_imports_is_declared() -> None:
-    results = set(result_files(ROOT))
-    undeclared: dict[str, set[str]] = {}
-    for name in sorted(results):
-        if not name.startswith("aner_coord/"):
-            continue
-        extra = _imported_files(ROOT / name) - results - ORCHESTRATION.keys()
-        if extra:
-            undeclared[name] = extra
-    assert not undeclared, (
-        "aner_coord modules imported by result code, in neither RESULT_MODULES (it computes a "
-        f"number the result holds) nor this test's ORCHESTRATION (it does not): {undeclared}"
+@pytest.mark.parametrize("changed", RESUME_PATH)
+def test_one_changed_comment_on_the_resume_path_is_named(tmp_path: Path, changed: str) -> None:
+    installed_copy(tmp_path, changed)
+    before, after = installed_result_sources(), sources_of(tmp_path / "other-aner")
+    assert changed in before and before.keys() == after.keys()
+    assert first_difference(before, after) == (
+        f"{changed} differs ({before[changed]} when it began, {after[changed]} installed)"
     )
-    assert not ORCHESTRATION.keys() & results
-    assert all((ROOT / name).is_file() for name in ORCHESTRATION)
 
 
-def test_the_result_files_span_the_contract_and_each_computation() -> None:
-    names = set(result_files(ROOT))
-    assert set(RESULT_MODULES) <= names
-    for required in (
-        "protocol/messages.py",
-        "aner_worker/kernels/dense/network.py",
-        "aner_coord/computations/regression.py",
-        "aner_coord/computations/dense/run.py",
-        "aner_coord/computations/search/aggregate.py",
-        "aner_coord/computations/montecarlo.py",
-    ):
-        assert required in names, required
-    assert not any("__pycache__" in name or not name.endswith(".py") for name in names)
-    assert installed_result_sources() == sources_of(ROOT)
-
-
-def test_a_new_computation_file_joins_and_one_changed_line_is_named(tmp_path: Path) -> None:
+def test_a_new_module_anywhere_joins_and_a_removed_one_is_named(tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     for package in ("protocol", "aner_worker", "aner_coord"):
         shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("*.pyc"))
     before = sources_of(copy)
     assert before == installed_result_sources()
-    (copy / "aner_coord/computations/dense/newstep.py").write_text("STEP = 2.0\n")
-    target = copy / "aner_coord/computations/regression.py"
-    target.write_text(target.read_text().replace("\n", "\n# one more line\n", 1))
-    after = sources_of(copy)
-    assert "aner_coord/computations/dense/newstep.py" in after
-    said = first_difference(before, after)
-    assert said is not None and said.startswith("aner_coord/computations/dense/newstep.py ")
-    del after["aner_coord/computations/dense/newstep.py"]
-    said = first_difference(before, after)
-    assert said == (
-        f"aner_coord/computations/regression.py differs "
-        f"({before['aner_coord/computations/regression.py']} when it began, "
-        f"{after['aner_coord/computations/regression.py']} installed)"
-    )
+    (copy / "aner_coord/jobdir/replay.py").write_text("SCALE = 2\n")
+    (copy / "aner_coord/jobdir/notes.txt").write_text("not a module\n")
+    said = first_difference(before, sources_of(copy))
+    assert said == "aner_coord/jobdir/replay.py is installed now but took no part when it began"
+    (copy / "aner_coord/jobdir/replay.py").unlink()
+    (copy / "aner_coord/job/chunks.py").unlink()
+    said = first_difference(before, sources_of(copy))
+    assert said == "aner_coord/job/chunks.py took part when it began but is not installed now"
     assert first_difference(before, before) is None
+
+
+def test_the_top_level_aner_package_is_recorded_where_a_wheel_installs_it(
+    tmp_path: Path,
+) -> None:
+    in_tree = set(result_files(ROOT))
+    assert "aner_coord/aner/parallel.py" in in_tree
+    assert not any("__pycache__" in name or not name.endswith(".py") for name in in_tree)
+    wheel = tmp_path / "site-packages"
+    for package in ("protocol", "aner_worker", "aner_coord"):
+        shutil.copytree(ROOT / package, wheel / package, ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.move(wheel / "aner_coord/aner", wheel / "aner")  # pyproject.toml's mapping
+    names = set(result_files(wheel))
+    assert {"aner/__init__.py", "aner/parallel.py"} <= names
+    assert names == {
+        name.removeprefix("aner_coord/") if name.startswith("aner_coord/aner/") else name
+        for name in in_tree
+    }

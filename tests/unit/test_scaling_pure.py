@@ -59,6 +59,25 @@ def test_a_changed_field_makes_the_next_revision(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o077 == 0
 
 
+def test_one_worker_reached_over_pipes_and_ssh_keeps_one_revision(tmp_path: Path) -> None:
+    # What the same worker reported over pipes and over SSH (issue 35: C01 to C06 in six
+    # runs alternating the two): the kernel set is the same, the login's BLAS thread count
+    # and whether OPENBLAS_CORETYPE named that set are not.
+    blas = "openblas 0.3.31 SkylakeX pthreads"
+    env = "OPENBLAS_CORETYPE=SkylakeX OPENBLAS_L2_SIZE=512"
+    pipe = {**MACHINE, "blas": blas, "blas_threads": "1", "blas_env": env}
+    ssh = {**MACHINE, "blas": blas, "blas_threads": "2", "blas_env": "OPENBLAS_L2_SIZE=512"}
+    registry = Registry(tmp_path / "registry.json")
+    labels = [registry.revision("Atlas-02", m).revision for m in [pipe, ssh] * 3]
+    assert labels == ["C01"] * 6
+    # What changes bits or speed still makes the next revision: another kernel set, or
+    # another L2 size for OpenBLAS to block for.
+    haswell = {**ssh, "blas": blas.replace("SkylakeX", "Haswell")}
+    assert registry.revision("Atlas-02", haswell).revision == "C02"
+    larger_l2 = {**ssh, "blas_env": "OPENBLAS_L2_SIZE=1024"}
+    assert registry.revision("Atlas-02", larger_l2).revision == "C03"
+
+
 def test_a_rebuilt_engine_under_the_same_version_is_a_new_revision(tmp_path: Path) -> None:
     from aner_worker.contract import source_fingerprint
 

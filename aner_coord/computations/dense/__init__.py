@@ -4,7 +4,8 @@
   one check of each option and the limits, for `train` and a search alike;
 - `computation`: admission (data, limits); `run`: the run the job machine drives, pass by
   pass: normalisation, training steps, validation, test; `checkpoint`: its committed state
-  as a file; `arrays`: the API's in-memory data;
+  as a file; `arrays`: the API's in-memory data; `inputs`: the one conversion of
+  the API's X and y, for training and prediction alike;
 - `splits`: which role each row takes (by row, by group, or a split the user made);
   `columns`: a CSV's group and split columns, set aside from the features;
 - `single`: the same training driven in one process (the reference the tests compare with);

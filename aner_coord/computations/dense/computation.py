@@ -141,6 +141,8 @@ def check_moments(dataset: Dataset, rows: Any, where: str) -> None:
     problem = suspect.overflowing_feature(dataset.x, rows, names)
     problem = problem or suspect.underflowing_feature(dataset.x, rows, names)
     if problem is not None:
+        if arrays.is_array_data(where):  # the caller's X, not the identity it was given
+            raise RequestError(f"X: {problem}")
         raise RequestError(f"{{data}} {where}: {problem}", "data")
 
 

@@ -8,13 +8,13 @@ that `predict` maps a CSV's columns by). It is written without pickles, atomical
 (temporary file in the same directory, fsync, rename, fsync of the directory), owner-only,
 so a reader never sees half a model.
 
-It is read as untrusted input (`load_model`): a regular file of bounded size, members
-checked before they are decompressed (`aner_worker.npzfile`), a meta that is a JSON object of
-this schema, layer sizes within the training limits, every array of its exact shape and
-finite, `std` at least `MIN_STD`, classes distinct numbers or text. Anything else is a
-`ModelFileError`, one line naming the file. A file of an older aner still reads: without
-feature names its `features` is None and `predict` says that columns are then taken by
-position; its whole-number float classes come back as integers, as they did.
+It is read as untrusted input (`load_model`): a regular file of bounded size, members checked
+before they are decompressed (`aner_worker.npzfile`), a meta that is a JSON object of this schema,
+layer sizes within the training limits, no member but those, `complete` a boolean where present,
+every array of its exact shape and finite, `std` at least `MIN_STD`, classes distinct numbers or
+text. Anything else is a `ModelFileError`, one line naming the file. A file of an older aner still
+reads: without feature names its `features` is None and `predict` says that columns are then taken
+by position; its whole-number float classes come back as integers, as they did.
 """
 
 from __future__ import annotations
@@ -28,14 +28,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aner_coord.computations.dense.arrays import rows_for
+from aner_coord.computations.dense.inputs import ModelRows, accuracy, rows_for
 from aner_coord.computations.dense.options import MAX_HIDDEN_LAYERS, MAX_LAYER, MAX_PARAMS
 from aner_coord.computations.dense.request import MODEL_ID
 from aner_coord.computations.dense.suspect import MIN_STD
+from aner_coord.errors import RequestError
 from aner_worker.kernels.base import PRECISIONS
 from aner_worker.kernels.dense.labels import Classes
 from aner_worker.kernels.dense.network import (
     DEFAULT_PRECISION,
+    NotFinite,
     layer_shapes,
     predict,
     predict_proba,
@@ -54,6 +56,36 @@ class ModelFileError(ValueError):
     """A ``model.npz`` that cannot be read back as a model; one line naming the file."""
 
 
+# A row within this many training standard deviations of the mean cannot overflow the
+# network of a sound model; beyond it, the row is the likelier culprit.
+FAR_OUT_STD = 1e6
+
+
+class NotEvaluable(RequestError):
+    """A row whose forward pass leaves the finite numbers (`network.NotFinite`), so that it
+    has no probabilities and no class: refused, never answered with NaN or a class by
+    accident. `row` and `column` (the model's feature furthest from the training mean, at
+    `distance` standard deviations, inf where that overflows) say where; `model_fault`
+    says whose fault it is: the model's when every feature of the row lies within
+    `FAR_OUT_STD` (its parameters are out of range), else the row's. The message is the
+    API's; `aner parallel predict` words the same facts for its file."""
+
+    def __init__(
+        self, message: str, row: int, column: int, distance: float, model_fault: bool
+    ) -> None:
+        super().__init__(message)
+        self.row = row
+        self.column = column
+        self.distance = distance
+        self.model_fault = model_fault
+
+
+def _far(distance: float) -> str:
+    if np.isfinite(distance):
+        return f"lies {distance:.3g} training standard deviations from the mean"
+    return "lies so far from the training mean that its normalised value overflows binary64"
+
+
 @dataclass(frozen=True)
 class DenseModel:
     """Parameters with the normalisation, classes and feature names they were trained with."""
@@ -70,10 +102,32 @@ class DenseModel:
     # False for a model of an older aner, which stored integer labels as floats.
     typed_classes: bool = True
 
-    def rows(self, x: Any) -> Floats:
-        """Rows `x` (an array, or a frame mapped by name: `arrays.rows_for`) as float64
+    def rows(self, x: Any) -> ModelRows:
+        """Rows `x` (an array, or a frame mapped by name: `inputs.rows_for`) as float64
         in the model's feature order; RequestError naming a bad cell or name."""
         return rows_for(x, self.sizes[0], self.features, self.named)
+
+    def not_evaluable(self, rows: ModelRows, row: int) -> NotEvaluable:
+        """Why row `row` of `rows` has no finite outputs (`NotEvaluable`)."""
+        n = self.normalisation
+        with np.errstate(all="ignore"):
+            z = np.abs((rows.values[row] - n.mean) / n.std)
+        column = int(np.argmax(np.where(np.isnan(z), np.inf, z)))
+        distance = float(z[column])
+        cell = rows.cell(row, column)
+        if distance > FAR_OUT_STD or not np.isfinite(distance):
+            message = (
+                f"{cell} {_far(distance)}, beyond what the model can evaluate: row {row}'s "
+                "outputs would not be finite numbers (NaN probabilities, a class by accident); "
+                "give rows within the range of the training data"
+            )
+            return NotEvaluable(message, row, column, distance, False)
+        message = (
+            f"the model's outputs for row {row} of X are not finite numbers, though its "
+            f"features lie within {distance:.3g} training standard deviations of the mean "
+            f"(the furthest: {cell}): the model's parameters are out of range"
+        )
+        return NotEvaluable(message, row, column, distance, True)
 
     @property
     def feature_names_in(self) -> tuple[str, ...] | None:
@@ -83,16 +137,26 @@ class DenseModel:
     def predict_proba(self, x: Any) -> Floats:
         """Class probabilities of raw feature rows, the model's own normalisation applied,
         computed in the model's precision."""
-        n = self.normalisation
-        return predict_proba(self.params, n.mean, n.std, self.rows(x), self.precision)
+        n, rows = self.normalisation, self.rows(x)
+        try:
+            return predict_proba(self.params, n.mean, n.std, rows.values, self.precision)
+        except NotFinite as exc:
+            raise self.not_evaluable(rows, exc.row) from None
 
     def predict(self, x: Any) -> npt.NDArray[np.generic]:
         """Labels (not indices) of raw feature rows ``x``, in the classes' own type (as
         the training labels were typed); computed in the model's precision."""
-        n = self.normalisation
-        index = predict(self.params, n.mean, n.std, self.rows(x), self.precision)
+        n, rows = self.normalisation, self.rows(x)
+        try:
+            index = predict(self.params, n.mean, n.std, rows.values, self.precision)
+        except NotFinite as exc:
+            raise self.not_evaluable(rows, exc.row) from None
         out: npt.NDArray[np.generic] = self.labels[index]
         return out
+
+    def score(self, x: Any, y: Any) -> float:
+        """Accuracy of `predict(x)` against the labels `y` (as scikit-learn's `score`)."""
+        return accuracy(self.predict(x), y)
 
     def __repr__(self) -> str:
         # The parameters stay out: a notebook shows a line, not megabytes of weights.
@@ -152,6 +216,15 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
         raise ModelFileError(f"{exc} (not a readable model file)") from None
     meta = _meta(contents, where)
     sizes = _sizes(meta, where)
+    expected = {"mean", "std", "classes", "meta"} | {
+        f"{kind}{layer}" for layer in range(1, len(sizes)) for kind in "Wb"
+    }
+    extra = sorted(set(contents) - expected)
+    if extra:
+        raise ModelFileError(f"{where}: unexpected member {extra[0][:40]!r} (aner writes none)")
+    complete = meta.get("complete", True)  # a model of an older aner says nothing
+    if not isinstance(complete, bool):
+        raise ModelFileError(f"{where}: complete must be true or false, got {str(complete)[:20]!r}")
     params = [
         _floats(contents, f"{'W' if i % 2 == 0 else 'b'}{i // 2 + 1}", shape, where)
         for i, shape in enumerate(layer_shapes(sizes))
@@ -272,9 +345,3 @@ def _features(meta: dict[str, Any], d: int, where: str) -> tuple[str, ...] | Non
     ):
         raise ModelFileError(f"{where}: features must be {d} distinct column names")
     return tuple(names)
-
-
-def check_probabilities(proba: Floats) -> int | None:
-    """The first row whose probabilities are not finite numbers, or None."""
-    bad = ~np.isfinite(proba).all(axis=1)
-    return int(np.argmax(bad)) if bad.any() else None

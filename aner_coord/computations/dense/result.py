@@ -109,13 +109,7 @@ class DenseFit:
 
     def score(self, x: Any, y: npt.ArrayLike) -> float:
         """Accuracy of `predict(x)` against the labels `y` (as scikit-learn's `score`)."""
-        labels = np.asarray(y)
-        predicted = self.predict(x)
-        if labels.shape != predicted.shape:
-            raise ValueError(f"y has shape {labels.shape}; X gives {predicted.shape[0]} rows")
-        if predicted.dtype.kind in "US":
-            labels = labels.astype(np.str_)
-        return float(np.mean(predicted == labels))
+        return self.model.score(x, y)
 
     def summary(self) -> str:
         return self.result.summary()

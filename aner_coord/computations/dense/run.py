@@ -278,6 +278,11 @@ class DenseRun:
         tolerance = self.tolerance
         return all(err <= tolerance for _, err in _deviations(worker, own))
 
+    def deviation(self, worker: DenseStats, own: DenseStats) -> float:
+        if (worker.valid, worker.correct) != (own.valid, own.correct):
+            return float("inf")
+        return max(err for _, err in _deviations(worker, own))
+
     def difference(self, worker: DenseStats, own: DenseStats) -> str:
         """How a worker's chunk statistics differ from the coordinator's, in one short line."""
         parts = []

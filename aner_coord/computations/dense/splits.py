@@ -190,7 +190,10 @@ def codes_of(seed: int, n_rows: int, rule: Rule, *, validation_needed: bool = Tr
 def label_texts(values: Any, what: str, n_rows: int | None = None) -> list[str]:
     """An array of group labels or role names as the texts a CSV would hold: whole numbers
     as `3` (so that 3, 3.0 and a CSV's "3" are one group), other numbers as Python's
-    `repr`, strings without surrounding blanks. A missing value is refused."""
+    `repr`, strings without surrounding blanks. A missing value is refused, and so is a
+    masked array (its mask would be lost)."""
+    if isinstance(values, np.ma.MaskedArray):
+        raise RequestError(f"{what}= is a masked array: fill its masked cells or drop those rows")
     try:
         array = np.asarray(values)
     except (TypeError, ValueError) as exc:

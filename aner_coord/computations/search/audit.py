@@ -71,6 +71,21 @@ def close(worker: SearchStats, own: SearchStats, tolerance: float) -> bool:
     )
 
 
+def deviation(worker: SearchStats, own: SearchStats) -> float:
+    """The largest deviation of any field of any fit (inf for a discrete field, a length,
+    or a fit count that differs); 0.0 where every number is the same."""
+    if len(worker.fits) != len(own.fits):
+        return float("inf")
+    return max(
+        (
+            err
+            for a, b in zip(worker.fits, own.fits, strict=True)
+            for _, err in _fit_deviations(a, b)
+        ),
+        default=0.0,
+    )
+
+
 def difference(worker: SearchStats, own: SearchStats) -> str:
     """How a worker's fits differ from the coordinator's, in one bounded line."""
     if len(worker.fits) != len(own.fits):

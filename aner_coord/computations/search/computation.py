@@ -178,6 +178,7 @@ class Search:
     # and an in-flight window of two per slot.
     seconds_per_item: ClassVar[float] = 1.0
     default_chunk: ClassVar[int] = 1  # fits a task
+    uneven_tasks: ClassVar[bool] = True  # a fit's cost is its candidate's (`UnevenTasks`)
 
     def admit(self, request: SearchRequest) -> Admitted:
         prepared = prepare(request)

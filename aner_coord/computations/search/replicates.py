@@ -178,6 +178,9 @@ class DenseReplicatesRun:
     def difference(self, worker: SearchStats, own: SearchStats) -> str:
         return self._search.difference(worker, own)
 
+    def deviation(self, worker: SearchStats, own: SearchStats) -> float:
+        return self._search.deviation(worker, own)
+
     @property
     def precision(self) -> str:
         """`DeclaresPrecision`: every worker must offer the fits' precision."""

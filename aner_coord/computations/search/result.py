@@ -214,6 +214,10 @@ class SearchFit:
     def predict_proba(self, x: Any) -> npt.NDArray[np.float64]:
         return self._refit().predict_proba(x)
 
+    def score(self, x: Any, y: Any) -> float:
+        """Accuracy of the refit model's `predict(x)` against the labels `y`."""
+        return self._refit().score(x, y)
+
     def summary(self) -> str:
         return self.result.summary()
 

@@ -222,6 +222,9 @@ class SearchRun:
     def difference(self, worker: SearchStats, own: SearchStats) -> str:
         return audit.difference(worker, own)
 
+    def deviation(self, worker: SearchStats, own: SearchStats) -> float:
+        return audit.deviation(worker, own)
+
     @property
     def committed_steps(self) -> int | None:
         return None

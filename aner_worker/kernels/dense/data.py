@@ -239,9 +239,9 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
     if not finite.all():
         r, j = (int(v) for v in np.argwhere(~finite)[0])
         col = j if j < label_col else j + 1
-        raise DataError(
+        raise DataError(  # the value as a cell says it ('nan'), not numpy's repr
             f"{where}: line {lines[r]}, column {col + 1} ({header[col]!r}): "
-            f"not a finite number: {x[r, j]!r}"
+            f"not a finite number: {str(float(x[r, j]))!r}"
         )
     classes, y = _classes_of(labels, lines, repr(header[label_col]), where)
     names = tuple(header[:label_col] + header[label_col + 1 :])

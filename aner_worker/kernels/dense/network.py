@@ -304,10 +304,18 @@ def _quiet() -> np.errstate:
 
 
 def _forward(
-    model: Model, ws: Workspace, mean: Floats, std: Floats, x: Floats, fast: bool = True
+    model: Model,
+    ws: Workspace,
+    mean: Floats,
+    std: Floats,
+    x: Floats,
+    fast: bool = True,
+    finite: npt.NDArray[np.bool_] | None = None,
 ) -> Compute:
     """Fill the activations of rows ``x`` (raw features) and return their logits. ``fast``:
-    the ReLU as a numba loop (`loops.relu`, the same bits as numpy's maximum)."""
+    the ReLU as a numba loop (`loops.relu`, the same bits as numpy's maximum). ``finite``
+    (prediction's, one flag a row): cleared for a row whose normalised features or any
+    layer's pre-activations hold a value that is not finite."""
     m = x.shape[0]
     h = ws.acts[0][:m]
     if ws.quotient is None:
@@ -317,11 +325,15 @@ def _forward(
         q = ws.quotient[:m]
         np.subtract(x, mean, out=q)
         np.divide(q, std, out=h, casting="same_kind")  # the binary64 quotient, rounded once
+    if finite is not None:
+        finite &= np.isfinite(h).all(axis=1)
     last = len(model.weights) - 1
     for layer, (w, b) in enumerate(zip(model.weights, model.biases, strict=True)):
         z = ws.logits[:m] if layer == last else ws.acts[layer + 1][:m]
         np.matmul(h, w.T, out=z)
         np.add(z, b, out=z)
+        if finite is not None:
+            finite &= np.isfinite(z).all(axis=1)
         if layer < last:
             # The backward pass needs only a > 0, which equals z > 0; the derivative at
             # exactly 0 is taken as 0.
@@ -435,12 +447,24 @@ def evaluate(
         return _softmax_loss(ws, _forward(model, ws, mean, std, x), labels)
 
 
+class NotFinite(ValueError):
+    """A row of `predict` whose computation left binary64 (or binary32): its normalised
+    features, a layer's pre-activations or its logits hold a value that is not a finite
+    number. The softmax of such a row is NaN and its argmax a class by accident, so no
+    prediction is given for it; the caller says whose fault it is."""
+
+    def __init__(self, row: int) -> None:
+        super().__init__(f"row {row}: a value of the network's forward pass is not finite")
+        self.row = row
+
+
 def _logit_blocks(
     params: Model | Sequence[Floats], mean: Floats, std: Floats, x: Floats, precision: str
 ) -> list[Compute]:
     """The logits of rows ``x`` in blocks of at most PREDICT_BLOCK rows, each a fresh copy;
     the buffers are this call's own, not the thread's workspace (a prediction may be large
-    and is done once)."""
+    and is done once). `NotFinite` names the first row whose forward pass left the finite
+    numbers anywhere (a ReLU would hide an infinite pre-activation)."""
     model = as_model(params, precision)
     _check(model, mean, std, x)
     single_thread_blas()
@@ -449,7 +473,10 @@ def _logit_blocks(
     with _quiet():
         for start in range(0, x.shape[0], PREDICT_BLOCK):
             part = x[start : start + PREDICT_BLOCK]
-            blocks.append(_forward(model, ws, mean, std, part, fast=False).copy())
+            finite = np.ones(part.shape[0], dtype=bool)
+            blocks.append(_forward(model, ws, mean, std, part, fast=False, finite=finite).copy())
+            if not finite.all():
+                raise NotFinite(start + int(np.argmin(finite)))
     return blocks or [np.empty((0, model.sizes[-1]), model.dtype)]
 
 
@@ -461,7 +488,7 @@ def predict_proba(
     precision: str = DEFAULT_PRECISION,
 ) -> Floats:
     """Class probabilities ``softmax(z)`` of each row of raw features ``x``, computed in the
-    model's precision and returned in binary64."""
+    model's precision and returned in binary64; `NotFinite` for a row that cannot be."""
     out = []
     with _quiet():
         for z in _logit_blocks(params, mean, std, x, precision):
@@ -478,7 +505,7 @@ def predict(
     precision: str = DEFAULT_PRECISION,
 ) -> Ints:
     """Class index of each row: the first index of the largest logit, in the model's
-    precision."""
+    precision; `NotFinite` for a row that has none."""
     blocks = _logit_blocks(params, mean, std, x, precision)
     out: Ints = np.concatenate([np.argmax(z, axis=1) for z in blocks]).astype(np.int64)
     return out

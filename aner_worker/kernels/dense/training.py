@@ -231,7 +231,8 @@ class Training:
         return len(self._bounds)
 
     def where(self) -> str:
-        return f"epoch {self.epoch}, step {self.step}"
+        # The user's count, from 1, as every printed line has it (the fields count from 0).
+        return f"epoch {self.epoch + 1}, step {self.step + 1}"
 
     def next_pass(self) -> TrainingPass | None:
         phase = self._phase
@@ -249,15 +250,15 @@ class Training:
             return TrainingPass(MOMENTS, rows.train, None, TRAIN_ROLE, label)
         if phase is _Phase.TRAIN:
             b0, b1 = self._bounds[self.step]
-            label = f"epoch {self.epoch} step {self.step + 1}/{len(self._bounds)}"
+            label = f"epoch {self.epoch + 1} step {self.step + 1}/{len(self._bounds)}"
             last = self.history[-1].validation_accuracy if self.history else None
             if last is not None:
                 label += f", validation accuracy {last:.4f}"
             return TrainingPass(TRAIN, self._order[b0:b1], self.flat, -1, label)
         if phase is _Phase.VALIDATE:
-            label = f"validation after epoch {self.epoch}"
+            label = f"validation after epoch {self.epoch + 1}"
             return TrainingPass(EVALUATE, rows.validation, self.flat, VALIDATION, label)
-        label = f"test of the best model (epoch {self.best_epoch})"
+        label = f"test of the best model (epoch {self.best_epoch + 1})"
         return TrainingPass(EVALUATE, rows.test, self.best_flat, TEST, label)
 
     def check(self, start: int, count: int, stats: DenseStats) -> str | None:
@@ -363,7 +364,7 @@ class Training:
 
     def _end_epoch(self, loss: float | None, accuracy: float | None) -> None:
         if loss is not None and not math.isfinite(loss):
-            raise Divergence(f"validation loss {loss} after epoch {self.epoch}: lower --lr")
+            raise Divergence(f"validation loss {loss} after epoch {self.epoch + 1}: lower --lr")
         record = EpochRecord(
             self.epoch,
             self._epoch_loss / int(self.rows.train.size),

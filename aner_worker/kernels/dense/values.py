@@ -35,20 +35,26 @@ _REFUSED_KINDS = {
 
 
 class NotExact(ValueError):
-    """Values that do not convert to binary64 exactly: why, and the first cell concerned
-    (None when the whole array is refused for its type)."""
+    """Values that do not convert to binary64 exactly: why, the first cell concerned (None
+    when the whole array is refused for its type) and what was refused, for a caller that
+    words it its own way (the API as scikit-learn does): `dtype` (the array's type),
+    `element` (an object that is no real number), `missing` (None, `pd.NA`), `nan`,
+    `infinity` or `inexact` (a number binary64 cannot hold)."""
 
-    def __init__(self, reason: str, cell: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self, reason: str, cell: tuple[int, ...] | None = None, kind: str = "inexact"
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.cell = cell
+        self.kind = kind
 
 
 def as_float64(raw: npt.NDArray[Any]) -> Floats:
     """`raw` as float64 under the rule above, finite, or `NotExact`."""
     kind = raw.dtype.kind
     if kind in _REFUSED_KINDS:
-        raise NotExact(f"holds {_REFUSED_KINDS[kind]}")
+        raise NotExact(f"holds {_REFUSED_KINDS[kind]}", kind="dtype")
     if kind == "O":
         out = _objects(raw)
     elif kind == "b" or (kind in "iu" and raw.dtype.itemsize <= 4):
@@ -58,11 +64,13 @@ def as_float64(raw: npt.NDArray[Any]) -> Floats:
     elif kind == "f":
         out = _floats(raw)
     else:
-        raise NotExact(f"holds {raw.dtype}, not real numbers")
+        raise NotExact(f"holds {raw.dtype}, not real numbers", kind="dtype")
     finite = np.isfinite(out)
     if not finite.all():
         cell = _first(~finite)
-        raise NotExact(f"is not a finite number ({float(out[cell])!r})", cell)
+        value = float(out[cell])
+        which = "nan" if value != value else "infinity"
+        raise NotExact(f"is not a finite number ({value!r})", cell, which)
     return out
 
 
@@ -125,6 +133,6 @@ def _object_value(value: Any, cell: tuple[int, ...]) -> float:
             raise NotExact(f"is {value!r}, which binary64 cannot hold exactly", cell)
         return number
     if value is None or type(value).__name__ == "NAType":
-        raise NotExact("is a missing value", cell)
+        raise NotExact("is a missing value", cell, "missing")
     shown = repr(value)[:40]
-    raise NotExact(f"is {shown}, a {type(value).__name__}, not a real number", cell)
+    raise NotExact(f"is {shown}, a {type(value).__name__}, not a real number", cell, "element")
