@@ -133,8 +133,9 @@ def synchronous(
         refuse_not_taken(name, kwargs)
         refuse_others(name, signature, (self, *args), kwargs)
         progress = check_progress(kwargs.pop("progress", None), name)
-        ready = build(self, *args, **kwargs)
         reporter = Reporter(progress) if progress is not None else None
+        with _admitting(reporter, name):
+            ready = build(self, *args, **kwargs)
         try:
             report, interrupt = self._wait(ready.job, _observers(reporter))
         finally:
@@ -159,8 +160,9 @@ def awaitable(
         refuse_not_taken(name, kwargs)
         refuse_others(name, signature, (self, *args), kwargs)
         progress = check_progress(kwargs.pop("progress", None), name)
-        ready = build(self, *args, **kwargs)
         reporter = Reporter(progress) if progress is not None else None
+        with _admitting(reporter, name):
+            ready = build(self, *args, **kwargs)
         try:
             report = await self._wait_async(ready.job, _observers(reporter))
         finally:
@@ -171,6 +173,11 @@ def awaitable(
     call.__name__ = call.__qualname__ = name
     call.__signature__ = signature  # type: ignore[attr-defined]
     return call
+
+
+def _admitting(reporter: Reporter | None, name: str) -> contextlib.AbstractContextManager[None]:
+    """The call's admission, shown as a phase by its display (`Reporter.admitting`)."""
+    return reporter.admitting(name) if reporter is not None else contextlib.nullcontext()
 
 
 def _observers(reporter: Reporter | None) -> tuple[Observer, ...]:

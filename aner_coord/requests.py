@@ -72,10 +72,17 @@ class ComputationRequest(_Data, frozen=True, tag_field="kind"):
     the command line (`aner_coord.cli.arguments.add_request_arguments`) and spec files take
     them from there. A field's `Meta(description=...)` is its help; `extra` may give the
     command line a `metavar`, `choices`, a `dest` (where a field's name is taken in the
-    parsed arguments), or `path=True` (made absolute: a background coordinator starts in
+    parsed arguments), `expected` (what a refused value of a whole-number flag should be),
+    or `path=True` (made absolute: a background coordinator starts in
     `/`)."""
 
-    seed: Annotated[int, Meta(description="seed in [0, 2**64)")]
+    seed: Annotated[
+        int,
+        Meta(
+            description="seed in [0, 2**64)",
+            extra={"expected": "a seed, a whole number from 0 to 2**64 - 1 (such as 42)"},
+        ),
+    ]
 
 
 class JobRequest(_Data, frozen=True):

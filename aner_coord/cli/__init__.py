@@ -11,6 +11,7 @@
   experiments, probes and predictions of `aner_coord.scaling`; `background`: `--background`
   and the detached coordinator;
 - `progress`: the live progress line; `sdnotify`: telling systemd how a job does;
+  `outcome`: the `--json` document of the job commands (`aner-job-outcome/1`).
 - `shell`: `aner completion bash|zsh` and `aner manpage`, made from the parser.
 
 Heavy modules are imported only by the commands that need them.

@@ -31,8 +31,9 @@ def count(text: str) -> int:
     """An exact non-negative integer: 1000000, 1,000,000, 1_000_000 or 1e6."""
     text = text.strip()
     if not _INTEGER.fullmatch(text):
+        sign = " (0 or more)" if text.startswith("-") else ""
         raise argparse.ArgumentTypeError(
-            f"expected a whole number such as 1000000, 1,000,000 or 1e6; got {text!r}"
+            f"expected a whole number such as 1000000, 1,000,000 or 1e6{sign}; got {text!r}"
         )
     if "e" in text.lower():
         mantissa, exponent = re.split("[eE]", text)
@@ -41,6 +42,26 @@ def count(text: str) -> int:
         value: int = int(mantissa) * 10 ** int(exponent)
         return value
     return int(text.replace(",", "").replace("_", ""))
+
+
+def count_of(expected: str) -> Callable[[str], int]:
+    """`count` for a flag whose refusal says what it takes (`expected`): `--workers`, a
+    seed (a field's Meta `extra["expected"]`)."""
+
+    def parse(text: str) -> int:
+        try:
+            return count(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected {expected}; got {text.strip()!r}") from None
+
+    parse.__name__ = "count"  # argparse names the type in its own messages
+    return parse
+
+
+WORKERS_EXPECTED = (
+    "the number of local workers: 0 for the automatic policy (every effective CPU, see "
+    "`aner parallel inventory`) or a whole number of 1 or more"
+)
 
 
 def number(text: str) -> float:
@@ -71,7 +92,7 @@ def add_execution_arguments(
     cut): the flag is parsed, unlisted, for the command to refuse saying why."""
     p.add_argument(
         "--workers",
-        type=count,
+        type=count_of(WORKERS_EXPECTED),
         default=0,
         help="local workers (default 0: automatic, see `aner parallel inventory`)",
     )
@@ -129,6 +150,17 @@ def add_execution_arguments(
         "taken, instead of queueing",
     )
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    add_json_argument(p)
+
+
+def add_json_argument(p: argparse.ArgumentParser) -> None:
+    """A job command's `--json` (`aner_coord.cli.outcome`)."""
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (aner-job-outcome/1: the job directory, its state, the "
+        "exit status and reason, the result's summary) and nothing else on stdout",
+    )
 
 
 def add_strict_bits_argument(p: argparse.ArgumentParser) -> None:
@@ -193,9 +225,9 @@ def _sizes(parts: int | None) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-def _parser_of(kind: Any) -> Callable[[str], Any]:
+def _parser_of(kind: Any, expected: str | None = None) -> Callable[[str], Any]:
     if kind is int:
-        return count
+        return count if expected is None else count_of(expected)
     if kind is float:
         return number
     if typing.get_origin(kind) is tuple:
@@ -238,7 +270,11 @@ def add_request_arguments(
             continue
         if not field.required and field.default is not None:
             words += f" (default {_shown(field.default)})"
-        options: dict[str, Any] = {"type": _parser_of(inner), "help": words, "default": None}
+        options: dict[str, Any] = {
+            "type": _parser_of(inner, extra.get("expected")),
+            "help": words,
+            "default": None,
+        }
         if "choices" in extra:
             options["choices"] = extra["choices"]
         if "metavar" in extra:

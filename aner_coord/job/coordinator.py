@@ -129,7 +129,10 @@ class Coordinator:
         checkpoint: Restored | None = None,
         checkpoints: Checkpointer | None = None,
         timeline: TimelineWriter | None = None,
+        submitted_at: float | None = None,
     ) -> None:
+        """`submitted_at`: when the job was submitted, where it queued for its slots first
+        (None: now, as it starts at once)."""
         self.job = job
         self._timeline_writer = timeline
         self._timeline: JobTimeline | None = None
@@ -167,6 +170,7 @@ class Coordinator:
         self._kept: tuple[int, dict[str, int]] = (0, {})  # recovered items, by kind
         self._seq = first_seq
         self._created = time.time()
+        self._submitted = submitted_at if submitted_at is not None else self._created
         self._started = time.monotonic()
         self._backend: Backend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -601,6 +605,7 @@ class Coordinator:
             kind=self.job.kind,
             pid=os.getpid(),
             created_at=self._created,
+            submitted_at=self._submitted,
             updated_at=now,
             elapsed_s=round(elapsed, 6),
             requested=self.job.admitted.items,

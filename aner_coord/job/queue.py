@@ -301,6 +301,7 @@ class QueuedPublisher:
             kind=self.job.kind,
             pid=os.getpid(),
             created_at=self.created,
+            submitted_at=self.created,
             updated_at=time.time(),
             elapsed_s=round(time.monotonic() - self.started, 6),
             requested=admitted.items,

@@ -75,7 +75,19 @@ def cancelled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert started.returncode == 0, started.stderr
     pid = status_of(job).pid
     try:
-        cancel_when_running(job, 2 * CHUNK)
+        wait_status(
+            job, lambda s: s.state is JobState.RUNNING and s.accepted >= 2 * CHUNK, 120, "work"
+        )
+        # `cancel --json`: its outcome as one document (issue 38, item 5).
+        done = run_aner("parallel", "cancel", "--job", str(job), "--json", timeout=120)
+        assert done.returncode == 4, done.stderr
+        doc = json.loads(done.stdout)
+        assert (doc["schema"], doc["command"], doc["state"]) == (
+            "aner-job-outcome/1",
+            "cancel",
+            "CANCELLED",
+        )
+        assert doc["exit_status"] == 4 and doc["reason"].startswith(f"job {job} CANCELLED")
         wait_for(lambda: process_gone(pid), 30, "the coordinator to exit")
         assert (job / "cancel-request").exists()
         yield job
@@ -95,10 +107,9 @@ def test_a_cancelled_job_resumes_to_the_exact_hits(
     copy: Path, background: bool, coordinators: Coordinators
 ) -> None:
     before = status_of(copy)
-    done = run_aner(
-        "parallel", "resume", "--job", str(copy), *(["--background"] if background else []),
-        timeout=300,
-    )  # fmt: skip
+    # In the foreground with --json (issue 38, item 5): one document, the summary in it.
+    how = ["--background"] if background else ["--json"]
+    done = run_aner("parallel", "resume", "--job", str(copy), *how, timeout=300)
     assert done.returncode == 0, done.stderr
     if background:
         assert "job resumed in the background" in done.stdout
@@ -108,7 +119,9 @@ def test_a_cancelled_job_resumes_to_the_exact_hits(
         line = "completed: 1,000,000,000 samples, seed 42: 785,386,550 hits"
         wait_for(lambda: line in (copy / "coordinator.log").read_text(), 60, "the summary")
     else:
-        assert f"{HITS_1E9:,} hits" in done.stdout
+        doc = json.loads(done.stdout)
+        assert (doc["command"], doc["state"], doc["job"]) == ("resume", "COMPLETED", str(copy))
+        assert f"{HITS_1E9:,} hits" in "\n".join(doc["summary"])
     final = status_of(copy)
     assert (final.state, final.resumes) == (JobState.COMPLETED, 1)
     assert final.seq > before.seq

@@ -275,6 +275,15 @@ def test_kill_9_of_the_running_coordinator_lets_the_next_start(
     wait_status(second, lambda s: s.state is JobState.COMPLETED, 120, "COMPLETED")
     assert result_of(second)["hits"] == oracle_hits(21, 0, SAMPLES)
     assert run_aner("parallel", "status", "--job", str(first), env=env).returncode == 5
+    # Issue 38, item 6: the time queued counts since submission, not since the start.
+    final = status_of(second)
+    assert final.submitted_at == queued.submitted_at == queued.created_at < final.created_at
+    shown = run_aner("parallel", "status", "--job", str(second), env=env).stdout
+    line = next(x for x in shown.splitlines() if x.startswith("elapsed"))
+    assert line == (
+        f"elapsed   {final.updated_at - queued.created_at:.1f} s since submission, "
+        f"{final.elapsed_s:.1f} s since start"
+    )
 
 
 @pytest.mark.parametrize("transport", ["local", "ssh"])

@@ -210,3 +210,31 @@ def test_a_line_nested_too_deeply_is_refused_in_one_line(finished: Path, tmp_pat
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1, done.stderr
     assert "line 2 is not a timeline line: it is nested too deeply" in done.stderr
+
+
+def test_the_chart_gives_the_coordinators_measured_busy_share(finished: Path) -> None:
+    # Issue 38, item 7: the reduce's pieces drawn as their span read as a coordinator 100%
+    # busy where it spent 1.3% reducing. Its lane says the measured share; titled, labelled.
+    pytest.importorskip("matplotlib")
+    from aner_coord.timeline.analysis import analyse, coordinator_busy_share
+    from aner_coord.timeline.gantt import chart
+
+    views = analyse(read_timeline(finished))
+    busy = coordinator_busy_share(views)
+    assert busy is not None and 0 < busy < 1
+    phases = sum(
+        p.busy_s if p.busy_s is not None else max(0.0, p.end - p.begin)
+        for v in views
+        for p in v.phase_lines
+    )
+    assert busy == phases / sum(v.wall_s for v in views)
+    figure = chart(views)
+    (ax,) = figure.axes
+    lanes = [tick.get_text() for tick in ax.get_yticklabels()]
+    assert lanes[0] == f"coordinator (busy {busy:.1%})" and {"local-1", "local-2"} <= set(lanes)
+    assert ax.get_title().startswith("Job timeline: dense on threads, ")
+    assert ax.get_xlabel() == "time from the job's start (s)"
+    assert ax.get_ylabel() == "coordinator and worker slots"
+    from matplotlib import pyplot
+
+    pyplot.close(figure)

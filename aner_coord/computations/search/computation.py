@@ -24,7 +24,7 @@ from aner_coord.computations.dense.computation import (
     check_moments,
     check_parameters,
 )
-from aner_coord.computations.dense.options import check_option
+from aner_coord.computations.dense.options import check_delimiter, check_option
 from aner_coord.computations.search import data as search_data
 from aner_coord.computations.search import grid as grids
 from aner_coord.computations.search.folds import FoldError, assign
@@ -75,7 +75,13 @@ def _prepare(request: SearchRequest) -> Prepared:
     seed, k, fixed, teacher, grid, seeds = _check_request(request)
     n_seeds = max(1, len(seeds))
     rows = search_data.load(
-        request.data, request.label, teacher, request.group, seed, request.split_column
+        request.data,
+        request.label,
+        teacher,
+        request.group,
+        seed,
+        request.split_column,
+        check_delimiter(request.delimiter),
     )
     dataset = rows.dataset
     check_dataset(dataset, request.data)

@@ -101,7 +101,8 @@ class TrainingOptions:
 @dataclass(frozen=True)
 class TrainingRows:
     """The ascending row positions of each role. `validation` may be empty (a refit: no
-    validation, the final model is kept) and so may `test` (a cross-validation fit)."""
+    validation, the final model is kept; data too small for a validation row: early
+    stopping on the training loss) and so may `test` (a cross-validation fit)."""
 
     train: Ints
     validation: Ints
@@ -384,6 +385,12 @@ class Training:
         stop = False
         if loss is None:  # no validation: the final model is the one kept
             self.best_flat = self.flat
+            if self.options.patience is not None:
+                # Data too small for a validation row (docs/contracts.md, section 9, Tiny
+                # data): early stopping watches the epoch's training loss, as scikit-learn's
+                # does without a validation set. A refit has no patience and runs its epochs.
+                self._stopping = self._stopping.observe(self.epoch, record.train_loss)
+                stop = self._stopping.stop
         else:
             self._stopping = self._stopping.observe(self.epoch, loss)
             if self._stopping.improved:
