@@ -19,13 +19,14 @@ alone holds the chunk size.
     [execution]
     kind = "local"                   # or "cluster", with config = "PATH" (and strict_bits)
     workers = 0                      # 0: the automatic policy (see `inventory`)
+    backend = "auto"                 # or "threads", "processes" (docs/contracts.md, 3)
     chunk = 4_000_000                # optional: the computation's default
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -35,12 +36,19 @@ class _Data(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     pass
 
 
+# How local workers run (`aner_coord.job.local`): "auto" chooses by the job's kernel.
+LocalBackend = Literal["auto", "threads", "processes"]
+
+
 class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
-    """`workers` threads of this process (0: the automatic policy), `chunk` items a task
-    (None: the computation's own default, see `Computation.default_chunk`)."""
+    """`workers` local workers (0: the automatic policy), `chunk` items a task (None: the
+    computation's own default, see `Computation.default_chunk`); `backend`: threads of this
+    process, local worker processes, or "auto", the one its kernel runs fastest on
+    (`aner_coord.job.local`)."""
 
     workers: int = 0
     chunk: int | None = None
+    backend: LocalBackend = "auto"
 
 
 class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):

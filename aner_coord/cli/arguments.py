@@ -17,6 +17,7 @@ import msgspec
 from msgspec import Meta
 
 from aner_coord.errors import RequestError
+from aner_coord.job.local import CHOICES
 from aner_coord.requests import ClusterExecution, Execution, LocalExecution
 
 _INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")
@@ -96,6 +97,13 @@ def add_execution_arguments(
         help="local workers (default 0: automatic, see `aner parallel inventory`)",
     )
     p.add_argument(
+        "--backend",
+        choices=CHOICES,
+        default="auto",
+        help="local workers as threads or worker processes (default auto: processes for "
+        "work that holds the GIL, see `aner parallel inventory`)",
+    )
+    p.add_argument(
         "--chunk",
         type=count,
         default=None,
@@ -170,13 +178,15 @@ def execution_from_args(args: argparse.Namespace) -> Execution:
     if args.cluster is not None:
         if args.workers:
             raise RequestError("--workers applies to local runs; a cluster file sets slots")
+        if args.backend != "auto":
+            raise RequestError("--backend applies to local runs; a cluster file names workers")
         return ClusterExecution(config=args.cluster, chunk=args.chunk, strict_bits=args.strict_bits)
     if args.strict_bits:
         raise RequestError(
-            "--strict-bits applies to a worker group (--cluster FILE): local threads compute "
-            "in this one process, with one kernel set"
+            "--strict-bits applies to a worker group (--cluster FILE): local workers run "
+            "this one installation, with one kernel set"
         )
-    return LocalExecution(workers=args.workers, chunk=args.chunk)
+    return LocalExecution(workers=args.workers, chunk=args.chunk, backend=args.backend)
 
 
 # -- a computation's options, from its request type --------------------------------------

@@ -269,7 +269,8 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         lines.append(f"pass      {snap.pass_index} of {most}{passes} ({snap.phase})")
         if snap.committed_steps is not None:
             lines.append(f"steps     {snap.committed_steps} committed")
-    lines.extend(f"plan      {note}" for note in snap.notes)
+    plan = [snap.plan] if snap.plan is not None else []  # how local workers run, and why
+    lines.extend(f"plan      {note}" for note in [*plan, *snap.notes])
     queued = queue_text(snap)
     if queued is not None:
         lines.append(f"queued    {queued}")

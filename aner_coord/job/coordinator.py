@@ -636,6 +636,7 @@ class Coordinator:
             work_upper_bound=upper_bound,
             position=progress.position,
             notes=[*self.job.notes, *self._bits_notes(progress.workers)],
+            plan=self.job.plan_line,
             steps_recovered=self._steps_recovered,
             checkpointed_steps=self._checkpoints.steps if self._checkpoints is not None else None,
             fraction_done=round(fraction, 6),

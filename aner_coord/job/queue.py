@@ -321,6 +321,7 @@ class QueuedPublisher:
             work=admitted.planned_work,
             work_upper_bound=admitted.upper_bound,
             notes=list(self.job.notes),
+            plan=self.job.plan_line,
             queued_behind=behind,
         )
         for observer in self.observers:

@@ -73,7 +73,8 @@ def test_the_timelines_sums_reconcile_with_the_result(
     job = tmp_path / "job"
     call, chunk = CALLS[kind]
     if backend == "threads":
-        execution = parallel.local(2) if chunk is None else parallel.local(2, chunk=chunk)
+        # Threads, for every computation (a search's own choice would be worker processes).
+        execution = parallel.local(2, chunk=chunk, backend="threads")
         call(parallel, execution=execution, output=str(job))
     else:
         session = request.getfixturevalue("pipes")

@@ -36,6 +36,8 @@ def test_a_valid_request_is_admitted_with_its_plan() -> None:
         "workers": 1,
         "chunk": 1000,
         "automatic": False,
+        "backend": "threads",
+        "why": "one worker: nothing shares its GIL",
     }
     assert job.output is None
 
