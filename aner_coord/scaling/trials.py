@@ -43,6 +43,7 @@ _ACCOUNTING = {
     "load_s",
     "losses",
     "audit",  # what the audit checked (where in each window is drawn at random)
+    "bits",  # the workers' kernel sets and the measured spread: where it ran, not what
     "chunk",  # the plan's (Dense: float64 plans of any chunk agree within the tolerance)
 }
 

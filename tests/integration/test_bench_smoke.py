@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from suite_env import child_env
 from support import ROOT
 
 from bench.registry import BENCHMARKS
@@ -52,7 +52,7 @@ def test_every_bench_module_imports(module: str) -> None:
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in BENCHMARKS])
 def test_benchmark_runs_at_its_smoke_size(name: str, tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the benchmarks' scratch directories
+    env = child_env(TMPDIR=str(tmp_path))  # the benchmarks' scratch directories
     done = subprocess.run(
         [sys.executable, "-m", "bench", name, "--smoke", "--json", str(out)],
         cwd=ROOT,

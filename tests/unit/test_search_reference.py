@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 import search_reference as ref
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 SEEDS = st.integers(min_value=0, max_value=2**64 - 1)
@@ -276,6 +276,9 @@ def test_grouped_tie_uses_digest_not_label_order():
 @given(seed=SEEDS, groups=groups_strategy)
 @SETTINGS
 def test_a_group_is_wholly_test_or_wholly_pool(seed, groups):
+    # With fewer groups than the roles need, the product refuses (naming the count), and the
+    # reference's shares of test and pool may then depend on whether validation is wanted.
+    assume(len(set(groups)) >= 3)
     roles = ref.group_role_codes(seed, groups)
     for g in set(groups):
         assert len({int(roles[r]) for r in range(len(groups)) if groups[r] == g}) == 1
