@@ -84,9 +84,7 @@ def manifest_of(job: Any, *, job_key: bytes = b"", request_sha256: str = "") -> 
         job=job_key.hex(),
         request_sha256=request_sha256,
         sources=installed_result_sources(),
-        plugins={
-            p.distribution: PluginRecord(p.version, p.files) for p in identities((job.kind,))
-        },
+        plugins={p.distribution: PluginRecord(p.version, p.files) for p in identities((job.kind,))},
     )
 
 
