@@ -74,7 +74,7 @@ def global_rng(u, p):  # numpy's global generator (numba's copy), not the sample
     return p[0] * u[0] + 1e-9 * np.random.random(), u[1]
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(cache=False)
 def clock(u, p):  # the time of day leaks into the result
     with numba.objmode(t="float64"):
         t = time.perf_counter()
