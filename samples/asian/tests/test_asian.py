@@ -7,10 +7,9 @@ in any environment where aner and this distribution are installed."""
 
 from __future__ import annotations
 
+from aner import parallel
 from aner.testing import check_computation
 from aner_asian.model import geometric_price
-
-from aner import parallel
 
 
 def test_asian_passes_the_conformance_suite() -> None:
