@@ -152,3 +152,19 @@ def test_a_plugin_raising_in_a_task_fails_the_job_naming_plugin_worker_and_task(
     )
     # Every chunk before the failing one was accepted and stays in the ledger.
     assert status_of(job).accepted == 37 * 65_536
+
+
+def test_a_request_takes_no_options_beside_it() -> None:
+    kind = request_type_of("asian")
+    with pytest.raises(RequestError) as refused:
+        parallel.run(kind(samples=1000, seed=1), samples=2000)
+    assert str(refused.value) == (
+        "run() takes no samples= with a request: the request holds its options (or name the "
+        "computation: run(NAME, ...))"
+    )
+
+
+def test_a_named_call_can_be_submitted() -> None:
+    handle = parallel.submit("run", "asian", samples=65_536, seed=4, params={"steps": 3})
+    result = handle.result()
+    assert result.params["steps"] == 3.0 and result.outputs["geometric"].n == 65_536
