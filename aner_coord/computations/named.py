@@ -17,12 +17,13 @@ from typing import Any
 import msgspec
 
 from aner_coord.computations import COMPUTATIONS, problems, request_type_of
+from aner_coord.computations.simulation.request import SimulationRequest, params_of
 from aner_coord.errors import RequestError
 from aner_coord.requests import ComputationRequest
 from aner_worker.plugins import Found, Simulation, discover
 
-# The options every simulation's request has besides `params` (`SimulationRequest`).
-SIMULATION_OPTIONS = ("samples", "seed", "replicates")
+# The options every simulation's request has besides `params`: samples, seed, replicates.
+SIMULATION_OPTIONS = tuple(f.name for f in msgspec.structs.fields(SimulationRequest))
 
 
 def label_of(found: Found) -> str:
@@ -65,8 +66,6 @@ def named_request(
     kind = request_type_of(name)
     declaration = found.declaration
     if isinstance(declaration, Simulation):
-        from aner_coord.computations.simulation.request import params_of
-
         checked = params_of(name, declaration, params, text=text, label=label_of(found))
         given = {**options, "params": msgspec.to_builtins(checked)}
     else:
