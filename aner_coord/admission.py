@@ -23,8 +23,10 @@ from aner_coord import posix
 from aner_coord.arguments import checked
 from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord, load_cluster_file
 from aner_coord.computations import Admitted, Computation, computation_for
-from aner_coord.computations.base import ChecksChunk, Prechecks
+from aner_coord.computations.base import ChecksChunk, Prechecks, kernel_of
 from aner_coord.errors import AdmissionError, RequestError
+from aner_coord.job.local import CHOICES, LocalPlan, plan_for
+from aner_coord.job.local import records as local_records
 from aner_coord.limits import (
     MAX_CHUNKS,
     MAX_LOCAL_WORKERS,
@@ -32,26 +34,36 @@ from aner_coord.limits import (
     check_fraction,
     check_int,
     check_positive,
+    check_seconds,
 )
-from aner_coord.requests import ClusterExecution, Execution, JobRequest, LocalExecution
+from aner_coord.requests import (
+    ClusterExecution,
+    Execution,
+    JobRequest,
+    LocalBackend,
+    LocalExecution,
+)
 
 
 @dataclass(frozen=True)
 class Workers:
     """Who computes: identities and slots, and for a cluster the records (with endpoints,
-    which stay here and never reach a file)."""
+    which stay here and never reach a file). A local job's `local` says whether its workers
+    are threads (no records) or local worker processes (one record each), and why."""
 
     slots: dict[str, int]
     records: tuple[WorkerRecord, ...] | None
     automatic: bool
+    local: LocalPlan | None = None  # None: a cluster's workers
 
     def describe(self, chunk: int) -> dict[str, Any]:
-        if self.records is None:
+        if self.local is not None or self.records is None:
             return {
                 "kind": "local",
                 "workers": len(self.slots),
                 "chunk": chunk,
                 "automatic": self.automatic,
+                **(self.local.to_dict() if self.local is not None else {}),
             }
         return {
             "kind": "cluster",
@@ -82,6 +94,12 @@ class Job:
     def describe_execution(self) -> dict[str, Any]:
         return self.workers.describe(self.chunk)
 
+    @property
+    def plan_line(self) -> str | None:
+        """How a local job's workers run, as `status` shows it; None for a cluster's."""
+        local = self.workers.local
+        return local.describe() if local is not None else None
+
 
 @dataclass(frozen=True)
 class Prechecked:
@@ -96,6 +114,9 @@ def admit(request: JobRequest) -> Job:
     computation = computation_for(request.computation)
     admitted = computation.admit(request.computation)
     workers = _admit_job_options(request)
+    if isinstance(request.execution, LocalExecution):
+        kernel = kernel_of(computation, request.computation).name
+        workers = _local_plan(workers, kernel, request.execution.backend)
     chunk = request.execution.chunk
     if chunk is not None and admitted.chunk_refused is not None:
         raise RequestError(f"{{chunk}}: {admitted.chunk_refused}", "chunk")
@@ -128,15 +149,31 @@ def precheck(request: JobRequest) -> Prechecked:
 
 
 def _admit_job_options(request: JobRequest) -> Workers:
-    """The execution, the audit fraction, the retries and the job to run after."""
+    """The execution, the audit fraction, the retries, the task timeout and the job to run
+    after."""
     workers = admit_execution(request.execution)
     check_fraction("audit", request.audit)
     retries = check_int("retries", request.retries)
     if retries < 0:
         raise RequestError(f"{{retries}} must be 0 or positive, got {retries}", "retries")
+    if request.task_timeout is not None:
+        check_seconds("task_timeout", request.task_timeout)
     if request.after is not None:
         _check_after(request.after)
     return workers
+
+
+def _local_plan(workers: Workers, kernel: str, backend: str) -> Workers:
+    """Local workers as threads or as worker processes (`aner_coord.job.local`)."""
+    plan = plan_for(kernel, len(workers.slots), backend)
+    if plan.backend == "threads":
+        return Workers(workers.slots, None, workers.automatic, plan)
+    posix.require("local worker processes ({backend})", "backend")
+    try:
+        records = local_records(list(workers.slots))
+    except FileNotFoundError as exc:
+        raise RequestError(f"{exc}: use {{backend}} threads", "backend") from None
+    return Workers(workers.slots, records, workers.automatic, plan)
 
 
 def _check_output(request: JobRequest) -> Path | None:
@@ -174,6 +211,11 @@ def admit_execution(execution: Execution) -> Workers:
                 f"{{chunk}} is {chunk:,}; a task takes at most {MAX_SAMPLES:,}", "chunk"
             )
     if isinstance(execution, LocalExecution):
+        if execution.backend not in CHOICES:
+            raise RequestError(
+                f"{{backend}} must be one of {', '.join(CHOICES)}, got {execution.backend!r}",
+                "backend",
+            )
         return _admit_local(execution.workers)
     return _admit_cluster(execution)
 
@@ -281,7 +323,9 @@ def _check_plan(
             f"{MAX_CHUNKS:,}: use a chunk of at least {smallest} ({{chunk}})",
             "chunk",
         )
-    needed = len(workers.slots) if workers.records is not None else 1
+    # Every configured worker of a cluster needs a chunk; local workers, threads or
+    # processes, are the job's own and may idle.
+    needed = len(workers.slots) if workers.local is None and workers.records is not None else 1
     if n_chunks < needed:
         raise AdmissionError(
             f"{total:,} {unit} in chunks of {chunk:,} make {n_chunks} chunk(s), fewer than "
@@ -320,11 +364,15 @@ def strict_bits_request(request: JobRequest) -> JobRequest:
 
 
 @checked
-def local(workers: int = 0, chunk: int | None = None) -> LocalExecution:
+def local(
+    workers: int = 0, chunk: int | None = None, backend: LocalBackend = "auto"
+) -> LocalExecution:
     """A local allocation; `workers=0` means the automatic policy reported by `inventory`.
     `chunk` items go to a task; None is each computation's own default (65,536 samples or
-    rows for Monte Carlo and the fixture, docs/contracts.md, section 3)."""
-    execution = LocalExecution(workers=workers, chunk=chunk)
+    rows for Monte Carlo and the fixture, docs/contracts.md, section 3). `backend`: "auto"
+    (threads, or local worker processes for work that holds the GIL, as `inventory` says),
+    "threads" or "processes"."""
+    execution = LocalExecution(workers=workers, chunk=chunk, backend=backend)
     admit_execution(execution)
     return execution
 

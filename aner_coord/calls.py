@@ -69,6 +69,7 @@ class Placement(TypedDict, total=False):
     output: str | os.PathLike[str]
     audit: float  # the fraction of chunks the coordinator recomputes itself
     retries: int  # lost workers the job survives (docs/contracts.md, section 11)
+    task_timeout: float  # seconds a task may compute (docs/contracts.md, section 6)
     chunk: int  # items a task, instead of the execution's (or the computation's default)
     # a function given status snapshots as the job runs, or True for a progress bar
     # (`aner_coord.handle`); taken by the drivers, never by the job
@@ -132,8 +133,9 @@ def synchronous(
         refuse_not_taken(name, kwargs)
         refuse_others(name, signature, (self, *args), kwargs)
         progress = check_progress(kwargs.pop("progress", None), name)
-        ready = build(self, *args, **kwargs)
         reporter = Reporter(progress) if progress is not None else None
+        with _admitting(reporter, name):
+            ready = build(self, *args, **kwargs)
         try:
             report, interrupt = self._wait(ready.job, _observers(reporter))
         finally:
@@ -158,8 +160,9 @@ def awaitable(
         refuse_not_taken(name, kwargs)
         refuse_others(name, signature, (self, *args), kwargs)
         progress = check_progress(kwargs.pop("progress", None), name)
-        ready = build(self, *args, **kwargs)
         reporter = Reporter(progress) if progress is not None else None
+        with _admitting(reporter, name):
+            ready = build(self, *args, **kwargs)
         try:
             report = await self._wait_async(ready.job, _observers(reporter))
         finally:
@@ -170,6 +173,11 @@ def awaitable(
     call.__name__ = call.__qualname__ = name
     call.__signature__ = signature  # type: ignore[attr-defined]
     return call
+
+
+def _admitting(reporter: Reporter | None, name: str) -> contextlib.AbstractContextManager[None]:
+    """The call's admission, shown as a phase by its display (`Reporter.admitting`)."""
+    return reporter.admitting(name) if reporter is not None else contextlib.nullcontext()
 
 
 def _observers(reporter: Reporter | None) -> tuple[Observer, ...]:
@@ -263,6 +271,7 @@ class Calls:
                 output=None if output is None else os.fspath(output),
                 audit=plain(placement.get("audit", 0.0)),
                 retries=plain(placement.get("retries", 0)),
+                task_timeout=plain(placement.get("task_timeout")),
             )
         )
 

@@ -41,9 +41,17 @@ FLAGS: dict[str, tuple[bool, str]] = {
 NUMERIC_FIELDS = ("numpy", "numba", "blas", "blas_threads")
 
 
-def build_of(build: dict[str, str], machine: dict[str, str]) -> dict[str, str]:
+# `editable` travels as a string on the wire (`Welcome.build` is a dict of strings); the
+# report gives JSON its own booleans, null where the build cannot tell.
+_EDITABLE: dict[str, bool | None] = {"true": True, "false": False}
+
+
+def build_of(build: dict[str, str], machine: dict[str, str]) -> dict[str, Any]:
     """A build as the report shows it: its own fields and its machine's numeric stack."""
-    return {**build, **{k: machine.get(k, "unknown") for k in NUMERIC_FIELDS}}
+    shown: dict[str, Any] = {**build, **{k: machine.get(k, "unknown") for k in NUMERIC_FIELDS}}
+    if "editable" in shown:
+        shown["editable"] = _EDITABLE.get(shown["editable"])
+    return shown
 
 
 def provenance() -> dict[str, Any]:

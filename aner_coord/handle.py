@@ -13,15 +13,18 @@ coordinator's loop ever does for a display. A `Reporter` thread ("aner-progress"
 relay for a `progress=` callable, at most every `STATUS_INTERVAL_S` and always the final
 snapshot, dropping the stale ones in between: a callback that takes 50 ms, or a notebook
 that renders slowly, delays nothing but itself. A callback that raises is logged and given
-no more snapshots; the job goes on.
+no more snapshots; the job goes on. While a call admits its job, before the job has any
+snapshot of its own, the display is shown that phase (`Reporter.admitting`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -29,7 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from aner_coord.errors import RequestError
 from aner_coord.job.coordinator import STATUS_INTERVAL_S, JobReport
-from aner_coord.jobdir.status import StatusSnapshot
+from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, StatusSnapshot
 
 R = TypeVar("R")
 ProgressCallback = Callable[[StatusSnapshot], object]
@@ -212,6 +215,52 @@ class Reporter:
         """The job has ended: give the final snapshot and wait for the thread."""
         self.relay.close()
         self._thread.join()
+
+    @contextlib.contextmanager
+    def admitting(self, call: str) -> Iterator[None]:
+        """While a call admits its job (reads the data, assigns roles and folds, plans its
+        passes: a search of the digits spent 3.1 s of 3.8 there), a display shows that
+        phase once it has lasted `ADMITTING_AFTER_S`: progress from the first second, never
+        a flash of it for a call admitted at once. A refusal after the phase was shown ends
+        it FAILED before the error is raised (no snapshot is shown otherwise)."""
+        shown = threading.Event()
+
+        def show() -> None:
+            shown.set()
+            self.relay(admission_snapshot(call, JobState.STARTING))
+
+        timer = threading.Timer(ADMITTING_AFTER_S, show)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except BaseException:
+            timer.cancel()
+            timer.join()
+            if shown.is_set():
+                self.relay(admission_snapshot(call, JobState.FAILED))
+            self.close()
+            raise
+        timer.cancel()
+        timer.join()
+
+
+# A display shows a call's admission once it has lasted this long (`Reporter.admitting`).
+ADMITTING_AFTER_S = 0.5
+ADMITTING = "admitting: reading the data, planning the passes"
+
+
+def admission_snapshot(call: str, state: JobState) -> StatusSnapshot:
+    """What a display is given while a call admits its job: no work is planned yet (its
+    phase is `ADMITTING`, or `refused at admission` once it failed)."""
+    now = time.time()
+    return StatusSnapshot(
+        schema=STATUS_SCHEMA, seq=0, state=state, kind=call, pid=os.getpid(), created_at=now,
+        updated_at=now, elapsed_s=0.0, requested=0, passes=0, pass_index=0,
+        phase=ADMITTING if state is JobState.STARTING else "refused at admission", accepted=0,
+        accepted_in_pass=0, chunks_total=0, chunks_done=0, in_flight=0, throughput=None,
+        eta_s=None, workers=[], submitted_at=now,
+    )  # fmt: skip
 
 
 class JobHandle(Generic[R]):

@@ -65,6 +65,23 @@ def check_rate(value: object) -> float:
     return check_positive_number("rate", value)
 
 
+MAX_TASK_TIMEOUT_S = 86_400.0  # a day: a task's deadline beyond it is no deadline
+
+
+def check_seconds(name: str, value: object) -> float:
+    """A positive, finite number of seconds of at most MAX_TASK_TIMEOUT_S."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_TASK_TIMEOUT_S
+    ):
+        raise RequestError(
+            f"{{{name}}} must be a number of seconds in (0, {MAX_TASK_TIMEOUT_S:g}], got {value!r}",
+            name,
+        )
+    return float(value)
+
+
 def check_fraction(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise RequestError(f"{{{name}}} must be a fraction in [0, 1], got {value!r}", name)

@@ -123,10 +123,13 @@ __all__ = [
 
 @checked
 def inventory() -> dict[str, Any]:
-    """The local CPU allocation as docs/contracts.md, section 4 describes it (JSON-ready)."""
+    """The local CPU allocation as docs/contracts.md, section 4 describes it (JSON-ready),
+    with how local workers of each kernel run (`local_execution`, section 3)."""
+    from aner_coord.job.local import choices_dict
     from aner_worker.inventory import current
 
-    return current().to_dict()
+    inv = current()
+    return {**inv.to_dict(), "local_execution": choices_dict(inv.auto_workers)}
 
 
 @checked

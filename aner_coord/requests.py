@@ -9,6 +9,7 @@ alone holds the chunk size.
     output = "aner-jobs/pi"          # optional; must not exist
     audit = 0.0                      # fraction of chunks the coordinator recomputes
     retries = 0                      # lost workers the job survives
+    task_timeout = 600.0             # optional: seconds a task may compute
 
     [computation]
     kind = "monte-carlo"
@@ -18,13 +19,14 @@ alone holds the chunk size.
     [execution]
     kind = "local"                   # or "cluster", with config = "PATH" (and strict_bits)
     workers = 0                      # 0: the automatic policy (see `inventory`)
+    backend = "auto"                 # or "threads", "processes" (docs/contracts.md, 3)
     chunk = 4_000_000                # optional: the computation's default
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -34,12 +36,19 @@ class _Data(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     pass
 
 
+# How local workers run (`aner_coord.job.local`): "auto" chooses by the job's kernel.
+LocalBackend = Literal["auto", "threads", "processes"]
+
+
 class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
-    """`workers` threads of this process (0: the automatic policy), `chunk` items a task
-    (None: the computation's own default, see `Computation.default_chunk`)."""
+    """`workers` local workers (0: the automatic policy), `chunk` items a task (None: the
+    computation's own default, see `Computation.default_chunk`); `backend`: threads of this
+    process, local worker processes, or "auto", the one its kernel runs fastest on
+    (`aner_coord.job.local`)."""
 
     workers: int = 0
     chunk: int | None = None
+    backend: LocalBackend = "auto"
 
 
 class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):
@@ -63,10 +72,17 @@ class ComputationRequest(_Data, frozen=True, tag_field="kind"):
     the command line (`aner_coord.cli.arguments.add_request_arguments`) and spec files take
     them from there. A field's `Meta(description=...)` is its help; `extra` may give the
     command line a `metavar`, `choices`, a `dest` (where a field's name is taken in the
-    parsed arguments), or `path=True` (made absolute: a background coordinator starts in
+    parsed arguments), `expected` (what a refused value of a whole-number flag should be),
+    or `path=True` (made absolute: a background coordinator starts in
     `/`)."""
 
-    seed: Annotated[int, Meta(description="seed in [0, 2**64)")]
+    seed: Annotated[
+        int,
+        Meta(
+            description="seed in [0, 2**64)",
+            extra={"expected": "a seed, a whole number from 0 to 2**64 - 1 (such as 42)"},
+        ),
+    ]
 
 
 class JobRequest(_Data, frozen=True):
@@ -75,6 +91,9 @@ class JobRequest(_Data, frozen=True):
     output: str | None = None
     audit: float = 0.0
     retries: int = 0  # lost workers the job survives (docs/contracts.md, section 11)
+    # Seconds a task may compute before its worker counts as lost (docs/contracts.md,
+    # section 6); None: a multiple of the tasks measured so far.
+    task_timeout: float | None = None
     # A job directory this job runs after: it starts once that job completes, and fails
     # if that one fails or is cancelled (docs/contracts.md, section 13).
     after: str | None = None

@@ -10,9 +10,10 @@ execution and runs `aner_coord.job.execute` on that loop, exactly as a one-off c
 own coordinator, job state machine, accounting and optional job directory, and so the same
 result bit for bit; only the process backend takes the group's workers from the pool instead
 of starting them, and gives them back when the job ends. Calls on one session run one after
-another. A local session has no processes to keep: its calls start their threads afresh
-(microseconds; the kernels stay loaded in this process), so code can switch between a local
-and a cluster session without change.
+another. A local session's calls on threads start them afresh (microseconds; the kernels
+stay loaded in this process); its calls that run on local worker processes (work that holds
+the GIL, `aner_coord.job.local`) keep those processes as a group's, so code can switch
+between a local and a cluster session without change.
 
 A worker lost while the session is idle (it crashed, was killed) is noticed by the pool and
 reported by the next call: with `restart=True` (the default) it is started again, and the

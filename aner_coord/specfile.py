@@ -21,6 +21,7 @@ class _Placement(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     output: str | None = None
     audit: float = 0.0
     retries: int = 0
+    task_timeout: float | None = None
     after: str | None = None
 
 
@@ -45,6 +46,7 @@ def decode_request(data: bytes, *, fmt: str, source: str) -> JobRequest:
             output=rest.output,
             audit=rest.audit,
             retries=rest.retries,
+            task_timeout=rest.task_timeout,
             after=rest.after,
         )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

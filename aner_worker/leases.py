@@ -15,16 +15,23 @@ The table is `slots/` in aner's runtime directory (`runtime_dir()`), the first t
   shell without it meets the user's systemd units);
 - `/tmp/aner-$UID`, created `0700`.
 
-Every directory of ours on that path must be a real directory (not a symlink), owned by the
-user, with no group or other permission bits; otherwise the table is refused in one line
-naming the directory (`LeaseError`), as it is when it is full or its filesystem has no
-`flock`. A job never runs unadmitted because the table could not be used, unless the user
-says so: `ANER_LEASES=off` switches leases off for the process and its children (the test
-suite does, outside its lease tests).
+Every directory of ours on that path must be a real directory (not a symlink), owned by the user,
+with no group or other permission bits; otherwise the table is refused in one line naming the
+directory (`LeaseError`), as it is when it is full, when a slot file is not a regular file with one
+link (a hard link would have its target overwritten), or when its filesystem has no `flock`. A job
+never runs unadmitted because the table could not be used, unless the user says so:
+`ANER_LEASES=off` switches leases off for the process and its children (the test suite does,
+outside its lease tests).
 
 Taking is all or nothing: `LeaseTable.take(n)` locks `n` free slots of the table's first
 `size` files or none, so two waiting jobs never hold half each. A waiter polls (see
 `aner_coord.job.queue`): a slot freed by a killed holder is seen within one poll.
+
+Waiters start in the order they asked: each takes a ticket (`LeaseTable.ticket()`), a file
+`ticket-<number>` beside the slots, locked and signed as a slot is, its number above every
+ticket's before it; a job takes slots only when no live ticket is older than its own (and
+a newcomer only when no ticket is live at all), so a wide job is never overtaken. A ticket
+whose holder died is unlocked: the first reader to meet it removes it.
 
 This module is shared by coordinators (local threads, local pipe workers) and worker
 processes granted a number of slots (`aner parallel worker --max-slots N`), so it lives on
@@ -56,6 +63,7 @@ __all__ = [
     "Lease",
     "LeaseError",
     "LeaseTable",
+    "Place",
     "checked_dir",
     "leases_enabled",
     "private_dir",
@@ -66,6 +74,7 @@ DIR_ENV = "ANER_RUNTIME_DIR"
 GRANTED = "granted"  # the grant table of workers started with --max-slots N
 DISABLE_ENV = "ANER_LEASES"  # "off": no leases, asked for explicitly
 HOLDER_BYTES = 4096  # what a reader reads of a slot file, at most
+TICKET = "ticket-"  # a waiting job's place in the queue: ticket-<number>
 _FLOCK_UNSUPPORTED = (errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
@@ -204,10 +213,17 @@ class LeaseTable:
                 f"lease directory {self.path}: slot-{slot} cannot be opened ({why}): "
                 f"free it, or set {DIR_ENV}"
             ) from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             raise LeaseError(
                 f"lease directory {self.path}: slot-{slot} is not a regular file: remove it"
+            )
+        if info.st_nlink != 1:  # a hard link: the holder would be written over its target
+            os.close(fd)
+            raise LeaseError(
+                f"lease directory {self.path}: slot-{slot} has {info.st_nlink} links (a hard "
+                "link to another file): remove it"
             )
         return fd
 
@@ -268,6 +284,62 @@ class LeaseTable:
                 raise TimeoutError("stopped while waiting for a slot")
             time.sleep(poll_s)
 
+    def ticket(self, holder: Holder) -> Place:
+        """A place in the queue, after every live ticket: a locked, signed file linked in
+        under a number above theirs (a link never replaces a name, so two takers never
+        share one)."""
+        spare = self.path / f".ticket-{os.getpid()}-{time.monotonic_ns()}"
+        fd = os.open(
+            spare, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        try:
+            if not self._lock(fd):  # a fresh file of ours: nobody else holds it
+                raise LeaseError(f"lease directory {self.path}: a new ticket is locked: remove it")
+            _sign(fd, msgspec.json.encode(holder)[:HOLDER_BYTES])
+            number = max(time.time_ns(), 1 + max((n for n, _ in self._ticket_names()), default=0))
+            while True:
+                try:
+                    os.link(spare, self.path / f"{TICKET}{number:020d}")
+                    break
+                except FileExistsError:
+                    number += 1
+        except BaseException:
+            os.close(fd)
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(spare)
+        return Place(self.path / f"{TICKET}{number:020d}", number, fd)
+
+    def queue(self) -> list[tuple[int, Holder]]:
+        """The live tickets, oldest first, with their holders; the dead ones are removed."""
+        live: list[tuple[int, Holder]] = []
+        for number, path in self._ticket_names():
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone meanwhile
+            try:
+                if not self._lock(fd):
+                    live.append((number, _read_holder(fd)))
+                    continue
+                # Unlocked: its holder is gone. Remove it unless the name is another file now.
+                with contextlib.suppress(OSError):
+                    if os.lstat(path).st_ino == os.fstat(fd).st_ino:
+                        os.unlink(path)
+            finally:
+                os.close(fd)
+        return live
+
+    def _ticket_names(self) -> list[tuple[int, Path]]:
+        names: list[tuple[int, Path]] = []
+        with os.scandir(self.path) as entries:
+            for entry in entries:
+                digits = entry.name.removeprefix(TICKET)
+                if digits != entry.name and digits.isdigit():
+                    names.append((int(digits), Path(entry.path)))
+        return sorted(names)
+
     def holders(self) -> Iterator[tuple[int, Holder | None]]:
         """Every slot of the table and its holder now (None: free). Probing a slot takes
         its lock for an instant: a taker that meets it retries at its next poll."""
@@ -280,6 +352,24 @@ class LeaseTable:
                     yield slot, _read_holder(fd)
             finally:
                 os.close(fd)
+
+
+@dataclass
+class Place:
+    """This process's ticket: its file, number and locked descriptor."""
+
+    path: Path
+    number: int
+    _fd: int | None
+
+    def release(self) -> None:
+        """Leave the queue: the file removed, then its lock dropped."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(fd)
 
 
 def _sign(fd: int, data: bytes) -> None:

@@ -19,12 +19,16 @@ lacks, stores those it receives, and assembles the data set before its first tas
 On end of input (its coordinator closed the pipe, vanished, or the SSH channel dropped), on
 `Shutdown` or on a protocol error the worker stops: queued tasks are dropped and running
 ones stop at their kernel's next sub-range boundary (a few milliseconds), so a worker never
-outlives its coordinator by more than that.
+outlives its coordinator by more than that. On Linux the worker also asks the kernel to kill
+it when the process that started it ends (`PR_SET_PDEATHSIG`): a local pipe worker whose
+coordinator is killed stops at once, whatever its slots are doing, as the coordinator's
+slot leases are freed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import logging
 import os
@@ -343,18 +347,22 @@ class _Serving:
             if item is None or stopping.is_set():
                 return
             task, arrived = item
-            began = time.monotonic()
+            clock = _TaskClock(time.monotonic())
             with out.lock:
                 params = connection.params_for(task.pass_id)
             kernel = KERNELS[params.kernel]
-            check = self._stop_check(task, began)
+            check = self._stop_check(task, clock)
             try:
                 with self._granted(task, check):
+                    # Computing starts here, after any wait for a granted slot: that wait is
+                    # queueing (`queued_s`), never compute (`busy_s`, `started`).
+                    began = clock.began = time.monotonic()
                     stats = kernel.run(
                         self._params_of(params, kernel.params_type), task.start, task.count, check
                     )
-                body = encode(stats)
-                busy = time.monotonic() - began
+                    # Measured before a grant is let go: once it is, another worker computes.
+                    body = encode(stats)
+                    busy = time.monotonic() - began
                 with out.lock:
                     frame = connection.result(task, body, busy, began - arrived, began)
             except Stopped:
@@ -362,7 +370,7 @@ class _Serving:
             except Exception as error:  # the task's failure, reported to the coordinator
                 with out.lock:
                     frame = connection.failed(task.task_id, f"{type(error).__name__}: {error}")
-                busy = time.monotonic() - began
+                busy = time.monotonic() - clock.took
             out.send(frame, hold=busy < HOLD_TASK_S and not tasks.empty())
 
     @contextlib.contextmanager
@@ -395,24 +403,29 @@ class _Serving:
                 time.time(),
             )
 
-    def _stop_check(self, task: Task, began: float) -> Callable[[], bool]:
+    def _stop_check(self, task: Task, clock: _TaskClock) -> Callable[[], bool]:
         """What the kernel asks between its sub-ranges: whether to stop, and, where the
         coordinator asked for heartbeats, a `Working` frame once every `heartbeat_s` (from
-        this computing slot, so that only a slot that gets on with its task says so)."""
+        this computing slot, so that only a slot that gets on with its task says so): its
+        seconds computing, and those it waited for a granted slot before."""
         stopping, out, connection = self.stopping, self.out, self.connection
         period = connection.heartbeat_s
         if period <= 0:
             return stopping.is_set
-        due = began + period
+        due = clock.took + period
 
         def check() -> bool:
             nonlocal due
             now = time.monotonic()
             if now >= due:
                 due = now + period
+                began = clock.began
+                elapsed, waiting = (
+                    (0.0, now - clock.took) if began is None else (now - began, began - clock.took)
+                )
                 with out.lock:
                     ready = connection.phase is Phase.READY  # not after a Shutdown
-                    frame = connection.working(task.task_id, now - began) if ready else b""
+                    frame = connection.working(task.task_id, elapsed, waiting) if ready else b""
                 if frame:
                     out.send(frame)
             return stopping.is_set()
@@ -427,6 +440,15 @@ class _Serving:
         for thread in self.threads:
             thread.join()
         self.out.close()
+
+
+@dataclass
+class _TaskClock:
+    """A task on a slot: when the slot took it, and when it began computing it (after any
+    wait for a granted slot; None until then)."""
+
+    took: float
+    began: float | None = None
 
 
 @dataclass(frozen=True)
@@ -501,11 +523,32 @@ def _warm_up(kernels: tuple[str, ...]) -> None:
         KERNELS[name].warm_up()
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent ends (the thread that started it: a
+    coordinator's event loop lives as long as its workers). Elsewhere, or where prctl is
+    refused, end of input alone stops the worker."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the signal was asked for
+        os._exit(0)
+
+
 def main(max_slots: int | None = None) -> int:
     # An interrupt is for the coordinator, which cancels and stops its workers in order: a
     # terminal's Ctrl-C or a Jupyter kernel interrupt reaches the whole process group, and a
     # session's workers must outlive a cancelled call. End of input still stops a worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="aner-worker %(levelname)s %(message)s"
     )

@@ -129,5 +129,6 @@ BENCHMARK = Benchmark(
         teacher=(10**5, 64, 10), hidden=(256, 256), batch=8192, chunk=1024, epochs=2, reps=5
     ),
     quick=Sizes(teacher=(10**4, 32, 4), hidden=(64,), batch=256, chunk=256, epochs=2, reps=1),
+    smoke=Sizes(teacher=(2_048, 16, 4), hidden=(16,), batch=256, chunk=256, epochs=1, reps=1),
     run=run,
 )

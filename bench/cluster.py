@@ -274,5 +274,6 @@ BENCHMARK = Benchmark(
     title="local threads vs worker groups (pipes, SSH on loopback)",
     full=Sizes(samples=10**9, chunks=(65_536, 10**6), reps=3),
     quick=Sizes(samples=5 * 10**7, chunks=(65_536, 10**6), reps=1),
+    smoke=Sizes(samples=10**6, chunks=(65_536, 250_000), reps=1),
     run=run,
 )

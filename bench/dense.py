@@ -371,5 +371,6 @@ BENCHMARK = Benchmark(
     title="Dense training: aner vs scikit-learn and torch, the GEMM limit, 1 and 2 workers",
     full=Sizes(30, 7, 100_000, 2, 3, 1024, 1_000_000, 2, 15, 0.5),
     quick=Sizes(5, 1, 20_000, 1, 1, 1024, 100_000, 1, 3, 0.4),
+    smoke=Sizes(1, 1, 4_096, 1, 1, 1024, 8_192, 1, 1, 0.4),
     run=run,
 )

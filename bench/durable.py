@@ -172,5 +172,6 @@ BENCHMARK = Benchmark(
     title="durable jobs: ledger cost, a lost worker, resume latency",
     full=Sizes(samples=10**9, chunk=4_000_000, reps=3),
     quick=Sizes(samples=10**8, chunk=1_000_000, reps=1),
+    smoke=Sizes(samples=2 * 10**8, chunk=1_000_000, reps=1),  # half of it outlasts a status tick
     run=run,
 )

@@ -182,5 +182,6 @@ BENCHMARK = Benchmark(
     title="logistic-regression passes, kernel path vs numpy",
     full=Sizes(rows=(262_147, 10_000_000), steps=16, reps=((3, 3), (3, 1))),
     quick=Sizes(rows=(65_537, 1_000_000), steps=4, reps=((1, 1), (1, 1))),
+    smoke=Sizes(rows=(65_537, 100_000), steps=1, reps=((1, 1), (1, 1))),
     run=run,
 )

@@ -66,5 +66,6 @@ BENCHMARK = Benchmark(
     title="Monte Carlo kernel vs numpy oracle, one thread",
     full=Sizes(samples=5 * 10**7, reps=3),
     quick=Sizes(samples=5 * 10**6, reps=2),
+    smoke=Sizes(samples=10**5, reps=1),
     run=run,
 )

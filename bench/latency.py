@@ -157,5 +157,6 @@ BENCHMARK = Benchmark(
     title="small chunks over a slow SSH link (delay relay)",
     full=Sizes(samples=3 * 10**8, chunks=(10**6, 10**8), delays_s=(0.0, GOAL_DELAY_S), reps=3),
     quick=Sizes(samples=3 * 10**7, chunks=(10**5, 10**7), delays_s=(GOAL_DELAY_S,), reps=1),
+    smoke=Sizes(samples=10**6, chunks=(10**5, 5 * 10**5), delays_s=(GOAL_DELAY_S,), reps=1),
     run=run,
 )

@@ -165,5 +165,6 @@ BENCHMARK = Benchmark(
     title="peak RSS of whole commands",
     full=Sizes(small=10**7, big=10**10, chunk=10_000, cancel_after_s=2.0),
     quick=Sizes(small=10**6, big=10**10, chunk=10_000, cancel_after_s=1.0),
+    smoke=Sizes(small=10**5, big=10**10, chunk=10_000, cancel_after_s=0.5),
     run=run,
 )

@@ -137,5 +137,6 @@ BENCHMARK = Benchmark(
     title="plan: predicted against measured wall time of scaling cases",
     full=Sizes(samples=400_000_000, coarse=True, reps=3, charts_to_docs=True),
     quick=Sizes(samples=50_000_000, coarse=False, reps=3, charts_to_docs=False),
+    smoke=Sizes(samples=10**6, coarse=False, reps=3, charts_to_docs=False),
     run=run,
 )

@@ -136,5 +136,6 @@ BENCHMARK = Benchmark(
     title="Monte Carlo replicates: one command against sequential commands and one long run",
     full=Sizes(replicates=64, samples=10**7, reps=3),
     quick=Sizes(replicates=8, samples=10**6, reps=1),
+    smoke=Sizes(replicates=2, samples=10**5, reps=1),
     run=run,
 )

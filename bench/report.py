@@ -35,25 +35,31 @@ def _number(value: object) -> str:
     return str(value)
 
 
-def _figures(prefix: str, value: object) -> Iterator[tuple[str, str]]:
-    """Every scalar below `value`, by its dotted path (lists of scalars joined)."""
-    if isinstance(value, Mapping):
-        for key, inner in value.items():
-            yield from _figures(f"{prefix}.{key}" if prefix else str(key), inner)
-    elif isinstance(value, list):
-        if all(not isinstance(v, Mapping | list) for v in value) and len(value) <= 8:
-            yield prefix, ", ".join(_number(v) for v in value)
-        else:
-            for i, inner in enumerate(value):
-                yield from _figures(f"{prefix}[{i}]", inner)
-    else:
-        yield prefix, _number(value)
+# A benchmark's own figures, as far as a page shows them: its scalars and those one level
+# down (the medians, ratios and verdicts); the repetitions' raw lists stay in the JSON file.
+MAX_ROWS = 30
+
+
+def _figures(value: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    for key, inner in value.items():
+        if isinstance(inner, Mapping):
+            for name, leaf in inner.items():
+                if not isinstance(leaf, Mapping | list):
+                    yield f"{key}.{name}", _number(leaf)
+        elif not isinstance(inner, list):
+            yield str(key), _number(inner)
+
+
+def _share(figures: Mapping[str, Any]) -> str:
+    noise = figures.get("cpu_noise", {}).get("other_share_of_capacity")
+    return "unknown" if noise is None else f"{100 * noise:.0f}%"
 
 
 def render(results: Mapping[str, Any]) -> str:
     machine = results.get("machine", {})
     git = machine.get("git", {})
     dirty = " (dirty tree)" if git.get("dirty") else ""
+    load = ", ".join(f"{x:.2f}" for x in machine.get("loadavg_at_start", []))
     rows = [
         "# Measured figures",
         "",
@@ -68,29 +74,35 @@ def render(results: Mapping[str, Any]) -> str:
         f"| date | {machine.get('date', '?')} |",
         f"| commit | `{(git.get('commit') or '?')[:12]}`{dirty} |",
         f"| CPU | {machine.get('cpu_model', '?')} |",
-        f"| load average before | {_number(machine.get('loadavg_at_start'))} |",
+        f"| load average before | {load} |",
         f"| total | {_number(results.get('total_seconds'))} s |",
         "",
     ]
-    for name, figures in results.items():
-        if not isinstance(figures, Mapping) or "section_seconds" not in figures:
-            continue
-        noise = figures.get("cpu_noise", {}).get("other_share_of_capacity")
-        share = "unknown" if noise is None else f"{100 * noise:.0f}%"
-        rows += [
-            f"## {name}",
-            "",
-            f"Goal: {_verdict(figures.get('goal_met'))}. {_number(figures['section_seconds'])} s;"
-            f" other processes used {share} of the CPUs meanwhile.",
-            "",
-        ]
+    benchmarks = {
+        name: figures
+        for name, figures in results.items()
+        if isinstance(figures, Mapping) and "section_seconds" in figures
+    }
+    rows += [
+        "| benchmark | goal | seconds | CPU other processes used |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, figures in benchmarks.items():
+        rows.append(
+            f"| [{name}](#{name}) | {_verdict(figures.get('goal_met'))} |"
+            f" {_number(figures['section_seconds'])} | {_share(figures)} |"
+        )
+    rows.append("")
+    for name, figures in benchmarks.items():
+        rows += [f"## {name}", ""]
         if "error" in figures:
             rows += [f"It crashed: `{figures['error']}`.", ""]
-        own = {k: v for k, v in figures.items() if k not in RUNNER_KEYS}
-        pairs = list(_figures("", own))
+        pairs = list(_figures({k: v for k, v in figures.items() if k not in RUNNER_KEYS}))
         if pairs:
             rows += ["| figure | value |", "| --- | --- |"]
-            rows += [f"| `{key}` | {value} |" for key, value in pairs]
+            rows += [f"| `{key}` | {value} |" for key, value in pairs[:MAX_ROWS]]
+            if len(pairs) > MAX_ROWS:
+                rows.append(f"| ... | {len(pairs) - MAX_ROWS} more in `bench-results.json` |")
             rows.append("")
     return "\n".join(rows)
 

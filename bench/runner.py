@@ -45,12 +45,16 @@ Sizes = TypeVar("Sizes")
 
 @dataclasses.dataclass(frozen=True)
 class Benchmark(Generic[Sizes]):
-    """What one benchmark module offers the runner. `full` and `quick` are frozen dataclasses
-    of sizes and repetitions; they are recorded in the JSON file as they were used."""
+    """What one benchmark module offers the runner. `full`, `quick` and `smoke` are frozen
+    dataclasses of sizes and repetitions; they are recorded in the JSON file as they were
+    used. `smoke` is the smallest size that still goes through every part of the benchmark
+    (its figures mean nothing): the test suite runs each benchmark at it
+    (tests/integration/test_bench_smoke.py), so that an interface change breaks the suite."""
 
     title: str
     full: Sizes
     quick: Sizes
+    smoke: Sizes
     run: Callable[[Sizes], dict[str, Any]]
 
 
@@ -417,7 +421,13 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_JSON,
         help=f"write every figure to this JSON file (default: {DEFAULT_JSON})",
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="small sizes, for a short run")
+    sizes.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the smallest sizes, whose figures mean nothing: does every benchmark still run?",
+    )
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     return parser
 
@@ -436,12 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     chosen = [name for name in BENCHMARKS if not args.names or name in args.names]
     benchmarks = {name: load(name) for name in chosen}
-    sizes = {name: b.quick if args.quick else b.full for name, b in benchmarks.items()}
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    sizes = {name: getattr(b, mode) for name, b in benchmarks.items()}
 
     started = time.perf_counter()
     results: dict[str, Any] = {
         "schema": SCHEMA,
-        "mode": "quick" if args.quick else "full",
+        "mode": mode,
         "config": {name: dataclasses.asdict(s) for name, s in sizes.items()},
         "machine": machine(),
     }

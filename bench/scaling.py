@@ -116,5 +116,6 @@ BENCHMARK = Benchmark(
     title="local threads, 1 worker vs all cores",
     full=Sizes(samples=10**9, reps=3),
     quick=Sizes(samples=5 * 10**7, reps=2),
+    smoke=Sizes(samples=10**6, reps=1),
     run=run,
 )

@@ -68,5 +68,6 @@ BENCHMARK = Benchmark(
     title="second call on a warm 2-worker pipe session vs 2 local threads",
     full=Sizes(samples=10**7, reps=15),
     quick=Sizes(samples=10**7, reps=5),
+    smoke=Sizes(samples=10**6, reps=1),
     run=run,
 )

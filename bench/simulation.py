@@ -182,5 +182,6 @@ BENCHMARK = Benchmark(
     title="simulation kit: task loop vs hand-made numba, and 2-worker efficiency",
     full=Sizes(loop_samples=2**26, samples=10**9, reps=3),
     quick=Sizes(loop_samples=2**23, samples=5 * 10**7, reps=2),
+    smoke=Sizes(loop_samples=2**16, samples=2**20, reps=1),
     run=run,
 )

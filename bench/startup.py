@@ -145,5 +145,6 @@ BENCHMARK = Benchmark(
     title="whole-command wall time of a tiny run",
     full=Sizes(reps=7),
     quick=Sizes(reps=2),
+    smoke=Sizes(reps=1),
     run=run,
 )

@@ -180,5 +180,6 @@ BENCHMARK = Benchmark(
     title="a job with its timeline against one without",
     full=Sizes(samples=10**9, chunk=65_536, workers=2, mc_reps=7, digits_epochs=30, digits_reps=7),
     quick=Sizes(samples=10**9, chunk=65_536, workers=2, mc_reps=5, digits_epochs=10, digits_reps=5),
+    smoke=Sizes(samples=10**6, chunk=65_536, workers=2, mc_reps=1, digits_epochs=1, digits_reps=1),
     run=run,
 )

@@ -183,5 +183,6 @@ BENCHMARK = Benchmark(
     title="whole commands vs the C reference; a pipe group vs local threads",
     full=Sizes(native_samples=4 * 10**8, group_samples=10**9, reps=5),
     quick=Sizes(native_samples=4 * 10**7, group_samples=10**8, reps=2),
+    smoke=Sizes(native_samples=10**6, group_samples=10**6, reps=1),
     run=run,
 )

@@ -108,6 +108,15 @@ MIN_HEARTBEAT_S = 0.05
 MAX_REASON_CHARS = 2000
 
 
+def bounded_reason(reason: str) -> str:
+    """`reason` within MAX_REASON_CHARS; a longer one is cut saying so and how long it was,
+    so that whatever keeps it later (error-detail.txt) does not pass the cut for the whole."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    tail = f" [... cut on the wire: {len(reason):,} characters in all]"
+    return reason[: MAX_REASON_CHARS - len(tail)] + tail
+
+
 def bounded_machine(machine: Mapping[str, str]) -> dict[str, str]:
     """`machine` within the bounds a coordinator accepts: the first MAX_MACHINE_FIELDS
     fields, keys and values cut to their maximum (what a worker sends of itself)."""
@@ -373,7 +382,7 @@ class CoordinatorConnection(_Side):
                 "(duplicate or unknown)"
             )
         if isinstance(message, TaskFailed):
-            reason = one_line(message.reason[:MAX_REASON_CHARS])
+            reason = one_line(bounded_reason(message.reason))
             if reason != message.reason:
                 message = TaskFailed(message.task_id, reason)
             return Answered(message, task)
@@ -391,12 +400,13 @@ class CoordinatorConnection(_Side):
         task = self._outstanding.get(message.task_id)
         if task is None:
             raise self._remote(f"is working on task {message.task_id}, not outstanding on it")
-        if not (math.isfinite(message.elapsed_s) and 0 <= message.elapsed_s <= MAX_SECONDS):
-            raise self._remote(
-                f"is working on task {message.task_id} for {message.elapsed_s!r} s, not a "
-                f"number of seconds in 0..{MAX_SECONDS:g}"
-            )
-        return Computing(task, message.elapsed_s)
+        for seconds in (message.elapsed_s, message.waiting_s):
+            if not (math.isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
+                raise self._remote(
+                    f"is working on task {message.task_id} for {seconds!r} s, not a "
+                    f"number of seconds in 0..{MAX_SECONDS:g}"
+                )
+        return Computing(task, message.elapsed_s, message.waiting_s)
 
     def _on_staging(self, message: Missing | Staged) -> CoordinatorEvent:
         staging = self._staging
@@ -419,7 +429,7 @@ class CoordinatorConnection(_Side):
     def _on_handshake(self, message: Message) -> CoordinatorEvent:
         if isinstance(message, Refused):
             self.phase = Phase.CLOSED
-            return Rejected(f"refused by the worker: {one_line(message.reason[:MAX_REASON_CHARS])}")
+            return Rejected(f"refused by the worker: {one_line(bounded_reason(message.reason))}")
         if not isinstance(message, Welcome):
             raise self._remote(f"expected Welcome, got {type(message).__name__}")
         problem = _machine_problem(message)
@@ -549,7 +559,7 @@ class WorkerConnection(_Side):
 
     def failed(self, task_id: int, reason: str) -> bytes:
         self._answered += 1
-        return self._encode(TaskFailed(task_id, reason[:MAX_REASON_CHARS]))
+        return self._encode(TaskFailed(task_id, bounded_reason(reason)))
 
     def pong(self, nonce: int, clock: float = 0.0) -> bytes:
         """The answer to Ping `nonce`, with the worker's monotonic clock now."""
@@ -564,11 +574,12 @@ class WorkerConnection(_Side):
             return 0.0
         return min(max(asked, MIN_HEARTBEAT_S), MAX_SECONDS)
 
-    def working(self, task_id: int, elapsed_s: float) -> bytes:
-        """Task `task_id` is still being computed, for `elapsed_s` so far."""
+    def working(self, task_id: int, elapsed_s: float, waiting_s: float = 0.0) -> bytes:
+        """Task `task_id` is still being computed, for `elapsed_s` so far, after waiting
+        `waiting_s` for a granted slot."""
         if self.phase is not Phase.READY or self.heartbeat_s <= 0:
             raise LocalProtocolError(self.peer, "Working to a coordinator that asked for none")
-        return self._encode(Working(task_id, _seconds(elapsed_s)))
+        return self._encode(Working(task_id, _seconds(elapsed_s), _seconds(waiting_s)))
 
     def missing(self, blocks: tuple[str, ...]) -> bytes:
         """The answer to Stage: the blocks this worker lacks (the shell looked)."""

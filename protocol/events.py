@@ -51,6 +51,7 @@ class Computing:
 
     task: Task
     elapsed_s: float
+    waiting_s: float = 0.0  # waited for a granted slot, before computing
 
 
 CoordinatorEvent = Accepted | Rejected | Answered | Ponged | BlocksWanted | DataStaged | Computing

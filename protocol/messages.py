@@ -151,10 +151,14 @@ class Pong(_Wire, frozen=True, tag="pong"):
 class Working(_Wire, frozen=True, tag="working"):
     """Worker -> coordinator, from the slot computing task `task_id`: still at it, for
     `elapsed_s` so far. Sent every `Hello.heartbeat_s` while the task runs (between the
-    kernel's sub-ranges, so a slot that is stuck says nothing), only if that is positive."""
+    kernel's sub-ranges, so a slot that is stuck says nothing), only if that is positive.
+    `elapsed_s` counts computing only: a slot that waits for a granted slot of its host
+    (`--max-slots`) says so in `waiting_s` (appended with a default), with `elapsed_s` 0
+    until it computes. Their sum grows from one Working of a task to the next."""
 
     task_id: int
     elapsed_s: float
+    waiting_s: float = 0.0
 
 
 class Shutdown(_Wire, frozen=True, tag="shutdown"):

@@ -12,6 +12,8 @@ import argparse
 
 import aner.parallel as parallel
 
+from aner_coord.scaling.load import BUSY_SHARE, LoadMeter
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,8 +32,13 @@ def run(samples: int, seed: int) -> None:
     # Load (or compile, the first time) the kernels before timing anything.
     parallel.monte_carlo(samples=1_000, seed=seed, execution=parallel.local(workers=1))
 
+    # What other processes took of the CPUs while the two runs were timed: a speedup measured
+    # beside them says as much about them as about aner.
+    meter = LoadMeter()
+    meter.start()
     serial = parallel.monte_carlo(samples=samples, seed=seed, execution=parallel.local(workers=1))
     para = parallel.monte_carlo(samples=samples, seed=seed, execution=parallel.local())
+    load = meter.stop()
 
     print(
         f"{'run':<10}{'workers':>8}{'hits':>16}{'estimate':>15}{'seconds':>10}{'M samples/s':>13}"
@@ -47,6 +54,16 @@ def run(samples: int, seed: int) -> None:
         f"speedup {speedup:.2f}x on {workers} workers "
         f"(efficiency {speedup / workers:.2f}); identical hits: {serial.hits == para.hits}"
     )
+    share = (
+        f"other processes used {load.others_cpu_share:.0%} of the {load.cpus} CPUs while this timed"
+    )
+    if load.busy:
+        print(
+            f"note: {share} (at least {BUSY_SHARE:.0%} is a busy machine): the speedup and the "
+            "efficiency understate an idle machine's; run it again when the machine is quiet"
+        )
+    else:
+        print(f"({share})")
     if serial.hits != para.hits:
         raise SystemExit("hits differ between serial and parallel runs: this is a bug")
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 
 import pytest
+import suite_env
 from slurm_support import SlurmCluster, SlurmUnavailable, start_slurm
 from sshd_support import SshdUnavailable, SshServer, start_sshd
 from support import Coordinators
@@ -14,9 +13,25 @@ from support import Coordinators
 # Slot leases (docs/contracts.md, section 13) are off for the suite, which runs many jobs at
 # once on two CPUs under pytest-xdist: they would queue behind each other. The lease tests
 # switch them back on with a table of their own (`tests/integration/test_sharing_a_machine.py`).
-os.environ["ANER_LEASES"] = "off"
-# The job index (`aner parallel jobs`) of each test process is its own, not the user's.
-os.environ["ANER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="aner-runtime-")
+# The job index (`aner parallel jobs`) of each test process is its own, not the user's; a
+# subprocess environment is built with `suite_env.child_env`, which keeps both.
+suite_env.install()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _the_users_runtime_directory_is_untouched(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Fails the run (an error at the last test's teardown) if any job index entry or lease
+    holder in the user's own runtime directory points into this run's temporary folders."""
+    yield
+    found = suite_env.strays(tmp_path_factory.getbasetemp())
+    if found:
+        pytest.fail(
+            "the suite wrote into the user's runtime directory "
+            f"({suite_env.real_runtime_dir()}): " + "; ".join(found),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

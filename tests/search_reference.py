@@ -161,21 +161,38 @@ def group_u(seed, label):
 
 
 def group_role_codes(seed, groups, test_fraction=0.15, validation_fraction=0.15):
-    """One byte per row, every row taking its group's role from the group's u."""
-    codes = np.zeros(len(groups), dtype=np.uint8)
+    """One byte per row, every row taking its group's role (docs/contracts.md, section 9,
+    Splits and groups): the distinct groups sorted by (u, label bytes); the first
+    round(t * G) test, then up to round((t + v) * G) validation, rounded half up; then
+    each wanted role (train; test if t > 0; validation if v > 0) at least one group, taken
+    one at a time from validation or test, whichever has more groups above its minimum
+    (validation on a tie)."""
+    labels = []
+    for label in groups:
+        if str(label) not in labels:
+            labels.append(str(label))
+    n = len(labels)
+    ranked = sorted(labels, key=lambda label: (group_u(seed, label), label.encode("utf-8")))
+    test_min = 1 if test_fraction > 0 else 0
+    validation_min = 1 if validation_fraction > 0 else 0
+    n_test = int(np.floor(test_fraction * n + 0.5))
+    n_validation = int(np.floor((test_fraction + validation_fraction) * n + 0.5)) - n_test
+    n_test = max(n_test, test_min)
+    n_validation = max(n_validation, validation_min)
+    while n - n_test - n_validation < 1:
+        if n_validation - validation_min >= n_test - test_min:
+            n_validation -= 1
+        else:
+            n_test -= 1
     role_of = {}
-    for r, label in enumerate(groups):
-        label = str(label)
-        if label not in role_of:
-            u = group_u(seed, label)
-            if u < test_fraction:
-                role_of[label] = ROLE_TEST
-            elif u < test_fraction + validation_fraction:
-                role_of[label] = ROLE_VALIDATION
-            else:
-                role_of[label] = ROLE_TRAIN
-        codes[r] = role_of[label]
-    return codes
+    for i, label in enumerate(ranked):
+        if i < n_test:
+            role_of[label] = ROLE_TEST
+        elif i < n_test + n_validation:
+            role_of[label] = ROLE_VALIDATION
+        else:
+            role_of[label] = ROLE_TRAIN
+    return np.array([role_of[str(label)] for label in groups], dtype=np.uint8)
 
 
 def group_pool_mask(seed, groups, test_fraction=0.15):

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite_env import child_env
 from support import reap, wait_for
 
 SLURMCTLD = "/usr/sbin/slurmctld"
@@ -165,7 +166,7 @@ def start_slurm(directory: Path) -> SlurmCluster:
     cpus = os.cpu_count() or 1
     conf = directory / "slurm.conf"
     conf.write_text(_slurm_conf(directory, socket_path, cpus))
-    env = dict(os.environ, SLURM_CONF=str(conf))
+    env = child_env(SLURM_CONF=str(conf))
     for variable in list(env):
         # Inside a real allocation, these would make srun join it instead of this cluster.
         if variable.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_")) and variable != (

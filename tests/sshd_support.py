@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite_env import child_env, isolation
 from support import reap, wait_for
 
 SSHD = "/usr/sbin/sshd"
@@ -100,6 +101,14 @@ def _keygen(path: Path) -> str:
     return f"{algorithm} {key}"
 
 
+def _session_environment() -> list[str]:
+    """`SetEnv` lines giving SSH sessions the suite's isolation (tests/suite_env.py): a granted
+    worker started over SSH takes its slots in the suite's own runtime directory, not in the
+    user's lease table. No OPENBLAS_ variable: a coordinator passes its kernel set to the
+    workers it starts itself, and the suite's sshd is stock so that tests see it do so."""
+    return [f"SetEnv {k}={v}" for k, v in sorted(isolation().items()) if v and " " not in v]
+
+
 def free_port() -> int:
     """A loopback port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -168,6 +177,7 @@ def start_sshd(directory: Path) -> SshServer:
                     "PrintMotd no",
                     f"AllowUsers {user}",
                     "LogLevel VERBOSE",
+                    *_session_environment(),
                     "",
                 ]
             ),
@@ -190,7 +200,7 @@ def start_sshd(directory: Path) -> SshServer:
         raise SshdUnavailable("sshd did not start; its log ends:\n" + text[-2000:])
 
     home = directory / "home"
-    env = dict(os.environ, HOME=str(home))
+    env = child_env(HOME=str(home))
     env.pop("SSH_AUTH_SOCK", None)
     server = SshServer(
         home=home,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from suite_env import child_env
 
 from aner_coord.jobdir.status import JobState, StatusSnapshot, decode_status
 from aner_worker.leases import Holder, Lease, LeaseTable, private_dir
@@ -368,9 +369,12 @@ HOLDING_JOB = "feedfacecafe"  # the job id a test's own lease names
 def leased_env(tmp_path: Path, cpus: int) -> dict[str, str]:
     """The environment of a user whose host has `cpus` CPU slots, leases on (the rest of the
     suite runs with them off), in a lease table of the test's own."""
-    environ = {k: v for k, v in os.environ.items() if k != "ANER_LEASES"}
-    environ.update(ANER_RUNTIME_DIR=str(tmp_path / "rt"), SLURM_CPUS_PER_TASK=str(cpus))
-    return environ
+    return child_env(
+        ANER_LEASES="on",
+        ANER_RUNTIME_DIR=str(tmp_path / "rt"),
+        ANER_STATE_DIR=str(tmp_path / "state"),  # its durable queue (`aner parallel jobs`)
+        SLURM_CPUS_PER_TASK=str(cpus),
+    )
 
 
 def hold_slots(env: dict[str, str], slots: int) -> Lease:

@@ -17,6 +17,7 @@ import msgspec
 from msgspec import Meta
 
 from aner_coord.errors import RequestError
+from aner_coord.job.local import CHOICES
 from aner_coord.requests import ClusterExecution, Execution, LocalExecution
 
 _INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")
@@ -30,8 +31,9 @@ def count(text: str) -> int:
     """An exact non-negative integer: 1000000, 1,000,000, 1_000_000 or 1e6."""
     text = text.strip()
     if not _INTEGER.fullmatch(text):
+        sign = " (0 or more)" if text.startswith("-") else ""
         raise argparse.ArgumentTypeError(
-            f"expected a whole number such as 1000000, 1,000,000 or 1e6; got {text!r}"
+            f"expected a whole number such as 1000000, 1,000,000 or 1e6{sign}; got {text!r}"
         )
     if "e" in text.lower():
         mantissa, exponent = re.split("[eE]", text)
@@ -40,6 +42,26 @@ def count(text: str) -> int:
         value: int = int(mantissa) * 10 ** int(exponent)
         return value
     return int(text.replace(",", "").replace("_", ""))
+
+
+def count_of(expected: str) -> Callable[[str], int]:
+    """`count` for a flag whose refusal says what it takes (`expected`): `--workers`, a
+    seed (a field's Meta `extra["expected"]`)."""
+
+    def parse(text: str) -> int:
+        try:
+            return count(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected {expected}; got {text.strip()!r}") from None
+
+    parse.__name__ = "count"  # argparse names the type in its own messages
+    return parse
+
+
+WORKERS_EXPECTED = (
+    "the number of local workers: 0 for the automatic policy (every effective CPU, see "
+    "`aner parallel inventory`) or a whole number of 1 or more"
+)
 
 
 def number(text: str) -> float:
@@ -70,9 +92,16 @@ def add_execution_arguments(
     cut): the flag is parsed, unlisted, for the command to refuse saying why."""
     p.add_argument(
         "--workers",
-        type=count,
+        type=count_of(WORKERS_EXPECTED),
         default=0,
         help="local workers (default 0: automatic, see `aner parallel inventory`)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=CHOICES,
+        default="auto",
+        help="local workers as threads or worker processes (default auto: processes for "
+        "work that holds the GIL, see `aner parallel inventory`)",
     )
     p.add_argument(
         "--chunk",
@@ -101,6 +130,14 @@ def add_execution_arguments(
         help="lost workers to survive: their chunks go to the others (default 0)",
     )
     p.add_argument(
+        "--task-timeout",
+        type=number,
+        default=None,
+        metavar="SECONDS",
+        help="a worker whose task computes longer than this is lost (default: 20 times the "
+        "slowest task measured so far per item, at least ANER_WORKER_RESULT_S)",
+    )
+    p.add_argument(
         "--after",
         metavar="DIR",
         help="start once the job in DIR completes; fail, saying why, if it fails or is cancelled",
@@ -113,6 +150,17 @@ def add_execution_arguments(
         "taken, instead of queueing",
     )
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    add_json_argument(p)
+
+
+def add_json_argument(p: argparse.ArgumentParser) -> None:
+    """A job command's `--json` (`aner_coord.cli.outcome`)."""
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (aner-job-outcome/1: the job directory, its state, the "
+        "exit status and reason, the result's summary) and nothing else on stdout",
+    )
 
 
 def add_strict_bits_argument(p: argparse.ArgumentParser) -> None:
@@ -130,13 +178,15 @@ def execution_from_args(args: argparse.Namespace) -> Execution:
     if args.cluster is not None:
         if args.workers:
             raise RequestError("--workers applies to local runs; a cluster file sets slots")
+        if args.backend != "auto":
+            raise RequestError("--backend applies to local runs; a cluster file names workers")
         return ClusterExecution(config=args.cluster, chunk=args.chunk, strict_bits=args.strict_bits)
     if args.strict_bits:
         raise RequestError(
-            "--strict-bits applies to a worker group (--cluster FILE): local threads compute "
-            "in this one process, with one kernel set"
+            "--strict-bits applies to a worker group (--cluster FILE): local workers run "
+            "this one installation, with one kernel set"
         )
-    return LocalExecution(workers=args.workers, chunk=args.chunk)
+    return LocalExecution(workers=args.workers, chunk=args.chunk, backend=args.backend)
 
 
 # -- a computation's options, from its request type --------------------------------------
@@ -175,9 +225,9 @@ def _sizes(parts: int | None) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-def _parser_of(kind: Any) -> Callable[[str], Any]:
+def _parser_of(kind: Any, expected: str | None = None) -> Callable[[str], Any]:
     if kind is int:
-        return count
+        return count if expected is None else count_of(expected)
     if kind is float:
         return number
     if typing.get_origin(kind) is tuple:
@@ -220,7 +270,11 @@ def add_request_arguments(
             continue
         if not field.required and field.default is not None:
             words += f" (default {_shown(field.default)})"
-        options: dict[str, Any] = {"type": _parser_of(inner), "help": words, "default": None}
+        options: dict[str, Any] = {
+            "type": _parser_of(inner, extra.get("expected")),
+            "help": words,
+            "default": None,
+        }
         if "choices" in extra:
             options["choices"] = extra["choices"]
         if "metavar" in extra:

@@ -29,7 +29,7 @@ def _lines(report: dict[str, Any]) -> list[str]:
     lines = [
         f"aner         {report['aner']} (protocol {report['protocol']})",
         f"fingerprint  {report['fingerprint']}",
-        f"build        install {build['install_hash']}, editable {build['editable']}",
+        f"build        install {build['install_hash']}, editable {_editable(build['editable'])}",
         f"numeric      numpy {build['numpy']}, numba {build['numba']}, BLAS {build['blas']} "
         f"({build['blas_threads']} threads)",
         f"precisions   {', '.join(report['precisions'])}",
@@ -63,3 +63,7 @@ def _lines(report: dict[str, Any]) -> list[str]:
     if report.get("bits"):
         lines.append(f"kernel sets  {report['bits']}")
     return lines
+
+
+def _editable(value: bool | None) -> str:
+    return "unknown" if value is None else str(value).lower()

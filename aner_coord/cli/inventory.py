@@ -16,11 +16,14 @@ def add_inventory_arguments(p: argparse.ArgumentParser) -> None:
 def inventory_command(args: argparse.Namespace) -> int:
     import msgspec
 
+    from aner_coord.job.local import choice_lines, choices_dict
     from aner_worker.inventory import current, format_table
 
     inv = current()
     if args.json:
-        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(inv.to_dict())) + b"\n")
+        report = {**inv.to_dict(), "local_execution": choices_dict(inv.auto_workers)}
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
     else:
         print(format_table(inv))
+        print("\n".join(choice_lines(inv.auto_workers)))
     return 0

@@ -10,13 +10,16 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 
 from aner_coord.admission import Job, admit, precheck, strict_bits_request, with_strict_bits
+from aner_coord.cli import outcome
 from aner_coord.cli.arguments import (
     add_execution_arguments,
+    add_json_argument,
     add_request_arguments,
     add_strict_bits_argument,
     execution_from_args,
@@ -91,6 +94,7 @@ def add_resume_arguments(p: argparse.ArgumentParser) -> None:
         "taken, instead of queueing",
     )
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    add_json_argument(p)
     add_strict_bits_argument(p)
 
 
@@ -140,6 +144,7 @@ def job_request(args: argparse.Namespace, computation: ComputationRequest) -> Jo
         output=args.output,
         audit=args.audit,
         retries=args.retries,
+        task_timeout=args.task_timeout,
         after=args.after,
     )
 
@@ -205,6 +210,7 @@ def start(
     --background only the checks that do no work in proportion to the data's rows are made
     here (`precheck`, `check_resumable`): the detached coordinator admits the job whole
     before it says it is ready, and sends back its refusal or the notes (`submit`)."""
+    quiet = args.quiet or args.json  # with --json stdout holds the one document alone
     if args.background:
         from aner_coord.cli.background import submit
 
@@ -215,16 +221,18 @@ def start(
             strict = request is None and args.strict_bits
             if strict:
                 strict_bits_request(prechecked.request)  # refused here, as in the foreground
-            return submit(
-                prechecked, quiet=args.quiet, resume=True, wait=not args.no_wait, strict=strict
+            status = submit(
+                prechecked, quiet=quiet, resume=True, wait=not args.no_wait, strict=strict
             )
+            return _submitted(args, prechecked.output, status)
         assert request is not None
         # The coordinator's refusal is raised here, to be named as the user named things.
-        return admit_spec(
+        status = admit_spec(
             request,
             args,
-            lambda r: submit(precheck(r), quiet=args.quiet, wait=not args.no_wait),
+            lambda r: submit(precheck(r), quiet=quiet, wait=not args.no_wait),
         )
+        return _submitted(args, None if request.output is None else Path(request.output), status)
     job: Job
     resumption: Resumption | None = None
     if resume is not None:
@@ -236,18 +244,22 @@ def start(
     else:
         assert request is not None
         job = admit_spec(request, args, admit)
-        if not args.quiet:
+        if not quiet:
             for note in job.notes:
                 print(f"aner: note: {note}", file=sys.stderr)
     from aner_coord.cli.sdnotify import Notifier
 
     notifier = Notifier.from_environment()  # run by a systemd Type=notify unit
+    as_json = args.command if args.json else None
     if notifier is None:
-        return run_foreground(job, quiet=args.quiet, resume=resumption, wait=not args.no_wait)
+        return run_foreground(
+            job, quiet=quiet, resume=resumption, wait=not args.no_wait, as_json=as_json
+        )
     try:
         return run_foreground(
             job,
-            quiet=args.quiet,
+            quiet=quiet,
+            as_json=as_json,
             resume=resumption,
             wait=not args.no_wait,
             extra_observers=(notifier,),
@@ -291,10 +303,19 @@ def resume_command(args: argparse.Namespace) -> int:
     return start(None, args=args, resume=args.job)
 
 
+def _submitted(args: argparse.Namespace, output: Path | None, status: int) -> int:
+    """With --json, the document of a job handed to its background coordinator."""
+    if args.json:
+        reason = "submitted to a background coordinator: follow it with `aner parallel status`"
+        outcome.emit(outcome.document(args.command, output, "SUBMITTED", status, reason))
+    return status
+
+
 def run_foreground(
     job: Job,
     *,
     quiet: bool,
+    as_json: str | None = None,
     resume: Resumption | None = None,
     extra_observers: tuple[Callable[..., None], ...] = (),
     on_ready: Callable[[], None] | None = None,
@@ -320,6 +341,8 @@ def run_foreground(
             )
 
     report = run_sync(main())
+    if as_json is not None:
+        return json_outcome(as_json, job, report)
     return report_outcome(job, report, quiet=quiet)
 
 
@@ -330,11 +353,25 @@ def report_outcome(job: Job, report: JobReport, *, quiet: bool) -> int:
             print(report.result.summary() + where)
         return EXIT_OK
     if report.state is JobState.CANCELLED:
-        print(
-            f"aner: job cancelled{where}; partial counts are diagnostic only: "
-            f"{describe(report.snapshot)}",
-            file=sys.stderr,
-        )
+        print(f"aner: job {_cancelled(report)}{where}", file=sys.stderr)
         return EXIT_CANCELLED
     print(f"aner: job failed{where}: {report.error}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _cancelled(report: JobReport) -> str:
+    return f"cancelled; partial counts are diagnostic only: {describe(report.snapshot)}"
+
+
+def json_outcome(command: str, job: Job, report: JobReport) -> int:
+    """`--json`: the outcome as one document on stdout (`outcome`); the exit status as
+    without it."""
+    state = report.state
+    if state is JobState.COMPLETED:
+        status, reason, summary = EXIT_OK, "completed", report.result.summary()
+    elif state is JobState.CANCELLED:
+        status, reason, summary = EXIT_CANCELLED, _cancelled(report), ""
+    else:
+        status, reason, summary = EXIT_FAILED, f"failed: {report.error}", ""
+    outcome.emit(outcome.document(command, job.output, state.value, status, reason, summary))
+    return status

@@ -227,6 +227,16 @@ def _foreign_holder(directory: jobdir.JobDir) -> str | None:
 # --------------------------------------------------------------------------- rendering
 
 
+def elapsed_text(snap: StatusSnapshot) -> str:
+    """Both clocks, labelled: since the job was submitted (queueing included) and since its
+    coordinator started it, as of the snapshot. A queued job has not started."""
+    submitted = snap.submitted_at if snap.submitted_at is not None else snap.created_at
+    since_submission = max(0.0, snap.updated_at - submitted)
+    if snap.state is JobState.QUEUED or snap.phase == "ended while queued":
+        return f"{since_submission:.1f} s since submission (not started)"
+    return f"{since_submission:.1f} s since submission, {snap.elapsed_s:.1f} s since start"
+
+
 def render_lines(job: Path, obs: Observation) -> list[str]:
     """The human view: state, work done of planned, rate, ETA, position, workers, error."""
     snap = obs.snapshot
@@ -248,7 +258,7 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         eta = eta_text(snap.eta_s, upper_bound=snap.work_upper_bound)
         sooner = " (early stopping may end it sooner)" if snap.work_upper_bound else ""
         lines.append(f"eta       {eta}{sooner if snap.eta_s is not None else ''}")
-    lines.append(f"elapsed   {snap.elapsed_s:.1f} s")
+    lines.append(f"elapsed   {elapsed_text(snap)}")
     position = position_text(snap)
     if position is not None:
         lines.append(f"training  {position}")
@@ -259,7 +269,8 @@ def render_lines(job: Path, obs: Observation) -> list[str]:
         lines.append(f"pass      {snap.pass_index} of {most}{passes} ({snap.phase})")
         if snap.committed_steps is not None:
             lines.append(f"steps     {snap.committed_steps} committed")
-    lines.extend(f"plan      {note}" for note in snap.notes)
+    plan = [snap.plan] if snap.plan is not None else []  # how local workers run, and why
+    lines.extend(f"plan      {note}" for note in [*plan, *snap.notes])
     queued = queue_text(snap)
     if queued is not None:
         lines.append(f"queued    {queued}")
@@ -362,7 +373,10 @@ def add_status_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_cancel_arguments(p: argparse.ArgumentParser) -> None:
+    from aner_coord.cli.arguments import add_json_argument
+
     p.add_argument("--job", required=True, metavar="DIR", help="the job directory to cancel")
+    add_json_argument(p)
 
 
 def status_command(args: argparse.Namespace) -> int:
@@ -370,7 +384,7 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def cancel_command(args: argparse.Namespace) -> int:
-    return cancel(args.job)
+    return cancel(args.job, as_json=args.json)
 
 
 def status(job: str, *, as_json: bool, watch: bool) -> int:
@@ -528,7 +542,9 @@ class _LiveView:
 # --------------------------------------------------------------------------- cancel
 
 
-def cancel(job: str) -> int:
+def cancel(job: str, *, as_json: bool = False) -> int:
+    """`aner parallel cancel`; with `as_json` its outcome is one `aner-job-outcome/1`
+    document on stdout (`aner_coord.cli.outcome`) in place of its lines."""
     path = Path(job)
     with open_job_dir(path) as directory:
         owner = os.fstat(directory.fileno()).st_uid
@@ -536,53 +552,62 @@ def cancel(job: str) -> int:
             raise RequestError(
                 f"job {path} belongs to another user (uid {owner}): only its owner can cancel it"
             )
-        return _cancel(directory)
+        state, status, line, to_stderr = _cancel(directory, quiet=as_json)
+    if as_json:
+        from aner_coord.cli import outcome
+
+        reason = line.removeprefix("aner: ")
+        outcome.emit(outcome.document("cancel", path, state, status, reason))
+    else:
+        print(line, file=sys.stderr if to_stderr else sys.stdout)
+    return status
 
 
-def _cancel(directory: jobdir.JobDir) -> int:
+def _cancel(directory: jobdir.JobDir, *, quiet: bool) -> tuple[str, int, str, bool]:
+    """Ask the job to stop and wait for it: its state, the exit status, the final line and
+    whether that line is an error (stderr). `quiet`: no line while waiting."""
     from aner_coord.runner import run_sync
 
     path = directory.path
     obs = observe(directory, settle_s=SETTLE_S)
     if obs.state is OFFLINE:
-        print(
+        line = (
             f"aner: job {path} is {OFFLINE.value} (last confirmed state "
             f"{obs.snapshot.state.value}, "
             f"{obs.age_s:.1f} s ago): there is no coordinator to cancel"
-            + (f"; {obs.note}" if obs.lock_held and obs.note else ""),
-            file=sys.stderr,
+            + (f"; {obs.note}" if obs.lock_held and obs.note else "")
         )
-        return obs.exit_code
+        return obs.state.value, obs.exit_code, line, True
     if obs.snapshot.terminal:
-        print(f"job {path} has already ended: {obs.state.value}; nothing to cancel")
-        return obs.exit_code
+        line = f"job {path} has already ended: {obs.state.value}; nothing to cancel"
+        return obs.state.value, obs.exit_code, line, False
     request = f"cancel requested by uid {os.getuid()} at {time.time():.3f}\n"
     try:
         directory.write_bytes(jobdir.CANCEL_REQUEST, request.encode())
     except jobdir.JobDirError as exc:  # nothing was asked of the job: the user's to fix
         raise RequestError(f"cannot request the cancel: {exc}") from None
-    print(f"cancel requested; waiting up to {CANCEL_WAIT_S:g} s for job {path} to stop")
+    if not quiet:
+        print(f"cancel requested; waiting up to {CANCEL_WAIT_S:g} s for job {path} to stop")
     end = run_sync(follow(directory, lambda _obs, _changed: None, timeout_s=CANCEL_WAIT_S))
     if end is None:
-        print("aner: stopped waiting; the cancel request stands", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return _report_cancel(path, end)
+        line = "aner: stopped waiting; the cancel request stands"
+        return obs.state.value, EXIT_INTERRUPTED, line, True
+    line, to_stderr = _report_cancel(path, end)
+    return end.state.value, end.exit_code, line, to_stderr
 
 
-def _report_cancel(job: Path, obs: Observation) -> int:
+def _report_cancel(job: Path, obs: Observation) -> tuple[str, bool]:
+    """The line that ends a cancel, and whether it is an error."""
     snap = obs.snapshot
     if obs.state is JobState.CANCELLED:
-        print(f"job {job} CANCELLED; partial counts are diagnostic only: {describe(snap)}")
-    elif obs.state is JobState.COMPLETED:
-        print(f"job {job} COMPLETED before the cancel took effect: {job / jobdir.RESULT}")
-    elif obs.state is JobState.FAILED:
-        print(f"aner: job {job} FAILED: {bounded_message(snap.error or '', None)}", file=sys.stderr)
-    elif obs.state is OFFLINE:
-        print(f"aner: job {job} is {OFFLINE.value}: its coordinator is gone", file=sys.stderr)
-    else:
-        print(
-            f"aner: job {job} is still {obs.state.value} after {CANCEL_WAIT_S:g} s; the request "
-            f"stands: follow it with `aner parallel status --job {job} --watch`",
-            file=sys.stderr,
-        )
-    return obs.exit_code
+        return f"job {job} CANCELLED; partial counts are diagnostic only: {describe(snap)}", False
+    if obs.state is JobState.COMPLETED:
+        return f"job {job} COMPLETED before the cancel took effect: {job / jobdir.RESULT}", False
+    if obs.state is JobState.FAILED:
+        return f"aner: job {job} FAILED: {bounded_message(snap.error or '', None)}", True
+    if obs.state is OFFLINE:
+        return f"aner: job {job} is {OFFLINE.value}: its coordinator is gone", True
+    return (
+        f"aner: job {job} is still {obs.state.value} after {CANCEL_WAIT_S:g} s; the request "
+        f"stands: follow it with `aner parallel status --job {job} --watch`"
+    ), True

@@ -54,13 +54,27 @@ def percent(snapshot: StatusSnapshot) -> float:
     return min(99.9, math.floor(1000.0 * snapshot.fraction) / 10)
 
 
+def items_percent(snapshot: StatusSnapshot) -> float:
+    """The items done in percent of the planned items, rounded as `percent` is."""
+    if snapshot.state is JobState.COMPLETED:
+        return 100.0
+    total = snapshot.total_work
+    return min(99.9, math.floor(1000.0 * snapshot.accepted / total) / 10) if total else 0.0
+
+
 def work_text(snapshot: StatusSnapshot) -> str:
-    """`12,345 of 50,000 rows (24.6%)`; `of at most` while early stopping may end it sooner."""
+    """`12,345 of 50,000 rows (24.6%)`; `of at most` while early stopping may end it sooner.
+    Where the planned cost done differs from the items done (a Dense training's evaluated
+    rows cost less than its training rows), both are given, each labelled:
+    `70,228 of 340,418 rows (20.6% of the rows, 1.4% of the cost)`."""
     bound = "at most " if snapshot.work_upper_bound else ""
-    return (
-        f"{snapshot.accepted:,} of {bound}{snapshot.total_work:,} {snapshot.unit} "
-        f"({percent(snapshot):.1f}%)"
+    by_cost, by_items = percent(snapshot), items_percent(snapshot)
+    shown = (
+        f"{by_cost:.1f}%"
+        if by_cost == by_items
+        else f"{by_items:.1f}% of the {snapshot.unit}, {by_cost:.1f}% of the cost"
     )
+    return f"{snapshot.accepted:,} of {bound}{snapshot.total_work:,} {snapshot.unit} ({shown})"
 
 
 def position_text(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
@@ -110,7 +124,8 @@ def _where(snapshot: StatusSnapshot, *, short: bool = False) -> str | None:
     position = position_text(snapshot, short=short)
     if position is not None:
         return position
-    return snapshot.phase if snapshot.passes > 1 else None
+    # A call still admitting its job has no work planned: its phase is all there is to say.
+    return snapshot.phase if snapshot.passes > 1 or not snapshot.passes else None
 
 
 def pacing_text(worker: WorkerAccount) -> str:
@@ -129,6 +144,8 @@ def describe(snapshot: StatusSnapshot) -> str:
     """One line: state, where it stands, work done of planned, rate, ETA."""
     where = _where(snapshot)
     phase = f" [{where}]" if where else ""
+    if not snapshot.passes:  # still admitting: nothing planned to count yet
+        return f"{snapshot.state.value}{phase}"
     eta = format_eta(snapshot.eta_s, upper_bound=snapshot.work_upper_bound)
     return f"{snapshot.state.value}{phase} {work_text(snapshot)}, {rate_text(snapshot)}, {eta}"
 
@@ -136,13 +153,20 @@ def describe(snapshot: StatusSnapshot) -> str:
 def compact(snapshot: StatusSnapshot) -> str:
     """The live line's detail, short enough for an 80-column terminal beside the bar."""
     where = _where(snapshot, short=True)
+    if not snapshot.passes:  # still admitting: nothing planned to count yet
+        return where or ""
     phase = f"{where}, " if where else ""
     bound = "<=" if snapshot.work_upper_bound else ""
     eta = format_eta(snapshot.eta_s, upper_bound=snapshot.work_upper_bound)
-    return (
-        f"{phase}{percent(snapshot):5.1f}% of {bound}{si(snapshot.total_work)} {snapshot.unit}, "
-        f"{si(snapshot.throughput) if snapshot.throughput else '--'}/s, {eta}"
-    )
+    by_cost = percent(snapshot)
+    if by_cost == items_percent(snapshot):
+        done = f"{by_cost:5.1f}% of {bound}{si(snapshot.total_work)} {snapshot.unit}"
+    else:  # the percent is of the cost, not of the items: say so, and give the items
+        done = (
+            f"{by_cost:5.1f}% of the cost, {si(snapshot.accepted)} of {bound}"
+            f"{si(snapshot.total_work)} {snapshot.unit}"
+        )
+    return f"{phase}{done}, {si(snapshot.throughput) if snapshot.throughput else '--'}/s, {eta}"
 
 
 class LiveProgress:

@@ -276,6 +276,16 @@ class Prechecks(Protocol):
 
 
 @runtime_checkable
+class UnevenTasks(Protocol):
+    """A computation whose tasks' cost does not follow their items (a search's fits differ
+    by candidate, a thousandfold between the smallest and largest layers): the tasks measured
+    before one say nothing of its cost, so its default deadline is the ceiling
+    (`aner_coord.job.liveness.Deadline`; docs/contracts.md, section 6)."""
+
+    uneven_tasks: ClassVar[bool]
+
+
+@runtime_checkable
 class WritesFiles(Protocol):
     """A run that leaves files in its job directory (a model, say) however the job ended:
     their names and bytes; the job directory writes them, before `result.json`."""

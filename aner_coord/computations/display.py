@@ -8,6 +8,7 @@ import html
 from collections.abc import Sequence
 
 MAX_ROWS = 50  # rows of a table shown before "and N more"
+MAX_REPR_LINES = 5  # lines of a result's `repr`, whatever its summary holds
 MAX_CELL = 200  # characters of a cell (a note, a long option list)
 
 
@@ -44,3 +45,21 @@ def records_table(header: Sequence[str], rows: Sequence[Sequence[object]], more:
 def short(text: str, limit: int = 300) -> str:
     """One line of a `repr`, cut at `limit` characters."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def repr_lines(head: str, summary: str, tail: Sequence[str] = ()) -> str:
+    """A result's `repr`: `head`, its summary's lines indented, `tail`, in at most
+    MAX_REPR_LINES lines (the summary's last lines give way, named by how many: the whole
+    is `summary()`)."""
+    lines = [f"  {short(line)}" for line in summary.split("\n") if line]
+    room = MAX_REPR_LINES - 1 - len(tail)
+    if len(lines) > room:
+        left = len(lines) - room + 1
+        lines = [*lines[: room - 1], f"  ... {left} more line(s): summary()"]
+    return "\n".join([short(head), *lines, *(f"  {short(t)}" for t in tail)])
+
+
+def result_table(title: str, result: object, names: Sequence[str], summary: str) -> str:
+    """The HTML table of a plain result: its fields `names`, then its summary."""
+    fields = [(name, getattr(result, name)) for name in names]
+    return fields_table(title, [*fields, ("summary", summary)])

@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar
 from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, PassSpec
+from aner_coord.computations.display import repr_lines, result_table
 from aner_coord.computations.replicates import (
     WHOLE_REPLICATE,
     ReplicatesResult,
@@ -70,6 +71,14 @@ class MonteCarloResult(ResultBase, frozen=True, tag="monte-carlo"):
             f"pi ~ {self.estimate:.10f} | {len(self.workers)} worker(s), "
             f"{self.seconds:.3f} s, {self.throughput / 1e6:,.1f} M samples/s"
         )
+
+    def __repr__(self) -> str:
+        head = f"MonteCarloResult({self.stream}, seed {self.seed}, {self.samples:,} samples)"
+        return repr_lines(head, self.summary(), ("to_dict(): every field, the accounting",))
+
+    def _repr_html_(self) -> str:
+        names = ("stream", "seed", "samples", "hits", "estimate", "seconds")
+        return result_table("Monte Carlo estimate of pi", self, names, self.summary())
 
 
 def _plausible(hits: int, count: int) -> str | None:
@@ -261,5 +270,8 @@ class ReplicatesRun:
         if state is not JobState.COMPLETED:
             return {}
         rows = self.rows()
-        title = f"{len(rows)} replicates of {self._request.samples:,} samples"
-        return replicates_files(rows, _HEADLINE, title)
+        title = (
+            f"Monte Carlo estimates of pi: {len(rows)} replicates of "
+            f"{self._request.samples:,} samples"
+        )
+        return replicates_files(rows, _HEADLINE, title, {"estimate": ("pi", math.pi)})

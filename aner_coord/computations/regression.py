@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar
 from msgspec import Meta
 
 from aner_coord.computations.base import Accounting, Admitted, Diverged, PassSpec, readable
+from aner_coord.computations.display import repr_lines, result_table
 from aner_coord.computations.replicates import (
     ReplicatesResult,
     check_replicates,
@@ -76,6 +77,15 @@ class RegressionResult(ResultBase, frozen=True, tag="regression"):
             f"{self.fit_accuracy:.6f} (on the fitted rows) | {len(self.workers)} worker(s), "
             f"{self.seconds:.3f} s"
         )
+
+    def __repr__(self) -> str:
+        head = f"RegressionResult({self.fixture}, seed {self.seed}, {self.samples:,} rows)"
+        return repr_lines(head, self.summary(), ("theta, to_dict(): the parameters, every field",))
+
+    def _repr_html_(self) -> str:
+        names = ("fixture", "seed", "samples", "steps", "rate", "initial_loss", "final_loss",
+                 "fit_accuracy", "seconds")  # fmt: skip
+        return result_table("Logistic regression fit", self, names, self.summary())
 
 
 _FIT_FIELDS = (
@@ -320,5 +330,7 @@ class ReplicatesRun:
         if state is not JobState.COMPLETED:
             return {}
         rows = self.rows()
-        title = f"{len(rows)} replicates of {self._request.samples:,} rows"
+        title = (
+            f"Logistic regression fits: {len(rows)} replicates of {self._request.samples:,} rows"
+        )
         return replicates_files(rows, _HEADLINE, title)

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from aner_coord.computations.base import Accounting, readable
+from aner_coord.computations.display import fields_table, records_table, repr_lines
 from aner_coord.errors import RequestError
 from aner_coord.jobdir.results import ResultBase
 
@@ -120,37 +121,64 @@ def replicates_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
     return out.getvalue().encode()
 
 
-def replicates_png(
-    rows: Sequence[Mapping[str, Any]], fields: Sequence[str], title: str
-) -> bytes | None:
-    """Each of `fields` per replicate, with its mean and a band of one standard error; None
-    without matplotlib (the `charts` extra), whose absence costs only the picture."""
-    try:
-        import matplotlib
+# The band drawn about a replicates mean: its normal 95% confidence interval.
+Z_95 = 1.959963984540054
 
-        matplotlib.use("Agg")
-        from matplotlib import pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError:
-        return None
-    figure, axes = plt.subplots(len(fields), 1, figsize=(7, 2.4 * len(fields)), squeeze=False)
+
+def replicates_figure(
+    rows: Sequence[Mapping[str, Any]],
+    fields: Sequence[str],
+    title: str,
+    references: Mapping[str, tuple[str, float]] | None = None,
+) -> Any:
+    """The figure of `replicates_png` (matplotlib's `Figure`), for a test to read its titles
+    and labels; ImportError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    # A journal column (3.5 in) at twice its width: labels stay readable printed at half.
+    figure = Figure(figsize=(7, 2.6 * len(fields)), layout="constrained")
+    axes = figure.subplots(len(fields), 1, squeeze=False)
     for ax, name in zip(axes[:, 0], fields, strict=True):
         values = [float(row[name]) for row in rows]
         summary = summarize_field(values)
-        ax.plot(range(len(values)), values, "o", markersize=3, label=name)
-        ax.axhline(summary.mean, color="black", linewidth=1, label="mean")
+        ax.plot(range(len(values)), values, "o", markersize=3, label=f"{name} of a replicate")
+        ax.axhline(summary.mean, color="black", linewidth=1, label=f"mean {summary.mean:.6g}")
         if summary.standard_error is not None:
-            low, high = summary.mean - summary.standard_error, summary.mean + summary.standard_error
-            ax.axhspan(low, high, color="grey", alpha=0.3, label="± standard error")
-        ax.set_ylabel(name)
+            half = Z_95 * summary.standard_error
+            ax.axhspan(summary.mean - half, summary.mean + half, color="grey", alpha=0.3,
+                       label="95% confidence interval of the mean")  # fmt: skip
+        if references is not None and name in references:
+            what, value = references[name]
+            ax.axhline(value, color="tab:red", linestyle="--", linewidth=1,
+                       label=f"{what} = {value:.6g}")  # fmt: skip
+        ax.set_ylabel(f"{name} (per replicate)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # replicates are counted
         ax.legend(loc="best", fontsize="small")
-    axes[-1, 0].set_xlabel("replicate")
-    axes[0, 0].set_title(title)
-    figure.tight_layout()
+    axes[-1, 0].set_xlabel("replicate (index, from 0)")
+    figure.suptitle(title, fontsize="medium")
+    return figure
+
+
+def replicates_png(
+    rows: Sequence[Mapping[str, Any]],
+    fields: Sequence[str],
+    title: str,
+    references: Mapping[str, tuple[str, float]] | None = None,
+) -> bytes | None:
+    """Each of `fields` per replicate, with its mean and the mean's 95% confidence interval,
+    and a reference value where one exists (`references`: field to its name and value, as
+    pi for Monte Carlo's estimate); None without matplotlib (the `charts` extra), whose
+    absence costs only the picture."""
+    try:
+        figure = replicates_figure(rows, fields, title, references)
+    except ImportError:
+        return None
     out = io.BytesIO()
     figure.savefig(out, format="png", dpi=100, metadata={"Software": None})
-    plt.close(figure)
     return out.getvalue()
 
 
@@ -182,6 +210,25 @@ class ReplicatesResult(ResultBase, frozen=True, tag="replicates"):
             f"{self.replicates} replicates of {self.of}, seed {self.seed}: {shown} (mean +- "
             f"standard error){pooled} | {len(self.workers)} worker(s), {self.seconds:.3f} s"
         )
+
+    def __repr__(self) -> str:
+        head = (
+            f"ReplicatesResult({self.replicates} of {self.of}, {self.contract}, seed {self.seed})"
+        )
+        tail = ("per_replicate: one record per replicate; aggregate: each field's mean and spread",)
+        return repr_lines(head, self.summary(), tail)
+
+    def _repr_html_(self) -> str:
+        header = [*self.aggregate]
+        rows = [[row.get(name, "") for name in ("replicate", "seed", *header)]
+                for row in self.per_replicate]  # fmt: skip
+        fields: list[tuple[str, object]] = [
+            ("replicates", f"{self.replicates} of {self.of} ({self.contract}), seed {self.seed}"),
+            *((name, _spread(self.aggregate[name])) for name in self.headline),
+            ("summary", self.summary()),
+        ]
+        table = records_table(["replicate", "seed", *header], rows, "per_replicate")
+        return fields_table("Replicates", fields) + table
 
 
 def _spread(summary: FieldSummary) -> str:
@@ -218,11 +265,14 @@ def replicates_result(
 
 
 def replicates_files(
-    rows: Sequence[Mapping[str, Any]], headline: Sequence[str], title: str
+    rows: Sequence[Mapping[str, Any]],
+    headline: Sequence[str],
+    title: str,
+    references: Mapping[str, tuple[str, float]] | None = None,
 ) -> dict[str, bytes]:
     """`replicates.csv`, and `replicates.png` where matplotlib is installed."""
     out = {"replicates.csv": replicates_csv(rows)}
-    png = replicates_png(rows, headline, title)
+    png = replicates_png(rows, headline, title, references)
     if png is not None:
         out["replicates.png"] = png
     return out

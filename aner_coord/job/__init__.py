@@ -7,8 +7,9 @@
 - `coordinator`: the asyncio shell that carries the machine's instructions out and feeds
   what happened back as events; publishes status snapshots;
 - `backend`, `threads`, `processes`: where tasks run: local threads, or worker processes
-  over a transport; `link`: a worker process's command line, start, handshake and events,
-  for everything that talks to one; `pool`: a session's worker processes kept between jobs;
+  over a transport; `local`: which of the two a local job's workers are, per kernel;
+  `link`: a worker process's command line, start, handshake and events, for everything
+  that talks to one; `pool`: a session's worker processes kept between jobs;
 - `staging`: file data sent to worker processes once per job; `pacing`: how many tasks a
   worker holds, from its measured round trip; `timing`: one record per task, and
   the compute, transfer and wait seconds they add up to; `timeline`: those records and the

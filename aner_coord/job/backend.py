@@ -66,6 +66,8 @@ class BackendPlan:
     stage: StagePlan | None = None  # file data staged to worker processes once per job
     pool: WorkerPool | None = None  # a session's kept workers
     precision: str | None = None  # the compute precision each worker must offer
+    task_timeout: float | None = None  # --task-timeout: seconds a task may compute
+    uneven_tasks: bool = False  # tasks whose cost does not follow their items (a search's)
 
 
 class MakesBackend(Protocol):

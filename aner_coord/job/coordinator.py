@@ -30,7 +30,13 @@ import msgspec
 
 from aner_coord.admission import Job
 from aner_coord.computations import Accounting, Run
-from aner_coord.computations.base import Checkpoints, ExplainsDifference, Segment, kernel_of
+from aner_coord.computations.base import (
+    Checkpoints,
+    ExplainsDifference,
+    Segment,
+    UnevenTasks,
+    kernel_of,
+)
 from aner_coord.errors import bounded_message
 from aner_coord.job.audits import TOLERANCE, AuditBook
 from aner_coord.job.backend import Backend, BackendPlan, backend_for
@@ -123,7 +129,10 @@ class Coordinator:
         checkpoint: Restored | None = None,
         checkpoints: Checkpointer | None = None,
         timeline: TimelineWriter | None = None,
+        submitted_at: float | None = None,
     ) -> None:
+        """`submitted_at`: when the job was submitted, where it queued for its slots first
+        (None: now, as it starts at once)."""
         self.job = job
         self._timeline_writer = timeline
         self._timeline: JobTimeline | None = None
@@ -161,6 +170,7 @@ class Coordinator:
         self._kept: tuple[int, dict[str, int]] = (0, {})  # recovered items, by kind
         self._seq = first_seq
         self._created = time.time()
+        self._submitted = submitted_at if submitted_at is not None else self._created
         self._started = time.monotonic()
         self._backend: Backend | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -561,6 +571,8 @@ class Coordinator:
                 stage=plan_of(self._run),
                 pool=self._pool,
                 precision=precision_of(self._run),
+                task_timeout=job.request.task_timeout,
+                uneven_tasks=isinstance(job.computation, UnevenTasks),
             )
         )
 
@@ -593,6 +605,7 @@ class Coordinator:
             kind=self.job.kind,
             pid=os.getpid(),
             created_at=self._created,
+            submitted_at=self._submitted,
             updated_at=now,
             elapsed_s=round(elapsed, 6),
             requested=self.job.admitted.items,
@@ -623,6 +636,7 @@ class Coordinator:
             work_upper_bound=upper_bound,
             position=progress.position,
             notes=[*self.job.notes, *self._bits_notes(progress.workers)],
+            plan=self.job.plan_line,
             steps_recovered=self._steps_recovered,
             checkpointed_steps=self._checkpoints.steps if self._checkpoints is not None else None,
             fraction_done=round(fraction, 6),

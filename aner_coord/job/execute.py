@@ -245,6 +245,7 @@ async def _execute(
         async with job_files(job, resume, writer_failed, policy, key, with_timeline) as files:
             chain = _observers(files, key, observers, on_ready, on_directory)
             first_seq = resume.last_seq if resume is not None else 0
+            submitted: float | None = None
             if ticket.waiting is not None:
                 queue = QueuedPublisher(job, chain, first_seq)
                 async with _cancel_requests(files, cancel):
@@ -252,9 +253,17 @@ async def _execute(
                 if turn.cancelled or turn.failure is not None:
                     return _ended_while_queued(files, queue, turn)
                 first_seq = queue.seq
+                submitted = queue.created
             if coordinator is None:
                 coordinator = _late_coordinator(
-                    job, resume, chain, files, cancel=cancel, pool=pool, first_seq=first_seq
+                    job,
+                    resume,
+                    chain,
+                    files,
+                    cancel=cancel,
+                    pool=pool,
+                    first_seq=first_seq,
+                    submitted_at=submitted,
                 )
             else:
                 coordinator.attach(
@@ -309,6 +318,7 @@ def _late_coordinator(
     cancel: asyncio.Event,
     pool: WorkerPool | None,
     first_seq: int,
+    submitted_at: float | None = None,
 ) -> Coordinator:
     """The coordinator of a job that resumes, or that waited for its slots: made once its
     directory is ready, its statuses numbered after those already written; a new job's
@@ -324,6 +334,7 @@ def _late_coordinator(
         checkpoint=resume.checkpoint if resume is not None else None,
         checkpoints=files.checkpoints if files is not None else None,
         timeline=files.timeline if files is not None else None,
+        submitted_at=submitted_at,
     )
     if resume is None:
         coordinator.launch()

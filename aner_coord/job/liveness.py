@@ -32,7 +32,20 @@ ANER_WORKER_HANDSHAKE_S, default 120 s, to be answered):
   a worker that has stopped computing is lost, and the job's retries decide what follows.
   Twenty times: a slot shared with other busy processes runs a few times slower, not twenty.
   A task that grows far beyond those it follows (a loaded machine, uneven work) is no stall
-  while its slot says it computes: the bound then follows what the worker says.
+  while its slot says it computes, up to the task's deadline (below).
+- **Deadlines.** Every task a slot says it computes has a deadline on the coordinator's
+  clock: `Deadline.of` gives it, `--task-timeout` where the user set one, else
+  `max(floor, DEADLINE_FACTOR (20) x the slowest compute time per item of the job's tasks
+  measured so far x the task's items)`, the floor being `result_floor_s` (four times that
+  while nothing is measured, with the computation's prior estimate for the task instead).
+  A computation whose tasks' cost does not follow their items (a search's fits,
+  `UnevenTasks`) has the ceiling, MAX_BOUND_S (a day), unless the user sets one.
+  The task began computing when its first `Working` with time computed says (now less its
+  `elapsed_s`); later frames move nothing, so `Working` frames extend nothing past the
+  deadline, and each must count up (its `elapsed_s + waiting_s` greater than the last's,
+  neither smaller): a worker whose frames stand still or count down is lost at once. Time a
+  slot waits for a granted slot (`waiting_s`) is not computing and has no deadline here:
+  the grant's holders are tasks of other coordinators, each bounded by its own.
 - **Writing.** A write to the worker (tasks, parameters, pings) must complete within the
   frame bound of its size: a worker that stopped reading its input is lost. While a write is
   in progress only that bound applies, and when it completes the other clocks are moved on
@@ -49,7 +62,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 DEFAULT_SILENCE_S = 30.0
 DEFAULT_RESULT_FLOOR_S = 30.0
@@ -59,6 +73,7 @@ MIN_RESULT_FLOOR_S = 0.5
 FRAME_GRACE_BYTES = 4 << 20  # bytes per extra silence period an open frame may take
 RESULT_FACTOR = 20.0
 UNMEASURED_FACTOR = 4.0
+DEADLINE_FACTOR = RESULT_FACTOR  # a task may take this many times the slowest measured
 
 
 MAX_BOUND_S = 86_400.0  # a day: beyond it a bound means "never", which none may
@@ -118,6 +133,50 @@ def result_bound(floor_s: float, task_s: float, measured: bool) -> float:
     return max(floor, RESULT_FACTOR * task_s)
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """How long one task may compute: `timeout_s` where the user gave one (`--task-timeout`),
+    else a multiple of its estimated cost (see the module docstring)."""
+
+    timeout_s: float | None
+    floor_s: float
+    uneven: bool = False  # tasks whose cost does not follow their items: the ceiling
+
+    def of(self, count: int, per_item_s: float | None, prior_task_s: float) -> float:
+        """The deadline of a task of `count` items, given the slowest compute seconds per
+        item measured so far (None: none yet, so `prior_task_s` estimates it)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        if self.uneven:
+            return MAX_BOUND_S
+        if per_item_s is None:
+            return max(self.floor_s * UNMEASURED_FACTOR, DEADLINE_FACTOR * prior_task_s)
+        return min(MAX_BOUND_S, max(self.floor_s, DEADLINE_FACTOR * per_item_s * count))
+
+    @property
+    def rule(self) -> str:
+        if self.timeout_s is not None:
+            return "--task-timeout"
+        if self.uneven:
+            return "a day: this computation's tasks differ in cost; set --task-timeout"
+        return (
+            f"{DEADLINE_FACTOR:g} times the slowest measured task's time per item, at least "
+            f"{self.floor_s:g} s; set --task-timeout where tasks grow faster"
+        )
+
+
+@dataclass
+class TaskClock:
+    """A task that a slot of the worker says it works on: its items, what its last
+    `Working` said (seconds computing, seconds waiting for a granted slot), and when it began
+    computing on the coordinator's clock (None while it has computed nothing)."""
+
+    count: int
+    elapsed_s: float
+    waiting_s: float
+    began: float | None
+
+
 @dataclass
 class Liveness:
     """One worker's clocks (monotonic seconds), kept by the backend, judged by `verdict`."""
@@ -133,6 +192,47 @@ class Liveness:
     writing_since: float | None = None
     writing_bytes: int = 0
     write_failed: str | None = None
+    # --task-timeout: no result or word may be further apart than it (a slot says `Working`
+    # three times within it, see `heartbeat_interval`)
+    task_timeout_s: float | None = None
+    computing: dict[int, TaskClock] = field(default_factory=dict)  # task id -> its clock
+
+    def working(
+        self, now: float, task_id: int, count: int, elapsed_s: float, waiting_s: float
+    ) -> str | None:
+        """A slot says it works on task `task_id`: why that makes the worker lost (its
+        frames for the task stand still or count down), or None."""
+        clock = self.computing.get(task_id)
+        if clock is not None:
+            said, total = clock.elapsed_s + clock.waiting_s, elapsed_s + waiting_s
+            if total <= said or elapsed_s < clock.elapsed_s or waiting_s < clock.waiting_s:
+                return (
+                    f"said it had been at task {task_id} for {total:.4g} s after saying "
+                    f"{said:.4g} s (its Working frames must count up)"
+                )
+            clock.elapsed_s, clock.waiting_s = elapsed_s, waiting_s
+        else:
+            clock = self.computing[task_id] = TaskClock(count, elapsed_s, waiting_s, None)
+        if clock.began is None and elapsed_s > 0:
+            clock.began = now - elapsed_s
+        self.progress = now
+        return None
+
+    def answered(self, task_id: int) -> None:
+        self.computing.pop(task_id, None)
+
+    def overdue(self, now: float, deadline: Callable[[int], float], rule: str) -> str | None:
+        """Why the worker is lost now because a task of it is past its deadline, or None."""
+        for task_id, clock in self.computing.items():
+            if clock.began is None:
+                continue
+            bound = deadline(clock.count)
+            if now - clock.began > bound:
+                return (
+                    f"computed task {task_id} ({clock.count:,} items) for "
+                    f"{now - clock.began:.4g} s, past its deadline of {bound:.4g} s ({rule})"
+                )
+        return None
 
     def read(self, now: float, frames: int, pending: int, announced: int | None) -> None:
         """After each read: `frames` completed by it, and the frame left in progress
@@ -183,7 +283,10 @@ class Liveness:
                 "(stalled, or its link is cut)"
             )
         if outstanding:
-            bound = result_bound(self.result_floor_s, task_s, measured) + extra
+            bound = result_bound(self.result_floor_s, task_s, measured)
+            if self.task_timeout_s is not None:
+                bound = min(bound, self.task_timeout_s)
+            bound += extra
             if now - self.progress > bound:
                 return (
                     f"answered pings but returned no result for {bound:.4g} s with "

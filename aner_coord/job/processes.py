@@ -14,6 +14,14 @@ worker holds up another's reader (a flush finds a write in progress and leaves i
 to it). A worker the watchdog declares lost is dropped exactly as one whose pipe closed:
 its reader is cancelled, its transport closed, its chunks requeued under `--retries`.
 
+Records that start processes on this host take slot leases like local threads do: a local
+pipe record's slots are the job's before it starts (`aner_coord.job.queue`); an SSH or Slurm
+worker whose handshake names this host (its host identity is this coordinator's) takes its
+slots from the same table before its first task (`_lease_here`), waiting at most the
+handshake bound, and holds them until it is dropped or the job ends. Slots that this job's
+own workers on this host could never all hold (more than the table's) lose that worker at
+once, saying so.
+
 A loss is named by what the worker was doing (connect, handshake, staging, run), whichever
 side notices first: a failed write defers to the reader, whose end of file says "closed its
 connection", and is reported on its own only if the reader has not spoken by the next tick.
@@ -25,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +41,7 @@ from typing import Any, assert_never
 
 import msgspec
 
+from aner_coord import posix
 from aner_coord.clusterfile import WorkerRecord
 from aner_coord.computations.base import StagePlan
 from aner_coord.errors import WorkerFailure
@@ -39,6 +49,7 @@ from aner_coord.job.backend import BackendPlan, Deliver
 from aner_coord.job.events import ResultReceived, TaskError, WindowChanged, WorkerLost, WorkerReady
 from aner_coord.job.link import LinkClosed, WorkerLink, handshake, require_precision, start
 from aner_coord.job.liveness import (
+    Deadline,
     Liveness,
     frame_bound,
     handshake_timeout,
@@ -48,11 +59,13 @@ from aner_coord.job.liveness import (
 )
 from aner_coord.job.pacing import Pacer, Window
 from aner_coord.job.pool import LOST_CLOSE_S, LostBetweenJobs, WorkerPool
+from aner_coord.job.queue import POLL_S, busy_line
 from aner_coord.job.staging import StagingLost, stage_worker
 from aner_coord.job.timing import TaskTimes
 from aner_coord.jobdir.status import StagingRecord
 from aner_coord.transports.base import Transport, TransportError
 from aner_worker.kernels.base import Kernel, decode, encode
+from aner_worker.leases import Holder, Lease, LeaseError, LeaseTable, leases_enabled
 from aner_worker.plugins import identities
 from protocol import (
     Accepted,
@@ -120,6 +133,7 @@ class _Peer:
     buffered_tasks: int = 0
     low_water: int = 0
     pings: dict[int, float] = field(default_factory=dict)  #: nonce -> written (NaN: not yet)
+    lease: Lease | None = None  #: its slots on this host (an SSH or Slurm worker here)
     unstamped: list[_Unstamped] = field(default_factory=list)  #: tasks buffered, not stamped
 
     @property
@@ -150,6 +164,8 @@ class ProcessBackend:
         stage: StagePlan | None = None,
         pool: WorkerPool | None = None,
         precision: str | None = None,
+        task_timeout: float | None = None,
+        uneven_tasks: bool = False,
     ) -> None:
         self._records = list(records)
         self._precision = precision  # the job's compute precision, which each worker must offer
@@ -163,6 +179,13 @@ class ProcessBackend:
         self._silence_s = silence_timeout()
         self._result_floor_s = result_floor()
         self._handshake_s = handshake_timeout()
+        # Slots of this host the job leased before it started: its local pipe records'.
+        self._local_slots = sum(r.slots for r in self._records if r.transport == "local")
+        self._task_timeout = task_timeout
+        self._deadline = Deadline(task_timeout, self._result_floor_s, uneven_tasks)
+        # The slowest compute seconds per item of the job's tasks so far, on any worker
+        # (their busy_s as counted: never more than the task's age on our clock).
+        self._per_item_s: float | None = None
         self._flushers: set[asyncio.Task[None]] = set()
         self._params: tuple[int, bytes] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -227,7 +250,9 @@ class ProcessBackend:
             record.slots,
             self._fingerprint,
             (self._kernel.name,),
-            heartbeat_s=heartbeat_interval(self._result_floor_s),
+            heartbeat_s=heartbeat_interval(
+                min(self._result_floor_s, self._task_timeout or math.inf)
+            ),
             plugins=identities((self._kernel.name,)),
         )
         peer.connection = connection
@@ -243,12 +268,21 @@ class ProcessBackend:
         link.connection.resize(pacer.window.size)
         peer.pacer = pacer
         self.timing.machine(identity, link.machine, link.host)
+        if link.record.transport != "local" and link.host is not None:
+            peer.phase = "lease"
+            if not await self._lease_here(peer, link.host):
+                return  # the job stopped meanwhile
         if self._stage is not None:  # staging: a separate step, see aner_coord.job.staging
             peer.phase = "staging"
             bound = self._handshake_s + frame_bound(self._silence_s, self._stage.size)
             async with asyncio.timeout(bound):
                 self.staging.append(await stage_worker(link, self._stage, self._handshake_s))
-        watch = Liveness(self._silence_s, self._result_floor_s, heard=time.monotonic())
+        watch = Liveness(
+            self._silence_s,
+            self._result_floor_s,
+            heard=time.monotonic(),
+            task_timeout_s=self._task_timeout,
+        )
         watch.read(watch.heard, 0, *link.connection.receiving)  # a frame begun already
         peer.liveness = watch
         # Write more once the worker holds no more than the low-water mark.
@@ -277,9 +311,10 @@ class ProcessBackend:
         while True:
             for event in events:
                 match event:
-                    case Answered(message=message):
+                    case Answered(message=message, task=task):
                         peer.on_wire -= 1
                         watch.progress = now
+                        watch.answered(task.task_id)
                         if isinstance(message, TaskFailed):
                             deliver(TaskError(identity, message.task_id, message.reason))
                             continue
@@ -296,10 +331,17 @@ class ProcessBackend:
                             started=message.started,
                             size=len(message.body),
                         )
+                        if task.count > 0:
+                            self._measured(busy_s / task.count)
                         deliver(ResultReceived(identity, message.task_id, stats))
                         self._resize(peer, pacer.answered(busy_s, link_s))
-                    case Computing():
-                        watch.progress = now  # a slot says it gets on with a long task
+                    case Computing(task=task, elapsed_s=elapsed_s, waiting_s=waiting_s):
+                        # A slot says it gets on with a long task: believed up to its deadline.
+                        problem = watch.working(
+                            now, task.task_id, task.count, elapsed_s, waiting_s
+                        ) or watch.overdue(now, self._task_deadline, self._deadline.rule)
+                        if problem is not None:
+                            raise _Lost(problem)
                     case Ponged(nonce=nonce, clock=clock):
                         sent = peer.pings.pop(nonce, None)
                         if sent is not None and not math.isnan(sent):
@@ -328,14 +370,73 @@ class ProcessBackend:
             await asyncio.sleep(self._silence_s / 3)
             if self._stopping or peer.generation != generation:
                 return
-            problem = watch.verdict(
-                time.monotonic(), peer.on_wire, pacer.task_estimate, pacer.task_s is not None
+            now = time.monotonic()
+            problem = watch.overdue(now, self._task_deadline, self._deadline.rule) or watch.verdict(
+                now, peer.on_wire, pacer.task_estimate, pacer.task_s is not None
             )
             if problem is not None:
                 self._lost(peer, peer.phase, problem, generation)
                 return
             self._send_ping(peer)
             self._flush_soon(peer, force=True)
+
+    async def _lease_here(self, peer: _Peer, host: str) -> bool:
+        """An SSH or Slurm worker on this very host takes its slots from this host's lease
+        table, as a local pipe worker's coordinator does; False if the job stopped first."""
+        table = self._here_table(host)
+        if table is None:
+            return True
+        slots = peer.record.slots
+        own = self._local_slots + sum(
+            len(p.lease.slots) for p in self._peers.values() if p.lease is not None and p.lease.held
+        )
+        if own + slots > table.size:
+            raise _Lost(
+                f"runs on this host (its host identity is this coordinator's), where this "
+                f"job's workers would take {own + slots} CPU slots of its {table.size}: lower "
+                "their slots, or run local threads (docs/contracts.md, section 13)"
+            )
+        holder = Holder(os.getpid(), kind=f"worker {peer.identity} on this host", slots=slots)
+        give_up = time.monotonic() + self._handshake_s
+        while True:
+            try:
+                got = table.take(slots, holder)
+            except LeaseError as exc:
+                raise _Lost(str(exc)) from None
+            if isinstance(got, Lease):
+                peer.lease = got
+                return True
+            if time.monotonic() > give_up:
+                raise _Lost(
+                    f"runs on this host (its host identity is this coordinator's) and waited "
+                    f"{self._handshake_s:g} s for {busy_line(got, slots, table.size)}"
+                )
+            await asyncio.sleep(POLL_S)
+            if self._stopping:
+                return False
+
+    def _here_table(self, host: str) -> LeaseTable | None:
+        """This host's lease table, if `host` is this host and leases are on."""
+        if not leases_enabled() or posix.missing() is not None:
+            return None
+        from aner_worker.host import host_identity
+
+        if host != host_identity().value:
+            return None
+        from aner_worker.inventory import current
+
+        try:
+            return LeaseTable(current().effective_cpus)
+        except LeaseError as exc:
+            raise _Lost(str(exc)) from None
+
+    def _measured(self, per_item_s: float) -> None:
+        if self._per_item_s is None or per_item_s > self._per_item_s:
+            self._per_item_s = per_item_s
+
+    def _task_deadline(self, count: int) -> float:
+        """Seconds a task of `count` items may compute (`Deadline.of`)."""
+        return self._deadline.of(count, self._per_item_s, self._seconds_per_task)
 
     def _send_ping(self, peer: _Peer) -> None:
         """Queue a Ping; its Pong gives a round trip, stamped from the write (see _flush)."""
@@ -390,6 +491,9 @@ class ProcessBackend:
         self.timing.lost(worker)
         transport, peer.transport = peer.transport, None
         peer.connection = peer.link = peer.liveness = None
+        lease, peer.lease = peer.lease, None
+        if lease is not None:
+            lease.release()  # its slots on this host: a rejoin takes them again
         server, peer.server = peer.server, None
         if server is not None and server is not asyncio.current_task():
             server.cancel()  # its reader (and watchdog) stop now, not at their next byte
@@ -531,6 +635,10 @@ class ProcessBackend:
         for task in [*self._tasks, *self._flushers]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._flushers, return_exceptions=True)
+        for peer in self._peers.values():
+            lease, peer.lease = peer.lease, None
+            if lease is not None:
+                lease.release()
         # Only now, with this job's readers gone, may the pool read the kept workers.
         for link in kept:
             assert self._pool is not None
@@ -586,4 +694,6 @@ class Processes:
             stage=plan.stage,
             pool=plan.pool,
             precision=plan.precision,
+            task_timeout=plan.task_timeout,
+            uneven_tasks=plan.uneven_tasks,
         )

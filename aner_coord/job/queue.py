@@ -7,11 +7,14 @@ group, the slots of its `local` (pipe) records; SSH and Slurm workers lease on t
 hosts (`aner parallel worker --max-slots N`). The table's size is this process's effective
 CPU count (`inventory()`, the scheduler's hints included).
 
-`Slots.take_now()` tries once, before anything is made: the usual case, free slots, costs
-one `flock` per slot. A job that must wait publishes a QUEUED status naming the holders
-(job id, computation, pid; never a directory) each time they change, and polls every
-`POLL_S`: a holder killed with `kill -9` loses its locks in the kernel at once, so the next
-job starts within one poll. A cancel while queued ends the job CANCELLED, nothing started.
+`Slots.take_now()` tries once, before anything is made: the usual case, free slots and
+nobody queued, costs one `flock` per slot and a look at the queue. A job that must wait
+takes a ticket in the table's queue (`LeaseTable.ticket`), publishes a QUEUED status naming
+the holders (job id, computation, pid; never a directory) each time they change, and polls
+every `POLL_S`, trying for its slots only once no live ticket is older than its own: jobs
+start in the order they asked, so a wide job is never overtaken by narrow ones. A holder
+killed with `kill -9` loses its locks in the kernel at once, so the next job starts within
+one poll. A cancel while queued ends the job CANCELLED, nothing started.
 
 A job given `--after DIR` (`After`) waits, QUEUED, for the job in DIR to complete before
 it looks for its slots, and ends FAILED, saying why, if that job fails, is cancelled or is
@@ -33,7 +36,7 @@ from aner_coord import jobdir, posix
 from aner_coord.admission import Job
 from aner_coord.errors import AdmissionError, RequestError
 from aner_coord.jobdir.status import STATUS_SCHEMA, JobState, QueuedBehind, StatusSnapshot
-from aner_worker.leases import Holder, Lease, LeaseError, LeaseTable, leases_enabled
+from aner_worker.leases import Holder, Lease, LeaseError, LeaseTable, Place, leases_enabled
 
 POLL_S = 0.1  # how often a queued job looks at the table again
 
@@ -54,11 +57,13 @@ def busy_line(holders: Sequence[Holder], needed: int, size: int) -> str:
 
 @dataclass
 class Slots:
-    """The lease of one job: what it needs, who it is, and the table it takes from."""
+    """The lease of one job: what it needs, who it is, the table it takes from, and its
+    place in the table's queue once it has had to wait."""
 
     table: LeaseTable
     needed: int
     holder: Holder
+    place: Place | None = None
 
     @classmethod
     def for_job(cls, job: Job, job_id: str) -> Slots | None:
@@ -78,16 +83,47 @@ class Slots:
         holder = Holder(os.getpid(), job_id, job.kind, needed, directory)
         return cls(table, needed, holder)
 
-    def take_now(self) -> Lease | list[Holder]:
+    def take_now(self, queue: bool = True) -> Lease | list[Holder]:
+        """The slots, if free and it is this job's turn (no live ticket older than its
+        own, or none at all before it has one); else whom it waits for, after taking a
+        ticket where it has none (unless `queue` is false)."""
         try:
-            return self.table.take(self.needed, self.holder)
+            return self._take(queue)
         except LeaseError as exc:
             raise RequestError(str(exc)) from None
 
+    def _take(self, queue: bool) -> Lease | list[Holder]:
+        waiting = self.table.queue()
+        mine = self.place.number if self.place is not None else None
+        ahead = [h for n, h in waiting if mine is None or n < mine]
+        if not ahead:
+            got = self.table.take(self.needed, self.holder)
+            if isinstance(got, Lease):
+                self.leave_queue()
+                return got
+        else:
+            got = self._busy()
+        if queue and self.place is None:
+            self.place = self.table.ticket(self.holder)
+        return got or ahead
+
+    def _busy(self) -> list[Holder]:
+        """Who holds slots now (read, not taken: it is not this job's turn)."""
+        seen: dict[tuple[int, str], Holder] = {}
+        for _, h in self.table.holders():
+            if h is not None:
+                seen.setdefault((h.pid, h.job), h)
+        return list(seen.values())
+
+    def leave_queue(self) -> None:
+        if self.place is not None:
+            self.place.release()
+            self.place = None
+
     def take_or_refuse(self, wait: bool) -> Lease | list[Holder]:
-        """The slots now, or their holders to wait for; with `wait` false, busy slots
-        refuse the job (`refusal`)."""
-        got = self.take_now()
+        """The slots now, or their holders to wait for; with `wait` false, busy slots (or
+        jobs queued before it) refuse the job (`refusal`)."""
+        got = self.take_now(queue=wait)
         if isinstance(got, list) and not wait:
             raise self.refusal(got)
         return got
@@ -212,11 +248,17 @@ class Ticket:
         return cls(slots, None, got, None)
 
     async def wait(self, cancel: asyncio.Event, publish: QueuedPublisher) -> Turn:
-        turn = await wait_turn(self.slots, self.after, self.waiting or [], cancel, publish)
+        try:
+            turn = await wait_turn(self.slots, self.after, self.waiting or [], cancel, publish)
+        finally:
+            if self.slots is not None:
+                self.slots.leave_queue()  # started, cancelled or failed: out of the queue
         self.lease = turn.lease
         return turn
 
     def release(self) -> None:
+        if self.slots is not None:
+            self.slots.leave_queue()
         if self.lease is not None:
             self.lease.release()
 
@@ -259,6 +301,7 @@ class QueuedPublisher:
             kind=self.job.kind,
             pid=os.getpid(),
             created_at=self.created,
+            submitted_at=self.created,
             updated_at=time.time(),
             elapsed_s=round(time.monotonic() - self.started, 6),
             requested=admitted.items,
@@ -278,6 +321,7 @@ class QueuedPublisher:
             work=admitted.planned_work,
             work_upper_bound=admitted.upper_bound,
             notes=list(self.job.notes),
+            plan=self.job.plan_line,
             queued_behind=behind,
         )
         for observer in self.observers:

@@ -9,10 +9,12 @@ the files' own types.
 - `lock`: the coordinator's `flock` (`JobLock`) and the monitors' probe of it;
 - `watch`: watching for changes (monitors) and for `cancel-request` (coordinators);
 - `ledger`: accepted chunks and committed passes, durable before a status reports them;
+- `jobkey`: the user's job key, which keys the MACs of the ledger's records;
 - `timeline`: `timeline.jsonl`, where the job's time went (bounded; written and read);
 - `status`, `manifest`, `results`: the job files as msgspec Structs;
 - `sources`: the SHA256 of every source file of aner's packages, which the manifest records;
-- `index`: the per-user index of this host's job directories, behind `aner parallel jobs`.
+- `index`: the per-user index of this host's job directories, behind `aner parallel jobs`,
+  and their durable queue, which outlives a reboot.
 """
 
 from aner_coord.jobdir.directory import (

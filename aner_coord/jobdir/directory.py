@@ -30,6 +30,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +119,8 @@ FILE_FLAGS = O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK  # never a link, never a wait
 
 
 log = logging.getLogger("aner.jobdir")
+# A replacement's temporary file (`aner_worker.files.replace_in`): `.NAME.<12 hex>.tmp`.
+_TEMPORARY = re.compile(r"\.(.+)\.[0-9a-f]{12}\.tmp")
 
 
 PathLike = str | os.PathLike[str]
@@ -331,6 +334,31 @@ class JobDir:
     def unlink(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=self.fileno())
+
+    def sweep_temporaries(self) -> list[str]:
+        """Remove what replacements cut short left behind (a coordinator killed while it
+        wrote a checkpoint leaves `.checkpoint.npz.<12 hex>.tmp`, megabytes each): regular
+        files named as `aner_worker.files.replace_in` names them, except a cancel request's
+        (`aner parallel cancel` writes that one without the job's lock). Only the holder of
+        the job's lock calls this, so no live write of the job's own is among them."""
+        fd = self.fileno()
+        try:
+            names = os.listdir(fd)
+        except OSError:
+            return []
+        removed = []
+        for name in sorted(names):
+            found = _TEMPORARY.fullmatch(name)
+            if found is None or found.group(1) == CANCEL_REQUEST:
+                continue
+            try:
+                if not stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    continue
+                os.unlink(name, dir_fd=fd)
+            except OSError:
+                continue
+            removed.append(name)
+        return removed
 
     def remove(self) -> None:
         """Undo `create()` for a run that could not start: remove the files this object

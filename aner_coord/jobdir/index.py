@@ -20,13 +20,14 @@ import contextlib
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from aner_coord.jobdir.directory import MANIFEST, JobDir, JobDirError, JobFileError, read_json
 from aner_coord.jobdir.ledger import job_id
 from aner_worker.files import FileRefused, read_regular, replace_in
-from aner_worker.leases import LeaseError, private_dir
+from aner_worker.leases import LeaseError, checked_dir, private_dir
 
 INDEX = "jobs"
 ENTRY_BYTES = 4096
@@ -45,7 +46,9 @@ class Entry:
 
 
 def register(directory: Path, key: bytes) -> None:
-    """Put the job of identity `key` in `directory` in the index (best effort)."""
+    """Put the job of identity `key` in `directory` in the index, and in the durable queue
+    that outlives a reboot (`enqueue`; both best effort)."""
+    enqueue(directory, key)
     data = os.fsencode(str(directory.absolute())) + b"\n"
     try:
         index = private_dir(INDEX)
@@ -111,3 +114,80 @@ def _forget(index: int, name: str) -> None:
     # Another reader may have removed it first, or the index is not writable: harmless.
     with contextlib.suppress(OSError):
         os.unlink(name, dir_fd=index)
+
+
+# --------------------------------------------------------------------------- the durable queue
+# (docs/contracts.md, section 13, "After a reboot"). The index above lives in the runtime
+# directory, which is per boot: after a reboot it is gone, and with it every trace of the
+# jobs that were QUEUED or RUNNING. So each job is also registered in `queue/` of aner's
+# state directory (`state_dir`), once, when it first starts (the entry's time is the job's
+# place in the queue), read by the index's rules (`entries`); a reader removes the entries
+# of jobs that have ended (`forget`).
+
+STATE_ENV = "ANER_STATE_DIR"
+QUEUE = "queue"
+
+
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    given = env.get(STATE_ENV)
+    if given:
+        return Path(given).absolute()
+    state = env.get("XDG_STATE_HOME")
+    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "aner"
+
+
+def queue_dir(*, create: bool) -> Path | None:
+    """The queue's directory, checked (made first with `create`; None when it does not
+    exist and `create` is false). LeaseError naming a directory that is not safe."""
+    path = state_dir() / QUEUE
+    if not create and not path.is_dir():
+        return None
+    base = state_dir()
+    if create:
+        base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for directory in (base, path):
+        checked_dir(directory)
+    return path
+
+
+def enqueue(directory: Path, key: bytes) -> None:
+    """Put the job of identity `key` in `directory` in the durable queue, once (best
+    effort: a resumed job keeps its first place)."""
+    data = os.fsencode(str(directory.absolute())) + b"\n"
+    try:
+        queue = queue_dir(create=True)
+        assert queue is not None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(queue / job_id(key), flags, 0o600)
+        except FileExistsError:
+            return
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except (LeaseError, OSError) as exc:
+        log.warning("job %s is not in the durable queue (after a reboot): %s", directory, exc)
+
+
+def queued() -> list[Entry]:
+    """The durable queue's entries whose directory still holds their job, oldest first."""
+    try:
+        queue = queue_dir(create=False)
+    except LeaseError:
+        return []
+    return [] if queue is None else entries(queue)
+
+
+def forget(job: str) -> None:
+    """Remove job `job`'s entry (it has ended)."""
+    try:
+        queue = queue_dir(create=False)
+    except LeaseError:
+        return
+    if queue is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(queue / job)

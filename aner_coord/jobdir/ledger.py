@@ -1,16 +1,20 @@
 """The job ledger (docs/contracts.md, section 11): every accepted chunk and committed pass, durable
 before `status.json` reports it, so a job can be resumed with exactly the same result.
 
-File `ledger` in the job directory, owner-only, append-only, schema `aner-ledger/2`. Each
+File `ledger` in the job directory, owner-only, append-only, schema `aner-ledger/3`. Each
 record is
 
     length (4 bytes, big-endian) | CRC-32 of the payload (4) | CRC-32 of these 8 bytes (4)
     | payload
 
 where the payload is one MessagePack `Entry`: the job's identity (`JOB_KEY_BYTES` random
-bytes that `run-manifest.json` records as `job` when the job begins) and one `Record`, a
-tagged union. The first record of every ledger is `Opened`. Records of another job, a
-ledger that does not begin with its job's `Opened`, or a chunk recorded twice are refused.
+bytes that `run-manifest.json` records as `job` when the job begins), one `Record`, a
+tagged union, and its MAC: keyed by the user's job key (`aner_coord.jobdir.jobkey`) over the
+record and its offset, so that a record written by someone without the key is refused
+(docs/contracts.md, section 7, "Keyed job files"). An older aner's `aner-ledger/2` has no
+MACs and is read, and continued, as it was. The first record of every ledger is `Opened`.
+Records of another job, a ledger that does not begin with its job's `Opened`, or a chunk
+recorded twice are refused.
 
 Only a torn tail is forgiven: the last record, cut short or with a damaged payload, left by
 a coordinator killed while it wrote (also a tail of zero bytes, which a filesystem may leave
@@ -36,6 +40,7 @@ change. A status therefore never reports work the ledger could lose.
 
 from __future__ import annotations
 
+import hmac
 import io
 import os
 import struct
@@ -43,16 +48,18 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 
+from aner_coord.jobdir import jobkey
 from aner_coord.jobdir.directory import LEDGER, READ_LIMITS, JobDir, JobDirError, JobFileError
 from aner_coord.jobdir.status import WorkerLoss
 from aner_worker.files import READ_PIECE
 from aner_worker.kernels.base import decode
 
-LEDGER_SCHEMA = "aner-ledger/2"
+LEDGER_SCHEMA = "aner-ledger/3"  # keyed: every record carries its MAC
+UNKEYED_SCHEMA = "aner-ledger/2"  # an older aner's: read as before, without MACs
 JOB_KEY_BYTES = 16
 _HEADER = 12
 MAX_RECORD_BYTES = 256 << 20
@@ -113,8 +120,18 @@ class Checkpointed(msgspec.Struct, frozen=True, tag="checkpoint", array_like=Tru
 Record = Opened | Accepted | Committed | Lost | Resumed | Checkpointed
 
 
-class Entry(msgspec.Struct, frozen=True, array_like=True):
-    """One record as the file holds it: with the identity of the job it belongs to."""
+class Entry(msgspec.Struct, frozen=True, array_like=True, omit_defaults=True):
+    """One record as the file holds it: with the identity of the job it belongs to, and in
+    a keyed ledger its MAC (`aner_coord.jobdir.jobkey.mac` of the `_Body`'s bytes at the
+    record's offset); an unkeyed record has none, as an older aner's did."""
+
+    job: bytes
+    record: Record
+    mac: bytes = b""
+
+
+class _Body(msgspec.Struct, frozen=True, array_like=True):
+    """What a record's MAC covers."""
 
     job: bytes
     record: Record
@@ -127,8 +144,25 @@ _CRC = struct.Struct(">I")
 
 
 def new_job_key() -> bytes:
-    """A fresh job identity (the manifest records its hex form)."""
-    return os.urandom(JOB_KEY_BYTES)
+    """A fresh job identity (the manifest records its hex form): random, its second half
+    keyed by the user's job key (made now if it does not exist yet), so that the key's
+    holder knows the job was begun keyed and refuses an unkeyed ledger of it."""
+    half = os.urandom(JOB_KEY_BYTES // 2)
+    try:
+        secret = jobkey.user_secret(create=True)
+    except jobkey.JobKeyError:
+        # A job without a directory needs no key; one with a directory is refused, naming
+        # the key file, when its ledger is made (`LedgerWriter`).
+        return half + os.urandom(JOB_KEY_BYTES // 2)
+    assert secret is not None
+    return half + jobkey.identity_tag(secret, half)
+
+
+def _keyed_identity(job: bytes, secret: bytes) -> bool:
+    half = job[: JOB_KEY_BYTES // 2]
+    return len(job) == JOB_KEY_BYTES and hmac.compare_digest(
+        job[JOB_KEY_BYTES // 2 :], jobkey.identity_tag(secret, half)
+    )
 
 
 def job_id(key: bytes) -> str:
@@ -137,9 +171,11 @@ def job_id(key: bytes) -> str:
     return key.hex()[:12]
 
 
-def frame(job: bytes, record: Record) -> bytes:
-    """The bytes of one record of job `job`."""
-    payload = _encoder.encode(Entry(job, record))
+def frame(job: bytes, record: Record, key: bytes | None = None, offset: int = 0) -> bytes:
+    """The bytes of one record of job `job`: keyed with the job's MAC key `key` for byte
+    `offset` of the ledger, or (None) unkeyed, as an older aner wrote it."""
+    body = b"" if key is None else jobkey.mac(key, offset, _encoder.encode(_Body(job, record)))
+    payload = _encoder.encode(Entry(job, record, body))
     head = _LENGTH_CRC.pack(len(payload), zlib.crc32(payload))
     return b"".join((head, _CRC.pack(zlib.crc32(head)), payload))
 
@@ -272,6 +308,7 @@ class Recovered:
     opened: bool = False  # it holds its job's `Opened` record
     intact: int = 0  # bytes of intact records; a torn tail after them is cut off
     file: tuple[int, int] | None = None  # (st_dev, st_ino) of the ledger read, if any
+    mac_key: bytes | None = None  # a keyed ledger's MAC key (its writer goes on keying)
 
     def statistics(self, stats_type: type[Any]) -> dict[int, dict[int, Any]]:
         """The accepted chunks' statistics, decoded, by pass and chunk."""
@@ -336,6 +373,10 @@ def read_ledger(directory: JobDir, job: bytes) -> Recovered:
         for offset, end, entry in _records(reader):
             if entry.job != job:
                 raise _Damaged(offset, "belongs to another job (not this manifest's)")
+            if offset == 0:
+                recovered.mac_key = _mac_key_of(entry, job)
+            if recovered.mac_key is not None:
+                _check_mac(recovered.mac_key, offset, entry)
             recovered.add(offset, entry.record)
             recovered.intact = end
     except _Damaged as exc:
@@ -348,6 +389,59 @@ def read_ledger(directory: JobDir, job: bytes) -> Recovered:
     finally:
         os.close(fd)
     return recovered
+
+
+def _mac_key_of(first: Entry, job: bytes) -> bytes | None:
+    """The MAC key of a ledger whose first record is `first` (None: an unkeyed ledger of
+    an older aner, read as before). _Damaged where it must be keyed and cannot be checked."""
+    keyed = isinstance(first.record, Opened) and first.record.schema != UNKEYED_SCHEMA
+    secret = jobkey.user_secret(create=False)
+    if secret is None:
+        if keyed:
+            raise _Damaged(
+                0,
+                f"is keyed by a job key that is not here: {jobkey.key_path()} is missing (a "
+                "job directory from another account or machine resumes with that account's "
+                "job key copied there, mode 600)",
+            )
+        return None
+    if not keyed:
+        if _keyed_identity(job, secret):
+            raise _Damaged(
+                0,
+                "carries no MAC though the job was begun keyed by your job key: the ledger "
+                "was replaced by someone without that key",
+            )
+        return None
+    return jobkey.job_mac_key(secret, job)
+
+
+def _check_mac(key: bytes, offset: int, entry: Entry) -> None:
+    expected = jobkey.mac(key, offset, _encoder.encode(_Body(entry.job, entry.record)))
+    if not hmac.compare_digest(entry.mac, expected):
+        raise _Damaged(
+            offset,
+            f"({_describe(entry.record)}) does not carry the MAC of your job key "
+            f"({jobkey.key_path()}): it was written or changed by someone without that key",
+        )
+
+
+def _describe(record: Record) -> str:
+    match record:
+        case Accepted():
+            return f"chunk {record.chunk} of pass {record.pass_id}"
+        case Committed():
+            return f"the commit of pass {record.pass_id}"
+        case Checkpointed():
+            return f"the checkpoint after {record.passes} passes"
+        case Opened():
+            return "the opening record"
+        case Lost():
+            return f"the loss of worker {record.identity[:40]!r}"
+        case Resumed():
+            return "a resume"
+        case _:
+            assert_never(record)
 
 
 def scan(data: bytes) -> tuple[list[Entry], int]:
@@ -390,6 +484,14 @@ class LedgerWriter:
         # checkpoint's record is made durable before its file): one at a time, in order.
         self._write_lock = threading.Lock()
         self._pending: list[bytes] = []
+        # A new ledger is keyed; a resumed one goes on as it began (an older aner's unkeyed).
+        if recovered is None:
+            secret = jobkey.user_secret(create=True)
+            assert secret is not None
+            self._mac_key: bytes | None = jobkey.job_mac_key(secret, job)
+        else:
+            self._mac_key = recovered.mac_key
+        self._offset = recovered.intact if recovered is not None else 0
         flags = os.O_WRONLY | os.O_CREAT | (0 if recovered is not None else os.O_EXCL)
         self._fd = directory.open_file(LEDGER, flags, action="write")
         keep = recovered.intact if recovered is not None else 0
@@ -412,11 +514,13 @@ class LedgerWriter:
             os.close(self._fd)
             raise
         if recovered is None or not recovered.opened:
-            self.append(Opened(LEDGER_SCHEMA, computation, at))
+            schema = LEDGER_SCHEMA if self._mac_key is not None else UNKEYED_SCHEMA
+            self.append(Opened(schema, computation, at))
 
     def append(self, record: Record) -> None:
-        data = frame(self._job, record)
-        with self._lock:
+        with self._lock:  # in order: each record's MAC covers its offset
+            data = frame(self._job, record, self._mac_key, self._offset)
+            self._offset += len(data)
             self._pending.append(data)
 
     def sync(self) -> None:
@@ -444,6 +548,7 @@ __all__ = [
     "JOB_KEY_BYTES",
     "LEDGER",
     "LEDGER_SCHEMA",
+    "UNKEYED_SCHEMA",
     "Accepted",
     "Checkpointed",
     "Committed",

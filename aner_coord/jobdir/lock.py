@@ -10,6 +10,7 @@ local computation works, and taking or testing a lock is refused in one line (se
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from types import ModuleType
 
@@ -17,6 +18,8 @@ from aner_coord.errors import RequestError
 from aner_coord.jobdir.directory import LOCK, JobDir, PathLike, opened
 from aner_coord.posix import require
 from aner_worker.files import FileRefused, open_regular
+
+log = logging.getLogger("aner.jobdir")
 
 
 def _fcntl() -> ModuleType:
@@ -56,6 +59,10 @@ class JobLock:
             os.close(fd)
             raise self._dir.write_error("write", LOCK, exc) from None
         self._fd = fd
+        # The job's one live coordinator from here: what a killed one left half-written goes.
+        removed = self._dir.sweep_temporaries()
+        if removed:
+            log.info("removed what a stopped coordinator left half-written: %s", ", ".join(removed))
 
     def release(self) -> None:
         # Unlink before closing: while we still hold the lock nobody else can be relying on

@@ -187,6 +187,13 @@ class StatusSnapshot(msgspec.Struct, frozen=True):
     # pass's items weighted by their measured cost (`aner_coord.job.pace`); None from older
     # writers, whose readers take `accepted / total_work`.
     fraction_done: float | None = None
+    # Appended with issue 38: when the job was submitted (Unix time): its queueing began
+    # then, where it waited for slots; `created_at` and `elapsed_s` are the current writer's
+    # (the coordinator's from its start). None from older writers: `created_at`.
+    submitted_at: float | None = None
+    # Appended with local worker processes (issue 39): how a local job's workers run, and
+    # why ("local: 2 worker processes (search fits hold the GIL)"); None for a cluster's.
+    plan: str | None = None
 
     @property
     def fraction(self) -> float:

@@ -301,7 +301,7 @@ def read_tail(job: JobDir, size: int) -> list[Line]:
         pieces = pieces[1:]  # the first may be the end of a line
     out: list[Line] = []
     for raw in pieces[:-1]:  # the last is empty, or a line still being written
-        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             out.append(_decoder.decode(raw))
     return out
 
@@ -312,6 +312,10 @@ def _decode(directory: JobDir, raw: bytes, number: int) -> Line:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise directory.read_error(
             TIMELINE, f"line {number} is not a timeline line: {exc}"
+        ) from None
+    except RecursionError:  # msgspec skipping an unknown field's nested arrays
+        raise directory.read_error(
+            TIMELINE, f"line {number} is not a timeline line: it is nested too deeply"
         ) from None
 
 

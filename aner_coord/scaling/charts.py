@@ -12,6 +12,7 @@ latter for `new_figure` and `save_png`).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -25,6 +26,16 @@ if TYPE_CHECKING:
     from aner_coord.scaling.records import CaseSummary
 
 DPI = 120
+TITLE_CHARACTERS = 56  # a title line that fits a 6-inch figure at matplotlib's title size
+
+
+def title(ax: Any, what: str, experiment: Experiment) -> None:
+    """`what` the chart shows, then the experiment's name, wrapped to the figure's width:
+    an experiment's name is the user's and may be long, and it does not say what a chart
+    shows (a chart titled by a name alone can claim what it does not draw)."""
+    lines = textwrap.wrap(what, TITLE_CHARACTERS)
+    lines += textwrap.wrap(f"experiment: {experiment.name}", TITLE_CHARACTERS)
+    ax.set_title("\n".join(lines), fontsize="medium")
 
 
 def draw(
@@ -80,9 +91,9 @@ def _speedup(
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=4, label=f"chunk {chunk:,}")
     top = max(s.case.slots for s in local)
     ax.plot([1, top], [1, top], linestyle="--", color="grey", label="ideal")
-    ax.set_xlabel("local workers")
-    ax.set_ylabel(f"speedup over {ref.case.name}")
-    ax.set_title(f"{experiment.name}: local speedup (median, min:max)")
+    ax.set_xlabel("local workers (count)")
+    ax.set_ylabel(f"speedup over {ref.case.name} (x)")
+    title(ax, "Measured local speedup against workers (median, min:max)", experiment)
     ax.set_xticks(sorted({s.case.slots for s in local}))
     ax.grid(True, alpha=0.3)
     ax.legend()
@@ -115,7 +126,7 @@ def _cases(
         ax.legend()
     ax.set_xticks(xs, [s.case.name for s in timed], rotation=30, ha="right")
     ax.set_ylabel("wall time, s (median, min:max)")
-    ax.set_title(f"{experiment.name}: time per case (blue local, orange cluster)")
+    title(ax, "Wall time per case (median, min:max; blue local, orange cluster)", experiment)
     ax.grid(True, axis="y", alpha=0.3)
     return figure
 
@@ -143,9 +154,9 @@ def _training(
     figure, ax = plt.subplots(figsize=(6, 4.5))
     for case, points in curves.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=case)
-    ax.set_xlabel("seconds since the job started")
-    ax.set_ylabel("validation accuracy")
-    ax.set_title(f"{experiment.name}: validation accuracy against wall time")
+    ax.set_xlabel("time since the job started (s)")
+    ax.set_ylabel("validation accuracy (fraction)")
+    title(ax, "Validation accuracy against wall time, per case", experiment)
     ax.grid(True, alpha=0.3)
     ax.legend()
     return figure

@@ -161,6 +161,16 @@ def _segment(
     )
 
 
+def coordinator_busy_share(views: Sequence[SegmentView]) -> float | None:
+    """The share of the job's wall time the coordinator spent in its phases (their measured
+    seconds: a reduce of many short pieces counts its pieces, not their span); None for a
+    job of no measured time."""
+    wall = sum(v.wall_s for v in views)
+    if wall <= 0:
+        return None
+    return sum(_phase_seconds(p) for v in views for p in v.phase_lines) / wall
+
+
 def _phase_seconds(p: PhaseLine) -> float:
     return p.busy_s if p.busy_s is not None else max(0.0, p.end - p.begin)
 

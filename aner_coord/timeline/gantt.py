@@ -13,7 +13,7 @@ from typing import Any
 
 from aner_coord.job.timeline import PHASES
 from aner_coord.scaling.charts import new_figure, save_png
-from aner_coord.timeline.analysis import SegmentView, interval, lanes
+from aner_coord.timeline.analysis import SegmentView, coordinator_busy_share, interval, lanes
 
 TASK_COLOURS = {
     "accepted": "#4c72b0",
@@ -80,7 +80,19 @@ def _marks(views: Sequence[SegmentView], lane_of: dict[tuple[str, int], int]) ->
 
 def draw(views: Sequence[SegmentView]) -> bytes:
     """The chart of `views`, as PNG bytes."""
+    out = io.BytesIO()
+    save_png(chart(views), out)
+    return out.getvalue()
+
+
+def chart(views: Sequence[SegmentView]) -> Any:
+    """The chart of `views`, a matplotlib figure (`draw` saves it; a test reads it). The
+    coordinator's lane says its measured busy share: a reduce of many short pieces is drawn
+    as their span, lightly, which alone would read as a coordinator always busy."""
     lane_of, labels = _lanes(views)
+    busy = coordinator_busy_share(views)
+    if busy is not None:
+        labels[0] = f"coordinator (busy {busy:.1%})"
     marks = _marks(views, lane_of)
     figure, ax = new_figure(10.0, min(12.0, 1.6 + 0.35 * len(labels)))
     for at in marks.segments:
@@ -112,11 +124,12 @@ def draw(views: Sequence[SegmentView]) -> bytes:
         )
     ax.set_yticks(range(len(labels)), labels)
     ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xlabel("seconds from the job's start")
+    ax.set_xlabel("time from the job's start (s)")
+    ax.set_ylabel("coordinator and worker slots")
     kinds = sorted({v.segment.computation for v in views})
     backends = sorted({v.segment.backend for v in views})
     tasks = sum(len(w.tasks) for v in views for w in v.workers)
-    ax.set_title(f"{', '.join(kinds)} on {', '.join(backends)}: {tasks:,} tasks")
+    ax.set_title(f"Job timeline: {', '.join(kinds)} on {', '.join(backends)}, {tasks:,} tasks")
     ax.grid(axis="x", alpha=0.3)
     if handles:
         ax.legend(
@@ -128,6 +141,4 @@ def draw(views: Sequence[SegmentView]) -> bytes:
             fontsize="small",
             frameon=False,
         )
-    out = io.BytesIO()
-    save_png(figure, out)
-    return out.getvalue()
+    return figure

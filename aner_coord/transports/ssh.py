@@ -67,6 +67,14 @@ def _describe_connect_error(exc: BaseException, connect_timeout: float) -> str:
     if isinstance(exc, OSError):
         if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
             return "host unreachable"
+        if exc.errno is not None and exc.filename is not None:
+            # A file the client configuration names (an IdentityFile, a certificate): the
+            # user's own, named with ~ for their home.
+            named = _home_relative(os.fsdecode(exc.filename))
+            return (
+                f"{os.strerror(exc.errno)}: {named} (an IdentityFile or other file this "
+                "worker's ~/.ssh/config names?)"
+            )
         if exc.errno is not None:
             return os.strerror(exc.errno)
         return "the connection could not be opened (refused or unreachable at every address)"
@@ -76,6 +84,13 @@ def _describe_connect_error(exc: BaseException, connect_timeout: float) -> str:
             "IdentityFile for this worker)"
         )
     return f"SSH failure ({type(exc).__name__})"
+
+
+def _home_relative(path: str) -> str:
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home) :]
+    return path
 
 
 def _describe_channel_error(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from suite_env import child_env
 from support import ANER, run_aner, write_cluster
 
 from aner_coord.errors import MAX_MESSAGE_CHARS
@@ -39,7 +40,7 @@ def test_the_machine_identity_names_the_blas_and_its_kernels() -> None:
         "from aner_worker.machine import machine_identity\n"
         "print(json.dumps(machine_identity()))\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_CORETYPE": "Sandybridge"}
+    env = child_env(dict(PATH="/usr/bin:/bin", OPENBLAS_CORETYPE="Sandybridge"))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     held = json.loads(done.stdout)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_env import child_env
 from support import (
     ANER,
     CHUNK,
@@ -392,7 +393,7 @@ def _sitecustomize(tmp_path: Path, body: str) -> dict[str, str]:
         "_argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
         "if b'coordinate' in _argv:\n" + textwrap.indent(textwrap.dedent(body), "    ")
     )
-    return {**os.environ, "PYTHONPATH": str(hook)}
+    return child_env(PYTHONPATH=str(hook))
 
 
 def test_a_coordinator_failing_before_ready_fails_submit_with_its_message(

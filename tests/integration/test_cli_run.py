@@ -239,7 +239,8 @@ INVALID = [
     (
         "seed-negative",
         ["--samples", "1000", "--seed", "-1"],
-        "argument --seed: expected a whole number such as 1000000, 1,000,000 or 1e6; got '-1'",
+        "argument --seed: expected a seed, a whole number from 0 to 2**64 - 1 (such as 42); "
+        "got '-1'",
     ),
     (
         "seed-2**64",
@@ -249,7 +250,8 @@ INVALID = [
     (
         "seed-abc",
         ["--samples", "1000", "--seed", "abc"],
-        "argument --seed: expected a whole number such as 1000000, 1,000,000 or 1e6; got 'abc'",
+        "argument --seed: expected a seed, a whole number from 0 to 2**64 - 1 (such as 42); "
+        "got 'abc'",
     ),
     ("chunk-0", ["--samples", "1000", "--seed", "1", "--chunk", "0"], "--chunk must be positive"),
     (

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from suite_env import child_env
 from support import ROOT
 
 LAUNCHER = textwrap.dedent(
@@ -46,7 +47,7 @@ LAUNCHER = textwrap.dedent(
 
 
 def boom(tmp_path: Path, what: str, *, debug: bool = False) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    env = child_env(dict(PATH="/usr/bin:/bin", PYTHONPATH=str(ROOT), HOME=str(tmp_path)))
     if debug:
         env["ANER_DEBUG"] = "1"
     return subprocess.run(

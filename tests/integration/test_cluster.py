@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_env import child_env
 from support import (
     ANER,
     finish,
@@ -128,7 +129,7 @@ def test_mixed_group_with_user_host_port_endpoint(tmp_path: Path, sshd) -> None:
 @pytest.mark.ssh
 def test_wrong_host_key_is_refused(tmp_path: Path, sshd) -> None:  # type: ignore[no-untyped-def]
     home = sshd.write_home(tmp_path / "home", wrong_host_key=True)
-    env = {**sshd.env, "HOME": str(home)}
+    env = child_env(sshd.env, HOME=str(home))
     cluster = write_cluster(tmp_path / "c", [("peer-1", "ssh", sshd.alias, ANER, 1)])
     proc, job = run_job(tmp_path, cluster, env=env)
     assert proc.returncode == 3, proc.stderr
@@ -139,6 +140,24 @@ def test_wrong_host_key_is_refused(tmp_path: Path, sshd) -> None:  # type: ignor
     assert status.accepted == 0
     assert not (job / "result.json").exists()
     assert_private(job, sshd.alias, "127.0.0.1", str(sshd.port))
+
+
+@pytest.mark.ssh
+def test_a_missing_identity_file_is_named(tmp_path: Path, sshd) -> None:  # type: ignore[no-untyped-def]
+    """It said "failed during connect: No such file or directory", naming no file."""
+    home = sshd.write_home(tmp_path / "home")
+    config = home / ".ssh" / "config"
+    missing = home / ".ssh" / "id_gone"
+    config.write_text(config.read_text().replace(str(home / ".ssh" / "id_ed25519"), str(missing)))
+    env = child_env(sshd.env, HOME=str(home))
+    cluster = write_cluster(tmp_path / "c", [("peer-1", "ssh", sshd.alias, ANER, 1)])
+    proc, job = run_job(tmp_path, cluster, env=env)
+    assert proc.returncode == 3, proc.stderr
+    assert (
+        'worker "peer-1" failed during connect: No such file or directory: ~/.ssh/id_gone '
+        "(an IdentityFile or other file this worker's ~/.ssh/config names?)"
+    ) in proc.stderr
+    assert_private(job, sshd.alias, "127.0.0.1", str(sshd.port), str(home))
 
 
 @pytest.mark.ssh

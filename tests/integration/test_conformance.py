@@ -9,13 +9,13 @@ what it does wrong."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from plugin_site import install_broken
+from suite_env import child_env
 
 CHECKED = ["lab-good", "lab-global-rng", "lab-clock", "lab-non-finite", "lab-count"]
 
@@ -50,7 +50,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, li
     install_broken(site)
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, *CHECKED],
-        env={**os.environ, "PYTHONPATH": str(site)},
+        env=child_env(PYTHONPATH=str(site)),
         cwd=site.parent,
         capture_output=True,
         text=True,

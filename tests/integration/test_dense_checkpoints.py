@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from suite_env import child_env
 from support import (
     ANER,
     Coordinators,
@@ -61,7 +62,7 @@ ACCOUNT = {"seconds", "load_s", "workers", "staging", "losses", "execution", "st
 
 
 def _env(**settings: str) -> dict[str, str]:
-    return {**os.environ, **settings}
+    return child_env(**settings)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ from aner_coord.runner import run_sync
 
 SLOW = 3  # positions (epoch, step) the observer takes its time over
 RATE = re.compile(r"(--|\d+(\.\d+)?[kMGT]?) rows/s")
+# The work's percent: of the rows, or of the rows and of the cost, each labelled (issue 38).
+DONE = r"\((\d+\.\d%|\d+\.\d% of the rows, \d+\.\d% of the cost)\)"
 
 
 def test_every_snapshot_of_a_training_job_tells_the_truth(tmp_path: Path) -> None:
@@ -118,7 +120,7 @@ def test_status_watch_and_cancel_show_epochs_steps_and_readable_rates(tmp_path: 
         assert re.fullmatch(
             r"epoch \d+ of 500, step \d+ of \d+, validation accuracy 0\.\d{4}", lines["training"]
         ), lines["training"]
-        assert re.fullmatch(r"[\d,]+ of [\d,]+ rows \(\d+\.\d%\)", lines["work"]), lines["work"]
+        assert re.fullmatch(r"[\d,]+ of [\d,]+ rows " + DONE, lines["work"]), lines["work"]
         assert RATE.fullmatch(lines["rate"]), lines["rate"]
         assert re.fullmatch(r"(\d+:)?\d+:\d\d|--", lines["eta"]), lines["eta"]  # no bound here
         # What `status --watch` adds while the job runs: its worker's recent busy share,
@@ -134,7 +136,7 @@ def test_status_watch_and_cancel_show_epochs_steps_and_readable_rates(tmp_path: 
     message = cancelled.stdout.strip().splitlines()[-1]
     assert re.search(
         r"CANCELLED; partial counts are diagnostic only: CANCELLED \[epoch \d+ of 500, step \d+ "
-        r"of \d+(, validation accuracy 0\.\d+)?\] [\d,]+ of [\d,]+ rows \(\d+\.\d%\), "
+        r"of \d+(, validation accuracy 0\.\d+)?\] [\d,]+ of [\d,]+ rows " + DONE + r", "
         r"(--|\d+(\.\d+)?[kMG]?) rows/s, ETA --",
         message,
     ), message
@@ -142,6 +144,6 @@ def test_status_watch_and_cancel_show_epochs_steps_and_readable_rates(tmp_path: 
     assert watched.returncode == 4, watched.stderr
     assert re.fullmatch(
         r"CANCELLED \[epoch \d+ of 500, step \d+ of \d+, validation accuracy 0\.\d{4}\] [\d,]+ "
-        r"of [\d,]+ rows \(\d+\.\d%\), (\d+(\.\d+)?[kMG]?) rows/s, ETA --\n",
+        r"of [\d,]+ rows " + DONE + r", (\d+(\.\d+)?[kMG]?) rows/s, ETA --\n",
         watched.stdout,
     ), watched.stdout

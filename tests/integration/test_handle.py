@@ -11,6 +11,7 @@ asynchronously; `cancel()` ends the job as cancelled and leaves no thread of it;
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from suite_env import child_env
 from support import ROOT, wait_for
 
 from aner_coord import parallel
@@ -189,7 +191,7 @@ def test_progress_true_draws_a_bar_on_a_terminal() -> None:
     try:
         done = subprocess.run(
             [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=follower,
-            cwd=ROOT, env={**os.environ, "COLUMNS": "120", "TERM": "xterm"}, timeout=300,
+            cwd=ROOT, env=child_env(COLUMNS="120", TERM="xterm"), timeout=300,
             check=False,
         )  # fmt: skip
         os.close(follower)
@@ -207,3 +209,32 @@ def test_progress_true_draws_a_bar_on_a_terminal() -> None:
     assert done.returncode == 0 and done.stdout.split() == [b"7856672"]
     text = drawn.decode(errors="replace")
     assert "COMPLETED" in text and "100.0% of 10.0M samples" in text, text[-400:]
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["admitted", "refused"])
+def test_a_call_shows_its_admission_as_a_phase_and_a_refusal_after_it_as_failed(
+    refused: bool,
+) -> None:
+    # Issue 38, item 4: a search showed nothing for its first 3.1 of 3.8 s (its admission).
+    # The admission here waits until the display has shown that phase: no clock decides.
+    from aner_coord.cli.progress import describe
+    from aner_coord.handle import ADMITTING, Reporter
+
+    seen: list[StatusSnapshot] = []
+    shown = threading.Event()
+
+    def callback(snapshot: StatusSnapshot) -> None:
+        seen.append(snapshot)
+        shown.set()
+
+    reporter = Reporter(callback)
+    expect = pytest.raises(RequestError) if refused else contextlib.nullcontext()
+    with expect, reporter.admitting("search"):
+        assert shown.wait(60), "the admission phase was never shown"
+        if refused:
+            raise RequestError("refused")
+    if not refused:
+        reporter.close()
+    assert (seen[0].state, seen[0].phase, seen[0].total_work) == (JobState.STARTING, ADMITTING, 0)
+    assert describe(seen[0]) == f"STARTING [{ADMITTING}]"
+    assert [s.state for s in seen] == [JobState.STARTING, *([JobState.FAILED] if refused else [])]

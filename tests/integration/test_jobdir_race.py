@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from suite_env import child_env
 from support import run_aner
 
 from aner_coord import jobdir
@@ -142,7 +143,7 @@ def test_the_cli_run_fails_with_one_line_when_the_directory_is_swapped(tmp_path:
     )
     done = run_aner(
         "parallel", "run", "--samples", "100000", "--seed", "1", "--output", str(job),
-        env={**os.environ, "PYTHONPATH": str(hook)},
+        env=child_env(PYTHONPATH=str(hook)),
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
     assert done.stdout == ""

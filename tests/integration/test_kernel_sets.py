@@ -13,13 +13,13 @@ processes over pipes (and, marked `ssh`, over the suite's loopback sshd).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from suite_env import child_env
 from support import ANER, run_aner, write_cluster
 
 from aner_coord.scaling.registry import public_machine
@@ -27,7 +27,7 @@ from aner_coord.scaling.registry import public_machine
 
 def openblas_kernels(coretype: str) -> str:
     code = "import numpy, threadpoolctl; print(threadpoolctl.threadpool_info()[0]['architecture'])"
-    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_CORETYPE": coretype}
+    env = child_env({"PATH": "/usr/bin:/bin"}, OPENBLAS_CORETYPE=coretype)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     return done.stdout.strip()
 
@@ -50,8 +50,11 @@ def preset(tmp_path: Path, coretype: str) -> str:
 
 def environment(**blas: str) -> dict[str, str]:
     """This environment with the OpenBLAS variables replaced by `blas` (none: both unset)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
-    return {**env, **blas}
+    env = child_env(**blas)
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if name not in blas:
+            env.pop(name, None)
+    return env
 
 
 def capabilities(cluster: Path, env: dict[str, str]) -> dict[str, dict[str, Any]]:

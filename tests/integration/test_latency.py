@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from suite_env import child_env
 from support import ANER, ROOT, write_cluster
 
 from aner_coord.job.pacing import size_window
@@ -37,7 +38,7 @@ def run(tmp_path: Path, sshd: Any, delay_s: float, chunk: int) -> tuple[dict[str
             ANER, "parallel", "run", "--samples", str(SAMPLES), "--seed", str(SEED),
             "--chunk", str(chunk), "--cluster", str(cluster), "--output", str(out), "--quiet",
         ],
-        capture_output=True, text=True, env={**sshd.env, "HOME": str(home)}, timeout=300,
+        capture_output=True, text=True, env=child_env(sshd.env, HOME=str(home)), timeout=300,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -20,6 +20,7 @@ from support import ANER, finish, spawned, write_cluster
 
 from aner_coord import parallel
 from aner_coord.errors import JobFailed
+from aner_worker.oracle import oracle_hits
 
 HITS_10M = 7_856_672  # docs/contracts.md, section 1, seed 42
 
@@ -371,25 +372,137 @@ while True:
 """
 
 
-@pytest.mark.parametrize("beats", [True, False])
-def test_a_task_far_longer_than_those_before_lives_while_its_slot_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beats: bool
+@pytest.mark.parametrize(("beats", "timeout"), [(True, 30.0), (True, None), (False, None)])
+def test_a_task_far_longer_than_those_before_lives_while_its_slot_says_so_until_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beats: bool, timeout: float | None
 ) -> None:
     # Pings every third of a second; three quick tasks make the measured task time tiny,
-    # so the result bound is its floor, 2 s; the fourth task takes 30 pings (10 s). A
-    # worker that says it computes at every ping lives; one that says nothing is lost.
+    # so the result bound is its floor, 2 s; the fourth task takes 30 pings (10 s), 10**5
+    # times the first three. A worker that says it computes at every ping lives while
+    # --task-timeout allows it; without one, past its deadline (the floor, 2 s: twenty times
+    # the tasks measured is less); one that says nothing is lost at the result bound.
     monkeypatch.setenv("ANER_WORKER_RESULT_S", "2")
     # It computes in its reading thread: the kernel is loaded before the handshake, so
     # that no first task keeps it from answering a ping.
     warm = "from aner_worker.kernels import KERNELS\nKERNELS['monte-carlo'].warm_up()\n"
     exe = fake_worker(tmp_path, "slow", f"BEATS = {beats}\n" + SLOW_TASK, prologue=warm + HANDSHAKE)
     execution = group(tmp_path, exe, chunk=10**6)
-    if beats:
-        result = parallel.monte_carlo(samples=10**7, seed=42, execution=execution)
+    if timeout is not None:
+        result = parallel.monte_carlo(
+            samples=10**7, seed=42, execution=execution, task_timeout=timeout
+        )
         assert result.hits == HITS_10M
         return
     with pytest.raises(JobFailed) as failure:
         parallel.monte_carlo(samples=10**7, seed=42, execution=execution)
-    assert str(failure.value).startswith(
+    message = str(failure.value)
+    if beats:
+        assert re.fullmatch(
+            r'worker "bad-1" failed during run: computed task 4 \(1,000,000 items\) for '
+            r"[\d.]+ s, past its deadline of 2 s \(20 times the slowest measured task's time "
+            r"per item, at least 2 s; set --task-timeout where tasks grow faster\)",
+            message,
+        ), message
+        return
+    assert message.startswith(
         'worker "bad-1" failed during run: answered pings but returned no result for 2 s with '
-    ), str(failure.value)
+    ), message
+
+
+# Says it computes its first task, at every ping, and never returns it: with `elapsed_s`
+# standing at 0 (STEP 0) or counting up as a real slot's would (STEP 0.3).
+FOREVER = """
+task = None
+while True:
+    for event in read():
+        if isinstance(event, TaskReceived) and task is None:
+            task, said = event.task, 0.0
+        elif isinstance(event, PingReceived):
+            send(conn.pong(event.nonce))
+            if task is not None:
+                said += STEP
+                send(conn.working(task.task_id, said))
+"""
+
+
+def test_working_frames_that_do_not_count_up_make_the_worker_lost(tmp_path: Path) -> None:
+    exe = fake_worker(tmp_path, "liar", "STEP = 0.0\n" + FOREVER)
+    with pytest.raises(JobFailed) as failure:
+        parallel.monte_carlo(samples=10**6, seed=1, execution=group(tmp_path, exe))
+    assert str(failure.value) == (
+        'worker "bad-1" failed during run: said it had been at task 1 for 0 s after saying '
+        "0 s (its Working frames must count up)"
+    )
+
+
+@pytest.mark.parametrize("step", [0.0, 0.3])
+def test_with_retries_a_worker_working_forever_is_lost_and_the_hits_are_exact(
+    tmp_path: Path, step: float
+) -> None:
+    # Its first start says it works forever; a later start (a rejoin) exits at once, so
+    # that one loss is counted. A real worker beside it computes every chunk.
+    marker = tmp_path / "started-once"
+    once = (
+        f"import os, sys\nif os.path.exists({str(marker)!r}): sys.exit(3)\n"
+        f"open({str(marker)!r}, 'w').close()\n"
+    )
+    exe = fake_worker(tmp_path, "liar", f"STEP = {step}\n" + FOREVER, prologue=once + HANDSHAKE)
+    cluster = write_cluster(
+        tmp_path / "cluster", [("liar", "local", "-", exe, 1), ("good", "local", "-", ANER, 1)]
+    )
+    result = parallel.monte_carlo(
+        samples=10**7,
+        seed=42,
+        execution=parallel.cluster(cluster, chunk=10**6),
+        retries=1,
+        task_timeout=2,
+    )
+    assert result.hits == HITS_10M
+    [loss] = result.losses
+    assert (loss.identity, loss.phase) == ("liar", "run")
+    expected = "past its deadline of 2 s (--task-timeout)" if step else "must count up"
+    assert expected in loss.detail, loss.detail
+    assert {w.identity: w.items for w in result.workers} == {"liar": 0, "good": 10**7}
+
+
+# Computes each task honestly, each taking five times the one before (5 ms to 3 s), saying
+# `Working` every 0.2 s with its true time and answering pings meanwhile.
+GROWING = """
+import select
+from aner_worker.kernels import decode, encode
+from aner_worker.kernels.montecarlo import McParams
+kernel = KERNELS["monte-carlo"]
+waiting, current, n = [], None, 0
+while True:
+    if select.select([0], [], [], 0.02)[0]:
+        for event in read():
+            if isinstance(event, TaskReceived):
+                waiting.append(event.task)
+            elif isinstance(event, PingReceived):
+                send(conn.pong(event.nonce))
+    now = time.monotonic()
+    if current is None and waiting:
+        t = waiting.pop(0)
+        params = decode(McParams, conn.params_for(t.pass_id).body)
+        body = encode(kernel.run(params, t.start, t.count, None))
+        current, n = [t, body, now, 0.005 * 5**n, now], n + 1
+    if current is not None:
+        t, body, began, takes, said = current
+        if now - began >= takes:
+            send(conn.result(t, body, now - began, 0.0, began))
+            current = None
+        elif now - said >= 0.2:
+            send(conn.working(t.task_id, now - began))
+            current[4] = now
+"""
+
+
+def test_an_honest_worker_whose_tasks_grow_completes(tmp_path: Path) -> None:
+    """No --task-timeout: each task's default deadline is twenty times the slowest one
+    before it per item (at least the floor, 1 s here), and each takes five times that one."""
+    warm = "from aner_worker.kernels import KERNELS\nKERNELS['monte-carlo'].warm_up()\n"
+    exe = fake_worker(tmp_path, "grower", GROWING, prologue=warm + HANDSHAKE)
+    result = parallel.monte_carlo(
+        samples=5 * 10**6, seed=42, execution=group(tmp_path, exe, chunk=10**6)
+    )
+    assert result.hits == oracle_hits(42, 0, 5 * 10**6)

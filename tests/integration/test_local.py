@@ -49,6 +49,10 @@ def test_reference_count() -> None:
     assert result.stream == STREAM_ID
 
 
+# Why the local workers are threads (docs/contracts.md, section 3), by their number.
+WHY = {1: "one worker: nothing shares its GIL", 2: "its kernel releases the GIL"}
+
+
 @pytest.mark.parametrize("chunk", [1_000, 65_536, 999_983, 10**7])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_hits_do_not_depend_on_workers_or_chunks(workers: int, chunk: int) -> None:
@@ -70,6 +74,8 @@ def test_hits_do_not_depend_on_workers_or_chunks(workers: int, chunk: int) -> No
         "workers": workers,
         "chunk": chunk,
         "automatic": False,
+        "backend": "threads",
+        "why": WHY[workers],
     }
 
 

@@ -40,8 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from suite_env import child_env
 from support import ANER, HANG_S, unix_socket
 
+from aner_coord.jobdir import jobkey
 from aner_coord.jobdir.ledger import Accepted, Committed, frame
 from aner_worker.kernels.base import encode
 from aner_worker.kernels.montecarlo import McStats
@@ -143,13 +145,19 @@ def job_key(job: Path) -> bytes:
 
 def ledger_of(*records: object) -> Tamper:
     """A ledger of the job's own identity holding `records` after its opening record (the
-    opening record the job wrote is kept)."""
+    opening record the job wrote is kept), keyed as its owner's aner keys them: what the
+    checks behind the MACs refuse (a record written without the key: tests/unit/test_ledger.py)."""
 
     def tamper(job: Path) -> None:
         data = (job / "ledger").read_bytes()
         opened = data[: 12 + int.from_bytes(data[:4], "big")]
         key = job_key(job)
-        write(job / "ledger", opened + b"".join(frame(key, r) for r in records))  # type: ignore[arg-type]
+        secret = jobkey.user_secret(create=False)
+        assert secret is not None
+        mac_key, framed = jobkey.job_mac_key(secret, key), [opened]
+        for record in records:
+            framed.append(frame(key, record, mac_key, sum(map(len, framed))))  # type: ignore[arg-type]
+        write(job / "ledger", b"".join(framed))
 
     return tamper
 
@@ -550,7 +558,7 @@ def outcomes(
     home = root / "home"
     (home / ".cache").mkdir(parents=True)
     keep = ("PATH", "LANG", "TMPDIR")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env = child_env({k: os.environ[k] for k in keep if k in os.environ})
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
                XDG_DATA_HOME=str(home / "data"), PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
     for name in ("NUMBA_CACHE_DIR",):

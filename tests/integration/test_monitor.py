@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite_env import child_env
 from support import (
     ANER,
     CHUNK,
@@ -218,7 +219,7 @@ def test_watch_on_a_terminal_redraws_and_exits_with_the_job(tmp_path: Path) -> N
     assert run.returncode == 0, run.stderr
     controller, terminal = pty.openpty()
     argv = [ANER, "parallel", "status", "--job", str(job), "--watch"]
-    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
+    env = child_env(COLUMNS="120", TERM="xterm")
     try:
         with spawned(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env) as watch:
             os.close(terminal)

@@ -7,11 +7,11 @@ before anything is made."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from plugin_site import install_broken
+from suite_env import child_env
 from support import result_of, run_aner, status_of, wait_status
 
 from aner_coord import parallel
@@ -141,7 +141,7 @@ def test_a_plugin_raising_in_a_task_fails_the_job_naming_plugin_worker_and_task(
     done = run_aner(
         "parallel", "run", "--computation", "lab-raises", "--samples", "5e6", "--seed", "1",
         "--workers", "1", "--chunk", "65536", "--output", str(job),
-        env={**os.environ, "PYTHONPATH": str(site)}, timeout=120,
+        env=child_env(PYTHONPATH=str(site)), timeout=120,
     )  # fmt: skip
     assert done.returncode == 3
     assert done.stderr == (

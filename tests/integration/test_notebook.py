@@ -10,7 +10,6 @@ receive it too: they ignore it and stop when their coordinator cancels (aner_wor
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+from suite_env import child_env
 from support import ROOT, wait_for, write_pipe_pair
 
 jupyter_client = pytest.importorskip("jupyter_client")
@@ -99,7 +99,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     manager = KernelManager(
         kernel_name="aner-test", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)])
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env(PYTHONPATH=str(ROOT))
     manager.start_kernel(cwd=str(ROOT), env=env)
     running: Kernel | None = None
     try:

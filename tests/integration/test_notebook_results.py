@@ -81,6 +81,39 @@ def test_a_search_and_a_cross_validation_show_a_few_lines_and_a_table(
     assert "<td>8</td><td>0.01</td>" in searched._repr_html_()  # the grid values, by name
 
 
+@pytest.mark.parametrize(
+    ("make", "title"),
+    [
+        (lambda: parallel.monte_carlo(samples=100_000, seed=1, execution=ONE), "Monte Carlo"),
+        (lambda: parallel.regression(samples=10_000, steps=3, rate=0.5, seed=1, execution=ONE),
+         "Logistic regression"),
+        (lambda: parallel.monte_carlo(samples=10_000, seed=1, replicates=60, execution=ONE),
+         "Replicates"),
+    ],
+    ids=["monte-carlo", "regression", "replicates"],
+)  # fmt: skip
+def test_every_other_result_shows_five_lines_at_most_and_a_table(make: Any, title: str) -> None:
+    # Issue 38, item 4: a Monte Carlo result's repr ran to 1,631 characters and had no table.
+    result = make()
+    text = repr(result)
+    assert len(text.splitlines()) <= 5 and len(text) < 1000, text
+    assert text.startswith(type(result).__name__ + "(")
+    assert result.summary().split("\n")[0] in text
+    page = result._repr_html_()
+    assert page.startswith("<table>") and f"<b>{title}" in page
+    if title == "Replicates":  # one row per replicate, the first MAX_ROWS shown
+        assert page.count("<tr>") == 3 + 1 + MAX_ROWS and "and 10 more: per_replicate" in page
+
+
+def test_a_long_summary_gives_way_in_the_repr_and_says_so() -> None:
+    from aner_coord.computations.display import repr_lines
+
+    text = repr_lines("Head()", "\n".join(f"line {i}" for i in range(9)), ("tail",))
+    assert text.splitlines() == [
+        "Head()", "  line 0", "  line 1", "  ... 7 more line(s): summary()", "  tail"
+    ]  # fmt: skip
+
+
 def test_a_long_table_shows_its_first_rows_and_says_how_many_more(searched: Any) -> None:
     from aner_coord.computations.display import records_table
 

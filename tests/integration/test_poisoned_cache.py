@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from suite_env import child_env
 from support import ANER, result_of, run_aner, write_cluster
 
 from aner_coord.computations.dense.model import load_model
@@ -49,7 +50,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, np.ndarra
 def train(tmp_path: Path, csv: Path, cache: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
     group = write_cluster(tmp_path / "c", [("w1", "local", "-", ANER, 1)])
     job = tmp_path / f"job-{time.monotonic_ns()}"
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    env = child_env(XDG_CACHE_HOME=str(cache))
     done = run_aner(
         "parallel", "train", "--data", str(csv), *ARGS, "--cluster", str(group),
         "--output", str(job), env=env, timeout=240,

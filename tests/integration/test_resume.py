@@ -36,6 +36,7 @@ from support import (
     wait_status,
 )
 
+from aner_coord.jobdir import jobkey
 from aner_coord.jobdir.ledger import Accepted, frame, scan
 from aner_coord.jobdir.status import JobState
 from aner_worker.kernels.base import encode
@@ -74,7 +75,19 @@ def cancelled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert started.returncode == 0, started.stderr
     pid = status_of(job).pid
     try:
-        cancel_when_running(job, 2 * CHUNK)
+        wait_status(
+            job, lambda s: s.state is JobState.RUNNING and s.accepted >= 2 * CHUNK, 120, "work"
+        )
+        # `cancel --json`: its outcome as one document (issue 38, item 5).
+        done = run_aner("parallel", "cancel", "--job", str(job), "--json", timeout=120)
+        assert done.returncode == 4, done.stderr
+        doc = json.loads(done.stdout)
+        assert (doc["schema"], doc["command"], doc["state"]) == (
+            "aner-job-outcome/1",
+            "cancel",
+            "CANCELLED",
+        )
+        assert doc["exit_status"] == 4 and doc["reason"].startswith(f"job {job} CANCELLED")
         wait_for(lambda: process_gone(pid), 30, "the coordinator to exit")
         assert (job / "cancel-request").exists()
         yield job
@@ -94,10 +107,9 @@ def test_a_cancelled_job_resumes_to_the_exact_hits(
     copy: Path, background: bool, coordinators: Coordinators
 ) -> None:
     before = status_of(copy)
-    done = run_aner(
-        "parallel", "resume", "--job", str(copy), *(["--background"] if background else []),
-        timeout=300,
-    )  # fmt: skip
+    # In the foreground with --json (issue 38, item 5): one document, the summary in it.
+    how = ["--background"] if background else ["--json"]
+    done = run_aner("parallel", "resume", "--job", str(copy), *how, timeout=300)
     assert done.returncode == 0, done.stderr
     if background:
         assert "job resumed in the background" in done.stdout
@@ -107,7 +119,9 @@ def test_a_cancelled_job_resumes_to_the_exact_hits(
         line = "completed: 1,000,000,000 samples, seed 42: 785,386,550 hits"
         wait_for(lambda: line in (copy / "coordinator.log").read_text(), 60, "the summary")
     else:
-        assert f"{HITS_1E9:,} hits" in done.stdout
+        doc = json.loads(done.stdout)
+        assert (doc["command"], doc["state"], doc["job"]) == ("resume", "COMPLETED", str(copy))
+        assert f"{HITS_1E9:,} hits" in "\n".join(doc["summary"])
     final = status_of(copy)
     assert (final.state, final.resumes) == (JobState.COMPLETED, 1)
     assert final.seq > before.seq
@@ -134,13 +148,18 @@ def _execution(key: str, value: object) -> Callable[[Path], None]:
     return _edit_request(lambda r: r["execution"].__setitem__(key, value))
 
 
-def _forge(stats: McStats, chunk: int) -> Callable[[Path], None]:
-    """Append a record that the job's own identity and checksums make look genuine."""
+def _forge(stats: McStats, chunk: int, *, keyed: bool = True) -> Callable[[Path], None]:
+    """Append a record that the job's own identity and checksums make look genuine, and
+    with `keyed` its MAC too (what only the job key's holder can write)."""
 
     def forge(job: Path) -> None:
         key = bytes.fromhex(json.loads((job / "run-manifest.json").read_text())["job"])
+        secret = jobkey.user_secret(create=False)
+        assert secret is not None
+        mac_key = jobkey.job_mac_key(secret, key) if keyed else None
+        offset = (job / "ledger").stat().st_size
         with open(job / "ledger", "ab") as ledger:
-            ledger.write(frame(key, Accepted(0, chunk, encode(stats))))
+            ledger.write(frame(key, Accepted(0, chunk, encode(stats)), mac_key, offset))
 
     return forge
 
@@ -153,7 +172,7 @@ def _reframe(job: Path) -> None:
 
 def _flip_early_byte(job: Path) -> None:
     data = bytearray((job / "ledger").read_bytes())
-    data[100] ^= 0x10
+    data[20] ^= 0x10  # inside the payload of the opening record
     (job / "ledger").write_bytes(bytes(data))
 
 
@@ -178,6 +197,9 @@ EDITS: list[tuple[str, Callable[[Path], None], str]] = [
      "deviations from pi/4"),
     ("ledger_record_out_of_range", _forge(McStats(7_853_981), 100), "the ledger's record of "
      "chunk 100 of pass 0 is refused: that pass has 100 chunks"),
+    # Issue 36: a chunk of one more hit, with the job's own checksums, resumed with exit 0.
+    ("ledger_record_without_the_key", _forge(McStats(7_853_982), 99, keyed=False),
+     "(chunk 99 of pass 0) does not carry the MAC of your job key"),
 ]  # fmt: skip
 
 

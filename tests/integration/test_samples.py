@@ -24,6 +24,10 @@ def test_local_program_runs_serial_and_parallel_with_identical_hits() -> None:
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("serial", "parallel"))]
     assert len(rows) == 2 and all(hits in row for row in rows)
     assert "identical hits: True" in proc.stdout
+    # Issue 38, item 6: it says what share of the CPUs other processes took while it timed.
+    measured = [line for line in proc.stdout.splitlines() if "other processes used" in line]
+    assert len(measured) == 1 and "CPUs while this timed" in measured[0]
+    assert measured[0].startswith("note: ") == ("is a busy machine" in measured[0])
 
 
 def test_cluster_program_on_a_local_pipe_group(tmp_path: Path) -> None:

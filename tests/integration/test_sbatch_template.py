@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from suite_env import child_env
 from support import DEPLOY, TESTS
 
 from aner_coord.cli.monitor import Observation, _PlainLines
@@ -18,7 +19,7 @@ from aner_coord.jobdir.status import JobState, decode_status
 
 
 def _run_template(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7"}
+    base = child_env(dict(HOME=str(tmp_path), PATH="/usr/bin:/bin", SLURM_JOB_ID="7"))
     return subprocess.run(
         ["bash", str(DEPLOY / "aner-slurm.sbatch")],
         capture_output=True,

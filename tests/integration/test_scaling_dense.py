@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from suite_env import child_env
 from support import ANER, write_cluster
 
 from aner_worker.kernels.dense.data import TeacherDataset
@@ -55,7 +55,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_a_dense_experiment_over_threads_and_a_pipe_group(tmp_path: Path) -> None:
     out = tmp_path / "scaling"
     # A fresh block cache: the pipe group's first trial stages cold, the others find it.
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = child_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
     proc = run(
         "scaling", "--experiment", str(experiment(tmp_path)), "--output", str(out),
         "--registry", str(tmp_path / "registry.json"), "--no-predict", env=env,

@@ -16,6 +16,7 @@ import signal
 import statistics
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import numpy as np
 import psutil
@@ -150,15 +151,20 @@ def on_one_worker(small: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return search(tmp_path_factory.mktemp("one"), small, "--workers", "1")
 
 
-@pytest.mark.parametrize("where", ["two local workers", "a pipe pair"])
+WHERE = {  # the command line of each placement, and the workers it names
+    "two local worker processes": (("--workers", "2"), {"local-1", "local-2"}),
+    "two local threads": (("--workers", "2", "--backend", "threads"), {"local-1", "local-2"}),
+    "a pipe pair": ((), {"w1", "w2"}),
+}
+
+
+@pytest.mark.parametrize("where", list(WHERE))
 def test_a_search_is_bitwise_the_same_on_any_workers(
     small: Path, on_one_worker: Path, tmp_path: Path, where: str
 ) -> None:
+    args, names = WHERE[where]
     if where == "a pipe pair":
         args = ("--cluster", str(write_pipe_pair(tmp_path / "c")))
-        names = {"w1", "w2"}
-    else:
-        args, names = ("--workers", "2"), {"local-1", "local-2"}
     job = search(tmp_path, small, *args)
     assert metrics(job) == metrics(on_one_worker)
     assert len(metrics(job)) == 6 and {row[0] for row in metrics(job)} == {"0", "1"}
@@ -168,7 +174,23 @@ def test_a_search_is_bitwise_the_same_on_any_workers(
     result = result_of(job)
     assert outcome(result) == outcome(result_of(on_one_worker))
     assert {f["worker"] for f in result["fits"]} <= names
-    assert result["staging"] if where == "a pipe pair" else not result["staging"]
+    # Worker processes, local or not, are sent the rows; threads read them here.
+    assert not result["staging"] if where == "two local threads" else result["staging"]
+
+
+def test_local_search_fits_run_on_worker_processes_and_say_why(
+    small: Path, on_one_worker: Path, tmp_path: Path
+) -> None:
+    job = search(tmp_path, small, "--workers", "2")
+    why = "local: 2 worker processes (search fits hold the GIL)"
+    assert status_of(job).plan == why
+    execution = json.loads((job / "run-manifest.json").read_text())["plan"]
+    assert (execution["kind"], execution["backend"]) == ("local", "processes")
+    assert execution["why"] == "search fits hold the GIL"
+    shown = run_aner("parallel", "status", "--job", str(job))
+    assert f"plan      {why}" in shown.stdout.splitlines(), shown.stdout
+    # One worker stays a thread: nothing shares its GIL.
+    assert status_of(on_one_worker).plan == "local: 1 thread (one worker: nothing shares its GIL)"
 
 
 @pytest.mark.ssh
@@ -303,6 +325,72 @@ def test_a_coordinator_killed_mid_search_resumes_to_the_same_outcome(
     assert sorted(chunks[0]) == list(range(12)) and chunks[1] == [0]  # each fit once
     final = status_of(job)
     assert final.resumes == 1 and final.recovered == len(before)
+
+
+# Fits of seconds each, so that both local worker processes are mid-fit when the test acts.
+SLOW_FITS = """\
+teacher = [20000, 16, 4]
+seed = 7
+folds = 4
+hidden = [64]
+batch = 64
+epochs = 60
+patience = 60
+chunk = 64
+refit = false
+[grid]
+lr = [0.001, 0.003]
+"""
+
+
+def both_fitting(job: Path) -> Any:
+    return wait_status(
+        job,
+        lambda s: (
+            s.state is JobState.RUNNING
+            and s.detail is not None
+            and all(s.detail["running"].get(w) for w in ("local-1", "local-2"))
+        ),
+        240,
+        "both local worker processes holding a fit",
+    )
+
+
+def test_a_killed_coordinator_leaves_no_local_worker_process_behind(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    spec = tmp_path / "slow.toml"
+    spec.write_text(SLOW_FITS)
+    job = tmp_path / "job"
+    pid = coordinators.add(background(job, spec, "--workers", "2"))
+    both_fitting(job)
+    workers = workers_of(pid)
+    assert len(workers) == 2, workers
+    os.kill(pid, signal.SIGKILL)
+    # Their stdin ends with the coordinator: each stops at its fit's next chunk and exits.
+    _gone, alive = psutil.wait_procs(workers, timeout=120)
+    assert alive == []
+
+
+@pytest.mark.slow
+def test_a_local_worker_process_killed_mid_search_is_survived_and_cancel_stops_the_rest(
+    tmp_path: Path, coordinators: Coordinators
+) -> None:
+    spec = tmp_path / "slow.toml"
+    spec.write_text(SLOW_FITS)
+    job = tmp_path / "job"
+    pid = coordinators.add(background(job, spec, "--workers", "2", "--retries", "1"))
+    both_fitting(job)
+    workers_of(pid)[0].kill()
+    # The lost worker's fit goes to the other, and the coordinator starts a new one.
+    seen = wait_status(job, lambda s: len(s.losses) == 1 and len(workers_of(pid)) == 2, 240,
+                       "the loss counted and a new local worker process started")  # fmt: skip
+    assert seen.state is JobState.RUNNING and seen.losses[0].identity in {"local-1", "local-2"}
+    workers = workers_of(pid)
+    cancelled = run_aner("parallel", "cancel", "--job", str(job))
+    assert cancelled.returncode == 4 and "CANCELLED" in cancelled.stdout, cancelled.stderr
+    assert status_of(job).state is JobState.CANCELLED
+    assert psutil.wait_procs(workers, timeout=120)[1] == []
 
 
 # --------------------------------------------------------------------------- test rows
@@ -445,6 +533,23 @@ def test_the_api_cross_validates_searches_and_predicts_in_sessions_and_async() -
         parallel.search(teacher=teacher, seed=2, hidden=(8,), grid={"hidden": [[4]]})
     with pytest.raises(parallel.RequestError, match=r"cross_validate\(\) has no argument grid="):
         parallel.cross_validate(teacher=teacher, seed=2, grid={"lr": [0.1]})
+
+
+def test_a_local_session_keeps_its_worker_processes_warm_across_searches() -> None:
+    grid = {"teacher": (600, 6, 3), "seed": 2, "folds": 3, "hidden": (8,), "epochs": 2,
+            "chunk": 32, "grid": {"lr": [0.003, 0.01]}}  # fmt: skip
+    threads = parallel.search(**grid, execution=parallel.local(2, backend="threads"))
+    with parallel.session(parallel.local(2)) as s:
+        first = s.search(**grid)
+        pids = {p.pid for p in psutil.Process().children() if "worker" in " ".join(p.cmdline())}
+        second = s.search(**grid)
+        kept = {p.pid for p in psutil.Process().children() if "worker" in " ".join(p.cmdline())}
+    assert len(pids) == 2 and kept == pids  # the same two processes for both calls
+    assert [r["validation_loss"] for r in first.records()] == [
+        r["validation_loss"] for r in threads.records()
+    ]
+    assert second.records() == [{**r, "seconds": ANY, "worker": ANY} for r in first.records()]
+    assert not any(psutil.pid_exists(p) for p in pids)  # the session reaped them on closing
 
 
 # --------------------------------------------------------------------------- seeds

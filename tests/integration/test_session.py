@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 import pytest
+from suite_env import child_env
 from support import ROOT, process_gone, wait_for, write_pipe_pair
 
 from aner_coord import parallel
@@ -288,7 +289,7 @@ def test_an_interrupted_session_call_is_cancelled_and_the_session_goes_on(
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(PYTHONPATH=str(ROOT)),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "children 0" in done.stdout, done.stdout

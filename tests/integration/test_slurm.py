@@ -38,6 +38,7 @@ from aner_worker.oracle import oracle_hits
 
 pytestmark = pytest.mark.slurm
 
+from suite_env import child_env  # noqa: E402
 from support import DEPLOY, advance_until, status_where  # noqa: E402
 
 SEED = 42
@@ -344,7 +345,7 @@ def test_sbatch_template_runs_a_coordinator_with_one_step_per_node(
 
 
 def test_cluster_file_generator_outside_an_allocation_says_so(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = child_env({k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
     done = subprocess.run(
         [str(DEPLOY / "slurm-cluster-file"), str(tmp_path / "c"), ANER],
         capture_output=True, text=True, env=env, timeout=30, check=False,

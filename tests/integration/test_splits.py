@@ -100,11 +100,12 @@ def test_grouped_cv_keeps_each_group_wholly_in_the_test_or_the_pool(
 
 
 def test_train_groups_take_one_role_each_wherever_the_fit_runs(wine: Wine, tmp_path: Path) -> None:
+    # 21 training groups of 30 hold 125 rows: chunks of 64, so that two workers share a step.
     roles = ref.group_role_codes(1, wine.site)
     job = tmp_path / "train"
     done = run_aner(
         "parallel", "train", "--data", str(wine.csv), "--label", "label", "--group", "site",
-        *SMALL_FLAGS, "--output", str(job), timeout=900,
+        *SMALL_FLAGS, "--chunk", "64", "--output", str(job), timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     request = described(job)
@@ -118,7 +119,7 @@ def test_train_groups_take_one_role_each_wherever_the_fit_runs(wine: Wine, tmp_p
     placements = [parallel.local(workers=1), parallel.local(workers=2), pipes]
     for n, execution in enumerate(placements):
         fit = parallel.dense_fit(
-            wine.x, wine.y, groups=wine.site, execution=execution,
+            wine.x, wine.y, groups=wine.site, execution=execution, chunk=64,
             output=tmp_path / f"api{n}", **SMALL,
         )  # fmt: skip
         for code, rows in enumerate((fit.train_rows, fit.validation_rows, fit.test_rows)):

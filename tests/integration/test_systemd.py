@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_env import child_env
 from support import (
     ANER,
     CHUNK,
@@ -92,6 +93,23 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     returncode, complaints = _verify(copy)
     assert returncode != 0
     assert any("is not executable" in line for line in complaints)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze absent")
+def test_the_resume_unit_passes_verify_and_runs_resume_interrupted(tmp_path: Path) -> None:
+    """deploy/aner-resume.service (issue 36, item 4): what resumes interrupted jobs at boot."""
+    unit = tmp_path / "aner-resume.service"
+    shutil.copy(DEPLOY / "aner-resume.service", unit)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if "aner-resume" in line]
+    assert done.returncode == 0 and ours == [], ours
+    text = unit.read_text()
+    assert "\nExecStart=/usr/bin/env aner parallel jobs --resume-interrupted\n" in text
+    assert "\nType=oneshot\n" in text and "\nWantedBy=default.target\n" in text
+    assert "\nKillMode=process\n" in text  # the resumed coordinators outlive the unit
 
 
 def test_the_unit_says_what_the_contract_needs() -> None:
@@ -260,11 +278,9 @@ def test_the_units_command_runs_a_job_and_notifies_systemd(
     # virtualenv first (as its comment tells a virtualenv user to do).
     command = shlex.split(expand(settings["ExecStart"][0], home, "demo"))
     unit_path = expand(settings["Environment"][0].removeprefix("PATH="), home, "demo")
-    env = {
-        "HOME": str(home),
-        "PATH": f"{Path(ANER).parent}:{unit_path}",
-        "NOTIFY_SOCKET": address,
-    }
+    env = child_env(
+        dict(HOME=str(home), PATH=f"{Path(ANER).parent}:{unit_path}", NOTIFY_SOCKET=address)
+    )
     job = home / "aner-jobs" / "demo"
     notify.job = job
     done = subprocess.run(
@@ -297,7 +313,7 @@ def test_sigterm_under_systemd_is_a_graceful_cancel(
         f'[execution]\nkind = "cluster"\nconfig = "{cluster}"\nchunk = {CHUNK}\n'
     )
     argv = [ANER, "parallel", "run", "--spec", str(spec)]
-    env = {**os.environ, "NOTIFY_SOCKET": address}
+    env = child_env(NOTIFY_SOCKET=address)
     with spawned(argv, env=env) as service:
         wait_for(lambda: "READY=1" in notify.fields(), 30, "READY=1")
         wait_running(job)
@@ -364,7 +380,7 @@ def test_the_units_resume_after_a_cancel_continues_the_job_and_says_ready(
     assert status_of(job).state is JobState.CANCELLED
     notify.job = job
     again = subprocess.run(
-        argv, env={**os.environ, "NOTIFY_SOCKET": address},
+        argv, env=child_env(NOTIFY_SOCKET=address),
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr

@@ -73,7 +73,8 @@ def test_the_timelines_sums_reconcile_with_the_result(
     job = tmp_path / "job"
     call, chunk = CALLS[kind]
     if backend == "threads":
-        execution = parallel.local(2) if chunk is None else parallel.local(2, chunk=chunk)
+        # Threads, for every computation (a search's own choice would be worker processes).
+        execution = parallel.local(2, chunk=chunk, backend="threads")
         call(parallel, execution=execution, output=str(job))
     else:
         session = request.getfixturevalue("pipes")
@@ -196,3 +197,44 @@ def test_a_timeline_that_cannot_be_read_is_refused_in_one_line(
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "timeline.jsonl" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_line_nested_too_deeply_is_refused_in_one_line(finished: Path, tmp_path: Path) -> None:
+    """100,000 nested brackets in a line (under a field the reader skips) exited 1 with a
+    RecursionError."""
+    lines = (finished / "timeline.jsonl").read_bytes().split(b"\n")
+    deep = b'{"kind": "segment", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    job = _copy(finished, tmp_path)
+    (job / "timeline.jsonl").write_bytes(b"\n".join([lines[0], deep, *lines[1:]]))
+    done = run_aner("parallel", "timeline", "--job", str(job))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "line 2 is not a timeline line: it is nested too deeply" in done.stderr
+
+
+def test_the_chart_gives_the_coordinators_measured_busy_share(finished: Path) -> None:
+    # Issue 38, item 7: the reduce's pieces drawn as their span read as a coordinator 100%
+    # busy where it spent 1.3% reducing. Its lane says the measured share; titled, labelled.
+    pytest.importorskip("matplotlib")
+    from aner_coord.timeline.analysis import analyse, coordinator_busy_share
+    from aner_coord.timeline.gantt import chart
+
+    views = analyse(read_timeline(finished))
+    busy = coordinator_busy_share(views)
+    assert busy is not None and 0 < busy < 1
+    phases = sum(
+        p.busy_s if p.busy_s is not None else max(0.0, p.end - p.begin)
+        for v in views
+        for p in v.phase_lines
+    )
+    assert busy == phases / sum(v.wall_s for v in views)
+    figure = chart(views)
+    (ax,) = figure.axes
+    lanes = [tick.get_text() for tick in ax.get_yticklabels()]
+    assert lanes[0] == f"coordinator (busy {busy:.1%})" and {"local-1", "local-2"} <= set(lanes)
+    assert ax.get_title().startswith("Job timeline: dense on threads, ")
+    assert ax.get_xlabel() == "time from the job's start (s)"
+    assert ax.get_ylabel() == "coordinator and worker slots"
+    from matplotlib import pyplot
+
+    pyplot.close(figure)

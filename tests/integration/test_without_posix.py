@@ -10,12 +10,12 @@ a Ctrl-C still cancels gracefully), while job directories, background jobs and w
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+from suite_env import child_env
 from support import ROOT, write_cluster
 
 HITS_1E6_SEED_42 = 785_882
@@ -48,7 +48,7 @@ NOT_POSIX = textwrap.dedent(
 
 
 def without_posix(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env(PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-c", NOT_POSIX + textwrap.dedent(script)],
         capture_output=True, text=True, timeout=300, env=env, check=False, cwd=tmp_path,

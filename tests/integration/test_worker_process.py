@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from suite_env import child_env
 from support import HANG_S, reap
 
 from aner_worker.build import build_identity
@@ -62,7 +63,7 @@ class Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aner_coord", "parallel", "worker", "--stdio"],
-            env={**os.environ, "PYTHONPATH": TOY_SITE},
+            env=child_env(PYTHONPATH=TOY_SITE),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -558,12 +558,27 @@ def test_long_reasons_are_cut_to_a_line_a_person_can_read() -> None:
     coordinator.task(task)
     [event] = coordinator.receive(frame(TaskFailed(5, "x" * 10_000_000)))
     assert isinstance(event, Answered) and isinstance(event.message, TaskFailed)
-    assert event.message.reason == "x" * MAX_REASON_CHARS
+    # Cut saying so (issue 36: a 100,000-character reason reached error-detail.txt as its
+    # first 2,000 characters, under a message saying that file held the whole text).
+    cut = " [... cut on the wire: 10,000,000 characters in all]"
+    reason = event.message.reason
+    assert len(reason) == MAX_REASON_CHARS and reason == "x" * (MAX_REASON_CHARS - len(cut)) + cut
     refusing, _ = pair()
     refusing.hello()
     [rejected] = refusing.receive(frame(Refused("y" * 10_000_000, PROTOCOL_VERSION, FP)))
     assert isinstance(rejected, Rejected)
-    assert rejected.reason == "refused by the worker: " + "y" * MAX_REASON_CHARS
+    assert rejected.reason == "refused by the worker: " + "y" * (MAX_REASON_CHARS - len(cut)) + cut
+
+
+def test_a_worker_cuts_its_own_long_reason_saying_how_long_it_was() -> None:
+    coordinator, worker = pair()
+    handshake(coordinator, worker)
+    coordinator.params(0, "mc", BODY)
+    coordinator.task(Task(5, 0, 0, 10))
+    [event] = coordinator.receive(worker.failed(5, "z" * 100_000))
+    assert isinstance(event, Answered) and isinstance(event.message, TaskFailed)
+    assert event.message.reason.endswith("z [... cut on the wire: 100,000 characters in all]")
+    assert len(event.message.reason) == MAX_REASON_CHARS
 
 
 def test_the_frame_in_progress_is_visible_for_its_deadline() -> None:

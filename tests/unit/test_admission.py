@@ -36,6 +36,8 @@ def test_a_valid_request_is_admitted_with_its_plan() -> None:
         "workers": 1,
         "chunk": 1000,
         "automatic": False,
+        "backend": "threads",
+        "why": "one worker: nothing shares its GIL",
     }
     assert job.output is None
 
@@ -204,10 +206,13 @@ def _search(**options: object) -> JobRequest:
         JobRequest(
             computation=_dense().computation, execution=LocalExecution(workers=1), retries=-1
         ),
+        JobRequest(computation=_dense().computation, task_timeout=0.0),
+        JobRequest(computation=_dense().computation, task_timeout=float("nan")),
     ],
     ids=[
         "lr", "hidden", "classes", "features", "parameters", "fractions", "group", "file",
-        "grid-lr", "grid-parameters", "search-rows", "folds", "retries",
+        "grid-lr", "grid-parameters", "search-rows", "folds", "retries", "task-timeout",
+        "task-timeout-nan",
     ],
 )  # fmt: skip
 def test_precheck_refuses_what_admit_refuses_in_the_same_words(request_: JobRequest) -> None:

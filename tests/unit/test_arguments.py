@@ -159,7 +159,7 @@ def test_the_reproductions() -> None:
     assert message == (
         "regression() needs rate=: it takes seed=, samples=, steps=, rate=, replicates=, "
         "execution=, "
-        "output=, audit=, retries=, chunk=, progress="
+        "output=, audit=, retries=, task_timeout=, chunk=, progress="
     )
     message = _refusal(parallel.dense_fit, teacher=(300, 4, 2), seed=1, epoch=3)
     assert message.startswith("dense_fit() has no argument epoch= (did you mean epochs=?)")

@@ -146,3 +146,23 @@ def test_teacher_sizes_that_are_not_three_exact_integers_are_refused(text: str) 
 
     with pytest.raises(argparse.ArgumentTypeError):
         _sizes(3)(text)
+
+
+@pytest.mark.parametrize("command", ["run", "regression", "train", "cv"])
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--workers", "-1", "0 for the automatic policy (every effective CPU"),
+        ("--seed", "-5", "a seed, a whole number from 0 to 2**64 - 1"),
+        ("--chunk", "-3", "a whole number such as 1000000, 1,000,000 or 1e6 (0 or more)"),
+    ],
+)
+def test_a_refused_whole_number_says_what_the_flag_takes(
+    command: str, flag: str, value: str, says: str
+) -> None:
+    # Issue 38, item 6: not "expected a whole number such as 1000000" for every flag.
+    action = next(a for a in options_of(command) if flag in a.option_strings)
+    assert action.type is not None
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        action.type(value)  # type: ignore[operator]
+    assert says in str(refused.value) and repr(value) in str(refused.value)

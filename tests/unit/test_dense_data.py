@@ -154,9 +154,13 @@ def test_csv_accepts_byte_order_mark_and_quoted_fields(tmp_path: Path) -> None:
     [
         ("a,b,y\n1,2,0\n3,x,1\n", None, r"line 3, column 2 \('b'\): not a number: 'x'"),
         ("a,b,y\n1,2,0\n3,,1\n", None, r"line 3, column 2 \('b'\): missing value"),
-        ("a,b,y\n1,nan,0\n3,4,1\n", None, r"line 2, column 2 \('b'\): not a finite number"),
-        ("y,a,b\n0,1,2\n1,3,-inf\n", "y", r"line 3, column 3 \('b'\): not a finite number"),
-        ("a,b,y\n1,2,0\n3,4\n", None, r"line 3: expected 3 comma-separated values, found 2"),
+        ("a,b,y\n1,nan,0\n3,4,1\n", None, r"line 2, column 2 \('b'\): not a finite number: 'nan'$"),
+        ("y,a,b\n0,1,2\n1,3,-inf\n", "y", r"line 3, column 3 \('b'\): not a finite number: '-inf'"),
+        (
+            "a,b,y\n1,2,0\n3,4\n",
+            None,
+            r"line 3: expected 3 comma-separated values \(the header's delimiter\), found 2",
+        ),
         ("a,b,y\n1,2,0\n3,4,\n", None, r"line 3, column 3 \('y'\): missing label"),
         ("a,b,y\n1,2,0\n3,4,0\n", None, "needs at least two classes, found 1"),
         ("a,b,y\n", None, "no data rows after the header"),
@@ -282,3 +286,39 @@ def test_label_strings_read_as_written() -> None:
     assert label_strings(numeric.classes) == ["-2", "3", "10", "1e+20"]
     text = parse_csv(b"x,y\n1,b\n2,a\n3,1\n", "mem")
     assert label_strings(text.classes) == ["1", "a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("delimiter", "name"), [(";", "semicolon"), ("\t", "tab"), ("|", "vertical bar")]
+)
+def test_a_csv_is_read_with_the_delimiter_its_header_holds(delimiter: str, name: str) -> None:
+    # Issue 38, item 6: semicolon- and tab-separated files, as spreadsheets write them.
+    from aner_worker.kernels.dense.data import parse_csv
+
+    rows = [["a", '"b,1"', "label"], ["1.5", "2", "x"], ["3", "-4e1", "y"]]
+    text = "\n".join(delimiter.join(r) for r in rows) + "\n"
+    parsed = parse_csv(text.encode(), "f.csv")
+    assert parsed.feature_names == ("a", "b,1") and parsed.x.tolist() == [[1.5, 2.0], [3.0, -40.0]]
+    assert parsed.y.tolist() == [0, 1]
+    short = text + delimiter.join(["5", "6"]) + "\n"
+    with pytest.raises(DataError, match=f"line 4: expected 3 {name}-separated values"):
+        parse_csv(short.encode(), "f.csv")
+
+
+def test_a_decimal_comma_is_named_and_a_delimiter_option_checked() -> None:
+    from aner_coord.computations.dense.options import check_delimiter
+    from aner_coord.errors import RequestError
+    from aner_worker.kernels.dense.data import parse_csv
+    from aner_worker.kernels.dense.delimiters import delimiter_of
+
+    with pytest.raises(DataError, match=r"not a number: '1,5' \(a decimal comma: write decimal"):
+        parse_csv(b"a;b;label\n1,5;2;0\n", "f.csv")
+    # Given, the delimiter is taken as it is: the header is then one column.
+    with pytest.raises(DataError, match="line 1: need a label and at least one feature column"):
+        parse_csv(b"a;b;label\n1;2;0\n", "f.csv", delimiter=",")
+    assert delimiter_of('"x;y",b,c\n1;2;3\n') == ","  # the quoted semicolon is no delimiter
+    assert delimiter_of("just_a_name\n") == ","
+    assert check_delimiter("tab") == "\t" and check_delimiter(";") == ";"
+    for bad in ("ab", "x", "7", '"', "\n", "."):
+        with pytest.raises(RequestError, match="delimiter"):
+            check_delimiter(bad)

@@ -17,6 +17,7 @@ from aner_coord.computations.dense.model import (
     encode_model,
     load_model,
 )
+from aner_coord.computations.dense.request import MODEL_ID
 from aner_coord.computations.dense.single import train_single
 from aner_worker.files import write_atomically
 from aner_worker.kernels.dense.data import TeacherDataset, parse_csv
@@ -150,6 +151,16 @@ def test_feature_names_are_recorded_and_an_older_model_still_reads(tmp_path: Pat
         ({"meta": np.array("[1, 2]")}, "meta must be a JSON object, got list"),
         ({"meta": np.array("{nope")}, "meta is not JSON"),
         ({"classes": np.array([0.0, 1.0, 2.0])}, "3 classes for 2 outputs"),
+        # both were accepted (issue 36): a flag that is not a boolean, a member nobody wrote
+        (
+            {
+                "meta": np.array(
+                    f'{{"schema": "{MODEL_ID}", "layer_sizes": [2, 2], "complete": "yes"}}'
+                )
+            },
+            "complete must be true or false, got 'yes'",
+        ),
+        ({"W9": np.zeros(2)}, "unexpected member 'W9'"),
     ],
 )
 def test_a_tampered_model_is_refused_in_one_line(

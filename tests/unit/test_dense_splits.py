@@ -6,6 +6,7 @@ fractions as options, a split the user made. Checked against the independent ref
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dense_reference
 import numpy as np
@@ -42,17 +43,49 @@ def test_no_group_spans_two_roles_or_two_folds(
         rows = [r for r, label in enumerate(groups) if label == g]
         assert len({int(roles[r]) for r in rows}) == 1  # one role
         assert len({int(fold_bytes[r]) for r in rows}) == 1  # one fold (or all test: 255)
-    # The search's pool is the reference's: whole groups leave for the test.
-    assert np.array_equal(roles != TEST, ref.group_pool_mask(seed, groups, test))
+    # The search's pool (folds validate: no validation share) is the reference's: whole
+    # groups leave for the test.
+    pool = splits.group_codes(seed, groups, test, 0.0) != TEST
+    assert np.array_equal(pool, ref.group_pool_mask(seed, groups, test))
 
 
-@given(seed=SEEDS, groups=group_vectors)
+@given(seed=SEEDS, groups=group_vectors, order=st.randoms(use_true_random=False))
 @SETTINGS
-def test_a_groups_role_depends_on_its_label_alone(seed: int, groups: list[str]) -> None:
+def test_the_roles_depend_on_the_labels_and_the_seed_not_the_row_order(
+    seed: int, groups: list[str], order: Any
+) -> None:
     whole = splits.group_codes(seed, groups, 0.15, 0.15)
-    shuffled = [*groups[::-1], "another group"]
-    again = splits.group_codes(seed, shuffled, 0.15, 0.15)
-    assert np.array_equal(again[:-1][::-1], whole)
+    permutation = list(range(len(groups)))
+    order.shuffle(permutation)
+    again = splits.group_codes(seed, [groups[r] for r in permutation], 0.15, 0.15)
+    assert np.array_equal(again, whole[permutation])
+
+
+@given(
+    seed=SEEDS,
+    n_groups=st.integers(1, 60),
+    test=st.sampled_from([0.0, 0.05, 0.15, 0.3]),
+    validation=st.sampled_from([0.0, 0.01, 0.15, 0.4]),
+)
+@SETTINGS
+def test_no_wanted_role_is_empty_when_the_groups_allow_it(
+    seed: int, n_groups: int, test: float, validation: float
+) -> None:
+    # Issue 38, item 2: the groups ordered by their draw, each role its share, rounded so
+    # that no wanted role is empty; fewer groups than wanted roles are refused naming them.
+    groups = [f"g{g}" for g in range(n_groups) for _ in range(3)]
+    wanted = {splits.TRAIN} | ({TEST} if test > 0 else set())
+    wanted |= {splits.VALIDATION} if validation > 0 else set()
+    if n_groups < len(wanted):
+        with pytest.raises(RequestError, match=f"{n_groups} group\\(s\\) cannot fill the"):
+            splits.check_group_count(n_groups, test, validation)
+        return
+    codes = splits.group_codes(seed, groups, test, validation)
+    assert np.array_equal(codes, ref.group_role_codes(seed, groups, test, validation))
+    per_group = codes[::3]
+    assert wanted <= set(per_group.tolist()) <= wanted
+    for role, fraction in ((TEST, test), (splits.VALIDATION, validation)):
+        assert abs(int(np.sum(per_group == role)) - fraction * n_groups) < 2
 
 
 @given(seed=SEEDS, n=st.integers(0, 500))

@@ -91,3 +91,39 @@ def test_losses_print_readably() -> None:
     assert readable(0.693147) == "0.693147"
     assert readable(2.8245505215625308e298) == "2.82455e+298"
     assert readable(1e-9) == "1e-09" and readable(0.0) == "0.000000"
+
+
+def test_the_still_improving_note_names_one_step_an_epoch_and_the_batch_used() -> None:
+    history = [epoch(0, 1.0, 0.9), epoch(1, 0.8, 0.7), epoch(2, 0.7, 0.6)]
+    one = still_improving(history, 2, 3, steps_per_epoch=1, batch=120)
+    assert one is not None and "each epoch was one optimizer step (batch 120 holds" in one
+    many = still_improving(history, 2, 3, steps_per_epoch=4, batch=256)
+    assert many is not None and many.endswith(
+        "too few epochs: more --epochs may give a better model"
+    )
+    # 150 rows: the batch used, recorded, is the training rows (not the option's 256).
+    x = np.random.default_rng(0).normal(size=(150, 3))
+    fit = parallel.dense_fit(
+        x, (x[:, 0] > 0).astype(int), seed=1, hidden=(8,), epochs=3,
+        execution=parallel.local(workers=1),
+    )  # fmt: skip
+    assert fit.batch == fit.roles["train"] < 256
+    assert fit.notes == [still_improving(fit.history, 2, 3, steps_per_epoch=1, batch=fit.batch)]
+    assert f"batch {fit.batch} holds every training row" in fit.notes[0]
+
+
+def test_tiny_data_trains_without_a_validation_row_and_says_so() -> None:
+    # 10 rows at seed 0 draw no validation row (section 9, Tiny data): no refusal; early
+    # stopping watches the training loss and the final model is kept.
+    x = np.random.default_rng(0).normal(size=(10, 2))
+    fit = parallel.dense_fit(
+        x, (x[:, 0] > 0).astype(int), seed=0, hidden=(8,), epochs=100, lr=1.0,
+        test_fraction=0, execution=parallel.local(workers=1),
+    )  # fmt: skip
+    assert fit.roles["validation"] == 0 and fit.roles["train"] == 10
+    assert fit.notes[-1].startswith("the draw of 10 rows at --validation-fraction 0.15 gave no")
+    assert all(math.isnan(h.validation_loss) for h in fit.history)
+    assert fit.best_epoch == len(fit.history)  # the final model
+    # It stopped (the loss reached 0 at lr 1): its last 5 epochs never beat the best before.
+    losses = [h.train_loss for h in fit.history]
+    assert len(losses) < 100 and min(losses[-5:]) >= min(losses[:-5])

@@ -132,9 +132,10 @@ def test_best_epoch_model_and_time_to_target() -> None:
     assert never.time_to_target_s is None
 
 
-def test_divergence_names_epoch_and_step() -> None:
+def test_divergence_names_epoch_and_step_counted_from_1() -> None:
+    """As every line a user reads counts them (it said "epoch 0" of a one-epoch run)."""
     data = TeacherDataset(600, 4, 3, 2)
-    with pytest.raises(Divergence, match=r"at epoch 0, step \d+"):
+    with pytest.raises(Divergence, match=r"at epoch 1, step [1-9]\d*: lower --lr$"):
         train_single(data, seed=2, hidden=(8,), batch=16, epochs=1, optimizer="sgd", lr=1e300)
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite_env import child_env
 from support import ROOT
 
 from aner_worker import inventory
@@ -406,7 +407,7 @@ def test_quota_without_affinity_uses_logical_count(
 
 def run_child(code: str) -> object:
     """Run `code` in a fresh interpreter and return the JSON it prints."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env(PYTHONPATH=str(ROOT))
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )

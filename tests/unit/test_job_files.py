@@ -346,3 +346,17 @@ def test_a_queued_job_says_whom_it_waits_for_and_how_it_ended() -> None:
     )
     assert seen[3].error == "the job it was to run after, /a, ended FAILED: it did not start"
     assert decode_status(encode_status(seen[0])) == seen[0]
+
+
+def test_a_percent_of_the_cost_is_labelled_beside_the_items() -> None:
+    # Issue 38, item 4: "70,228 of 340,418 rows (1.4%)" gave rows and a percent of the cost.
+    from aner_coord.cli.progress import compact, work_text
+
+    status = decode_status((DATA / "status-v2-dense.json").read_bytes())
+    weighed = msgspec.structs.replace(status, accepted=70_228, work=340_418, fraction_done=0.0141)
+    assert work_text(weighed) == (
+        "70,228 of at most 340,418 rows (20.6% of the rows, 1.4% of the cost)"
+    )
+    assert "  1.4% of the cost, 70.2k of <=340.4k rows, " in compact(weighed)
+    alike = msgspec.structs.replace(weighed, fraction_done=70_228 / 340_418)
+    assert work_text(alike) == "70,228 of at most 340,418 rows (20.6%)"

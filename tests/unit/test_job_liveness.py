@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aner_coord.job.liveness import (
+    Deadline,
     Liveness,
     frame_bound,
     result_bound,
@@ -149,3 +150,57 @@ def test_the_bounds_come_from_the_environment_within_limits(
             monkeypatch.setenv(name, value)
     assert silence_timeout() == silence
     assert result_floor() == floor
+
+
+def test_a_tasks_deadline_is_its_timeout_or_twenty_times_the_slowest_measured_per_item() -> None:
+    deadline = Deadline(None, 30.0)
+    assert deadline.of(1000, None, 0.5) == 120.0  # nothing measured: four times the floor
+    assert deadline.of(1000, None, 10.0) == 200.0  # or twenty times the prior estimate
+    assert deadline.of(1000, 1e-4, 0.5) == 30.0  # 2 s computed: the floor
+    assert deadline.of(1000, 0.01, 0.5) == 200.0  # 20 x 0.01 s x 1000 items
+    assert Deadline(5.0, 30.0).of(10**6, 1.0, 99.0) == 5.0  # --task-timeout decides
+
+
+def test_working_frames_extend_nothing_past_a_tasks_deadline() -> None:
+    w = watch()
+    # Its first word: 3 s computed, so it began at 97 s; later words move nothing.
+    assert w.working(100.0, 7, 1000, 3.0, 0.0) is None
+    for now in (110.0, 120.0, 130.0):
+        assert w.working(now, 7, 1000, now - 97.0, 0.0) is None
+        assert w.verdict(now, 1, 0.01, True) is None  # a word from a slot is progress
+    assert w.overdue(126.9, lambda count: 30.0, "rule") is None
+    assert w.overdue(127.1, lambda count: 30.0, "rule") == (
+        "computed task 7 (1,000 items) for 30.1 s, past its deadline of 30 s (rule)"
+    )
+    w.answered(7)
+    assert w.overdue(200.0, lambda count: 30.0, "rule") is None
+
+
+def test_working_frames_must_count_up_and_waiting_for_a_grant_is_not_computing() -> None:
+    w = watch()
+    assert w.working(100.0, 1, 10, 0.0, 0.0) is None
+    assert w.working(101.0, 1, 10, 0.0, 0.0) == (
+        "said it had been at task 1 for 0 s after saying 0 s (its Working frames must count up)"
+    )
+    assert w.working(100.0, 2, 10, 2.0, 0.0) is None  # a new task's first word
+    assert w.working(101.0, 2, 10, 1.5, 0.0) == (
+        "said it had been at task 2 for 1.5 s after saying 2 s (its Working frames must count up)"
+    )
+    w.answered(2)
+    # Waiting for a granted slot: no deadline until it computes.
+    assert w.working(100.0, 3, 10, 0.0, 5.0) is None
+    assert w.working(500.0, 3, 10, 0.0, 405.0) is None
+    assert w.overdue(500.0, lambda count: 30.0, "rule") is None
+    assert w.working(501.0, 3, 10, 1.0, 405.0) is None  # computing since 500 s
+    assert w.overdue(529.9, lambda count: 30.0, "rule") is None
+    assert w.overdue(530.1, lambda count: 30.0, "rule") is not None
+
+
+def test_tasks_whose_cost_does_not_follow_their_items_have_the_ceiling() -> None:
+    from aner_coord.computations.base import UnevenTasks
+    from aner_coord.computations.montecarlo import MonteCarlo
+    from aner_coord.computations.search.computation import Search
+
+    assert isinstance(Search(), UnevenTasks) and not isinstance(MonteCarlo(), UnevenTasks)
+    assert Deadline(None, 30.0, uneven=True).of(1, 1e-4, 0.5) == 86_400.0
+    assert Deadline(60.0, 30.0, uneven=True).of(1, 1e-4, 0.5) == 60.0

@@ -150,3 +150,19 @@ def test_a_writer_by_path_still_works(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(job)
     with pytest.raises(NotADirectoryError):  # O_DIRECTORY | O_NOFOLLOW on a link
         jobdir.StatusWriter(tmp_path / "link")
+
+
+def test_status_shows_elapsed_since_submission_and_since_start() -> None:
+    from aner_coord.cli.monitor import elapsed_text
+
+    queued = msgspec.structs.replace(
+        snap(11, JobState.QUEUED), created_at=100.0, submitted_at=100.0, updated_at=111.2
+    )
+    assert elapsed_text(queued) == "11.2 s since submission (not started)"
+    running = msgspec.structs.replace(
+        snap(2), created_at=111.5, submitted_at=100.0, updated_at=113.4,
+        elapsed_s=1.9,
+    )  # fmt: skip
+    assert elapsed_text(running) == "13.4 s since submission, 1.9 s since start"
+    older = msgspec.structs.replace(running, submitted_at=None)  # an older writer's file
+    assert elapsed_text(older) == "1.9 s since submission, 1.9 s since start"

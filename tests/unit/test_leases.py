@@ -39,6 +39,22 @@ def test_take_is_all_or_nothing_and_names_the_holders(tmp_path: Path) -> None:
     assert [holder for _, holder in table(tmp_path).holders()] == [None, None]
 
 
+def test_a_slot_file_that_is_a_hard_link_is_refused_and_its_target_kept(tmp_path: Path) -> None:
+    """A slot file linked to another file of the user's (a hard link passes O_NOFOLLOW and
+    the regular-file check) was accepted and the holder written over its target."""
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    leased = table(tmp_path)
+    os.link(target, leased.path / "slot-0")
+    with pytest.raises(LeaseError) as caught:
+        leased.take(1, ME)
+    assert str(caught.value) == (
+        f"lease directory {leased.path}: slot-0 has 2 links (a hard link to another file): "
+        "remove it"
+    )
+    assert target.read_text() == "mine\n"
+
+
 def test_a_holder_that_is_not_json_is_unknown(tmp_path: Path) -> None:
     lease = table(tmp_path, 1).take(1, ME)
     assert isinstance(lease, Lease)
@@ -140,3 +156,24 @@ def test_inventory_reports_a_slurm_hint(monkeypatch: pytest.MonkeyPatch) -> None
     assert inv["effective_cpus"] == 1
     assert "SLURM_CPUS_PER_TASK=1 (Slurm)" in str(inv["auto_rule"])
     assert "effective_cpus: bounded by SLURM_CPUS_PER_TASK=1, set by Slurm" in inv["notes"]  # type: ignore[operator]
+
+
+def test_tickets_queue_in_the_order_taken_and_a_dead_one_is_removed(tmp_path: Path) -> None:
+    t = table(tmp_path)
+    first = t.ticket(Holder(1, job="aaaaaaaaaaaa", kind="wide", slots=2))
+    second = t.ticket(Holder(2, job="bbbbbbbbbbbb", kind="narrow", slots=1))
+    assert first.number < second.number
+    assert [h.job for _, h in t.queue()] == ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    # A holder that died leaves its file unlocked: the next reader removes it.
+    dead = tmp_path / "slots" / "ticket-00000000000000000001"
+    dead.write_text("{}")
+    assert [n for n, _ in t.queue()] == [first.number, second.number]
+    assert not dead.exists()
+    first.release()
+    assert [h.job for _, h in t.queue()] == ["bbbbbbbbbbbb"]
+    third = t.ticket(Holder(3, job="cccccccccccc", kind="narrow", slots=1))
+    assert third.number > second.number
+    second.release()
+    third.release()
+    assert t.queue() == []
+    assert sorted(p.name for p in (tmp_path / "slots").iterdir()) == []

@@ -21,7 +21,7 @@ import pytest
 from aner_coord import jobdir
 from aner_coord.computations.montecarlo import MonteCarlo, MonteCarloRequest
 from aner_coord.job.machine import JobMachine
-from aner_coord.jobdir import ledger
+from aner_coord.jobdir import jobkey, ledger
 from aner_coord.jobdir.ledger import (
     Accepted,
     Committed,
@@ -72,7 +72,8 @@ def test_what_is_written_reads_back_with_the_jobs_identity(tmp_path: Path) -> No
     assert intact == (job / "ledger").stat().st_size
     assert {e.job for e in entries} == {KEY}
     assert [type(e.record) for e in entries] == [Opened, *map(type, BODY)]
-    assert entries[0].record == Opened("aner-ledger/2", "monte-carlo", 1.0)
+    assert entries[0].record == Opened("aner-ledger/3", "monte-carlo", 1.0)
+    assert all(len(e.mac) == 16 for e in entries)  # keyed (issue 36)
     got = read(job)
     assert got.opened and got.resumes == 1 and got.intact == intact
     assert got.chunks == {0: {0: encode(McStats(2)), 2: encode(McStats(3)), 1: encode(McStats(1))}}
@@ -298,3 +299,88 @@ def test_a_replayed_chunk_the_pass_does_not_have_or_with_impossible_counts_is_re
         "1000 samples"
     )
     assert _replayed({0: {9: McStats(790)}}).state is JobState.STARTING  # plausible: kept
+
+
+# --------------------------------------------------------------------------- keyed records
+# (issue 36, item 5: a chunk forged by +1 hit, written with the job's own checksum, resumed
+# with exit 0)
+
+
+def _append(job: Path, data: bytes) -> None:
+    with open(job / "ledger", "ab") as file:
+        file.write(data)
+
+
+def test_a_record_written_without_the_key_is_refused_naming_file_and_record(
+    tmp_path: Path,
+) -> None:
+    job = write_records(tmp_path / "job", BODY)
+    end = (job / "ledger").stat().st_size
+    _append(job, frame(KEY, Accepted(0, 3, encode(McStats(4)))))  # the job's checksums
+    with pytest.raises(LedgerError) as refused:
+        read(job)
+    assert str(refused.value) == (
+        f"{job / 'ledger'} cannot be trusted: its record at byte {end:,} (chunk 3 of pass 0) "
+        f"does not carry the MAC of your job key ({os.environ['ANER_JOB_KEY']}): it was "
+        "written or changed by someone without that key; resume needs the ledger this job "
+        "wrote (start the job again with a new --output)"
+    )
+
+
+def test_a_record_changed_in_place_or_copied_elsewhere_is_refused(tmp_path: Path) -> None:
+    job = write_records(tmp_path / "job", BODY)
+    data = (job / "ledger").read_bytes()
+    entries, _ = scan(data)
+    # Chunk 0's record with one more hit and its own MAC kept, checksums made anew.
+    changed = ledger._encoder.encode(
+        ledger.Entry(KEY, Accepted(0, 0, encode(McStats(3))), entries[1].mac)
+    )
+    second = len(frame(KEY, entries[0].record, b"k" * 32))  # where the first chunk begins
+    head = ledger._LENGTH_CRC.pack(len(changed), ledger.zlib.crc32(changed))
+    record = head + ledger._CRC.pack(ledger.zlib.crc32(head)) + changed
+    old = len(frame(KEY, entries[1].record, b"k" * 32))
+    (job / "ledger").write_bytes(data[:second] + record + data[second + old :])
+    with pytest.raises(LedgerError, match=r"\(chunk 0 of pass 0\) does not carry the MAC"):
+        read(job)
+    # A genuine record copied to the end: its MAC covers the offset it was written at.
+    (job / "ledger").write_bytes(data + data[second : second + old])
+    with pytest.raises(LedgerError, match=r"\(chunk 0 of pass 0\) does not carry the MAC"):
+        read(job)
+
+
+def test_an_older_unkeyed_ledger_still_reads_and_a_keyed_job_refuses_one(tmp_path: Path) -> None:
+    older = tmp_path / "older"
+    older.mkdir(mode=0o700)
+    records = [Opened("aner-ledger/2", "monte-carlo", 1.0), *BODY]
+    (older / "ledger").write_bytes(b"".join(frame(KEY, r) for r in records))
+    assert read(older).statistics(McStats)[0] == {0: McStats(2), 2: McStats(3), 1: McStats(1)}
+    # The same unkeyed ledger under an identity begun keyed: replaced without the key.
+    keyed = ledger.new_job_key()
+    (older / "ledger").write_bytes(b"".join(frame(keyed, r) for r in records))
+    with pytest.raises(LedgerError, match="carries no MAC though the job was begun keyed"):
+        read(older, keyed)
+
+
+def test_a_keyed_ledger_without_its_key_says_where_the_key_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = write_records(tmp_path / "job", BODY)
+    key = Path(os.environ["ANER_JOB_KEY"])
+    assert key.stat().st_mode & 0o777 == 0o600  # made on first use, owner-only
+    elsewhere = tmp_path / "other-account" / "job-key"
+    monkeypatch.setenv("ANER_JOB_KEY", str(elsewhere))
+    with pytest.raises(LedgerError) as refused:
+        read(job)
+    assert (
+        f"is keyed by a job key that is not here: {elsewhere} is missing (a job directory "
+        "from another account or machine resumes with that account's job key copied there, "
+        "mode 600)"
+    ) in str(refused.value)
+    assert not elsewhere.exists()  # reading never makes a key
+    elsewhere.parent.mkdir(mode=0o700)
+    elsewhere.write_bytes(key.read_bytes())
+    elsewhere.chmod(0o644)
+    with pytest.raises(jobkey.JobKeyError, match=r"has mode 644: `chmod 600` it"):
+        read(job)
+    elsewhere.chmod(0o600)  # copied as the message says: it reads
+    assert read(job).statistics(McStats)[0] == {0: McStats(2), 2: McStats(3), 1: McStats(1)}

@@ -114,3 +114,41 @@ def test_a_dense_replicate_is_section_9s_training_with_its_seed_on_the_roles_of_
     # One replicate is the plain training, on its own kernel.
     single = msgspec.structs.replace(request, replicates=1)
     assert training.kernel_for(single).name == "dense"
+
+
+def test_the_replicates_chart_draws_the_reference_and_the_means_interval() -> None:
+    # Issue 38, item 7: replicates.png had no reference line (pi) and no interval; its title
+    # did not say what it shows. Rendered, and its title, labels and legend read back.
+    pytest.importorskip("matplotlib")
+    import math
+
+    from aner_coord.computations.replicates import (
+        Z_95,
+        replicates_figure,
+        replicates_png,
+        summarize_field,
+    )
+
+    rows = [{"replicate": k, "seed": k, "estimate": 3.14 + 0.001 * k} for k in range(5)]
+    title = "Monte Carlo estimates of pi: 5 replicates of 1,000 samples"
+    figure = replicates_figure(rows, ["estimate"], title, {"estimate": ("pi", math.pi)})
+    (ax,) = figure.axes
+    assert figure.get_suptitle() == title
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        "replicate (index, from 0)",
+        "estimate (per replicate)",
+    )
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    summary = summarize_field([row["estimate"] for row in rows])
+    assert labels == [
+        "estimate of a replicate",
+        f"mean {summary.mean:.6g}",
+        "95% confidence interval of the mean",
+        f"pi = {math.pi:.6g}",
+    ]
+    band = ax.patches[0]  # axhspan's Rectangle: its y and height in data units
+    assert summary.standard_error is not None
+    assert math.isclose(band.get_y(), summary.mean - Z_95 * summary.standard_error)
+    assert math.isclose(band.get_height(), 2 * Z_95 * summary.standard_error)
+    png = replicates_png(rows, ["estimate"], title)
+    assert png is not None and png.startswith(b"\x89PNG")

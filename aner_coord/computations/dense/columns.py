@@ -21,6 +21,7 @@ from aner_worker.kernels.dense.data import (
     Dataset,
     parse_csv,
 )
+from aner_worker.kernels.dense.delimiters import delimiter_of
 from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, read_user_file
 
 # Each data set read here keeps its columns' texts for as long as it lives.
@@ -50,7 +51,7 @@ def _column(name: str, header: list[str], where: str, what: str) -> int:
 
 
 def load_csv_columns(
-    path: str, label: str | None, columns: dict[str, str]
+    path: str, label: str | None, columns: dict[str, str], delimiter: str | None = None
 ) -> tuple[ArrayDataset, dict[str, list[str]]]:
     """A CSV's rows without the `columns` (what each is, e.g. "group", to its name), and
     each such column's text per row."""
@@ -63,7 +64,8 @@ def load_csv_columns(
     except UnicodeDecodeError:
         parse_csv(data, path, label)  # says where, as Dense does
         raise
-    header, rows = _rows(text, path)
+    delimiter = delimiter or delimiter_of(text)
+    header, rows = _rows(text, path, delimiter)
     label_col = len(header) - 1 if label is None else _column(label, header, path, "label")
     taken: dict[str, int] = {}
     for what, name in columns.items():
@@ -82,7 +84,7 @@ def load_csv_columns(
         )
     found: dict[str, list[str]] = {what: [] for what in taken}
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out, lineterminator="\n", delimiter=delimiter)
     writer.writerow(header)
     for line, fields in rows:
         if fields and len(fields) == len(header):
@@ -100,7 +102,7 @@ def load_csv_columns(
     # line and column number in Dense's messages is the file's own.
     name = header[label_col]
     by = name if header.count(name) == 1 else str(label_col)  # a name Dense finds again
-    parsed = parse_csv(out.getvalue().encode("utf-8"), path, by)
+    parsed = parse_csv(out.getvalue().encode("utf-8"), path, by, delimiter)
     features = sorted(col if col < label_col else col - 1 for col in taken.values())
     x = np.delete(parsed.x, features, axis=1)
     identity = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -111,8 +113,8 @@ def load_csv_columns(
     return dataset, found
 
 
-def _rows(text: str, where: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
+def _rows(text: str, where: str, delimiter: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         header = next(reader, None)
         if header is None:

@@ -21,6 +21,7 @@ from aner_coord.computations.dense.options import (
     MAX_BATCH,
     MAX_LAYER,
     MAX_PARAMS,
+    check_delimiter,
     check_option,
 )
 from aner_coord.computations.dense.request import MODEL_ID, DenseRequest
@@ -45,7 +46,7 @@ from aner_worker.kernels.dense.data import (
 from aner_worker.kernels.dense.kernel import DenseKernel
 from aner_worker.kernels.dense.network import parameter_count
 from aner_worker.kernels.dense.params import DEFAULT_CHUNK_ROWS
-from aner_worker.kernels.dense.plan import Roles, layer_sizes, steps_per_epoch
+from aner_worker.kernels.dense.plan import Roles, batch_used, layer_sizes, steps_per_epoch
 from aner_worker.npzfile import MAX_FILE_BYTES
 
 # Under groups or a split of your own a role's row positions travel with each of its passes
@@ -84,7 +85,7 @@ def _file_key(request: DenseRequest) -> tuple[Any, ...]:
     info = check_data_file(request.data)
     named = tuple(sorted(_columns(request).items()))
     where = os.path.abspath(request.data)
-    return ("file", where, request.label, info.st_mtime_ns, info.st_size, named)
+    return ("file", where, request.label, request.delimiter, info.st_mtime_ns, info.st_size, named)
 
 
 def _columns(request: DenseRequest) -> dict[str, str]:
@@ -98,10 +99,10 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
     taken as it is, without looking at the file again: the data a job trains on is then
     the very bytes whose SHA256 its manifest records, even if the file changed meanwhile."""
     if admitted and request.data is not None and request.data != "digits":
-        where = (os.path.abspath(request.data), request.label)
+        where = (os.path.abspath(request.data), request.label, request.delimiter)
         named = tuple(sorted(_columns(request).items()))
         kept = next(
-            (d for key, d in _loaded.items() if key[1:3] == where and key[-1] == named), None
+            (d for key, d in _loaded.items() if key[1:4] == where and key[-1] == named), None
         )
         if kept is not None:
             return kept
@@ -121,9 +122,13 @@ def load_dataset(request: DenseRequest, *, admitted: bool = False) -> Dataset:
             assert request.data is not None
             columns = _columns(request)
             if columns:  # the group and split columns are set aside, not features
-                found = load_csv_columns(request.data, request.label, columns)[0]
+                found = load_csv_columns(
+                    request.data, request.label, columns, check_delimiter(request.delimiter)
+                )[0]
             else:
-                found = open_dataset(request.data, request.label)
+                found = open_dataset(
+                    request.data, request.label, check_delimiter(request.delimiter)
+                )
             _loaded.clear()  # one data set at a time: a parsed file may be large
             _loaded[key] = found
         return found
@@ -249,10 +254,10 @@ class Dense:
                 "split_column",
             )
         n_train = counts["train"]
-        batch, epochs = options["batch"], options["epochs"]
+        batch, epochs = batch_used(options["batch"], n_train), options["epochs"]
         steps = steps_per_epoch(n_train, batch)
         return Admitted(
-            items=min(batch, n_train),
+            items=batch,
             passes=1 + epochs * (steps + 1) + (1 if counts["test"] else 0),
             identity=MODEL_ID,
             # normalisation, every epoch's steps and validation, the test

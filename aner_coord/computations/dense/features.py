@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
+from aner_worker.kernels.dense.delimiters import delimiter_of
 from aner_worker.kernels.dense.values import NotExact, as_float64
 from aner_worker.npzfile import MAX_FILE_BYTES, UnsafeFile, npz_arrays, read_user_file
 
@@ -68,7 +69,7 @@ def _csv_rows(data: bytes, model: DenseModel, label: str | None, where: str) -> 
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise FeatureError(f"{where}: line {line}: not valid UTF-8") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter_of(text))
     try:
         header = [name.strip() for name in next(reader, [])]
         if not header:

@@ -8,13 +8,13 @@ that `predict` maps a CSV's columns by). It is written without pickles, atomical
 (temporary file in the same directory, fsync, rename, fsync of the directory), owner-only,
 so a reader never sees half a model.
 
-It is read as untrusted input (`load_model`): a regular file of bounded size, members
-checked before they are decompressed (`aner_worker.npzfile`), a meta that is a JSON object of
-this schema, layer sizes within the training limits, every array of its exact shape and
-finite, `std` at least `MIN_STD`, classes distinct numbers or text. Anything else is a
-`ModelFileError`, one line naming the file. A file of an older aner still reads: without
-feature names its `features` is None and `predict` says that columns are then taken by
-position; its whole-number float classes come back as integers, as they did.
+It is read as untrusted input (`load_model`): a regular file of bounded size, members checked
+before they are decompressed (`aner_worker.npzfile`), a meta that is a JSON object of this schema,
+layer sizes within the training limits, no member but those, `complete` a boolean where present,
+every array of its exact shape and finite, `std` at least `MIN_STD`, classes distinct numbers or
+text. Anything else is a `ModelFileError`, one line naming the file. A file of an older aner still
+reads: without feature names its `features` is None and `predict` says that columns are then taken
+by position; its whole-number float classes come back as integers, as they did.
 """
 
 from __future__ import annotations
@@ -216,6 +216,15 @@ def load_model(path: Any) -> tuple[DenseModel, dict[str, Any]]:
         raise ModelFileError(f"{exc} (not a readable model file)") from None
     meta = _meta(contents, where)
     sizes = _sizes(meta, where)
+    expected = {"mean", "std", "classes", "meta"} | {
+        f"{kind}{layer}" for layer in range(1, len(sizes)) for kind in "Wb"
+    }
+    extra = sorted(set(contents) - expected)
+    if extra:
+        raise ModelFileError(f"{where}: unexpected member {extra[0][:40]!r} (aner writes none)")
+    complete = meta.get("complete", True)  # a model of an older aner says nothing
+    if not isinstance(complete, bool):
+        raise ModelFileError(f"{where}: complete must be true or false, got {str(complete)[:20]!r}")
     params = [
         _floats(contents, f"{'W' if i % 2 == 0 else 'b'}{i // 2 + 1}", shape, where)
         for i, shape in enumerate(layer_shapes(sizes))

@@ -77,6 +77,24 @@ def check_target_accuracy(value: object) -> float | None:
     return value
 
 
+def check_delimiter(value: object) -> str | None:
+    """A CSV delimiter: one character that cannot be part of a number or a quoted cell, or
+    `tab` (a tab is awkward to type)."""
+    if value is None:
+        return None
+    if value == "tab":
+        return "\t"
+    if not isinstance(value, str) or len(value) != 1 or value in '"\r\n' or value.isalnum():
+        raise RequestError(
+            f"{{delimiter}} must be one character such as , ; | or the word tab (not a letter, "
+            f"digit, quote or line break), got {value!r}",
+            "delimiter",
+        )
+    if value in ".-+":
+        raise RequestError(f"{{delimiter}} {value!r} is part of numbers: give another", "delimiter")
+    return value
+
+
 def check_teacher(value: object) -> tuple[int, int, int]:
     if not isinstance(value, tuple | list) or len(value) != 3:
         raise RequestError("{teacher} must be ROWS,FEATURES,CLASSES", "teacher")
@@ -112,6 +130,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
     "lr": lambda value: check_positive_number("lr", value),
     "target_accuracy": check_target_accuracy,
     "teacher": check_teacher,
+    "delimiter": check_delimiter,
     "data": check_path("data"),
 }
 

@@ -29,6 +29,14 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
         str | None,
         Meta(description="label column of a CSV (default: the last)", extra={"metavar": "COL"}),
     ] = None
+    delimiter: Annotated[
+        str | None,
+        Meta(
+            description="the CSV's delimiter: one character, or `tab` (default: the one its "
+            "header line holds most: comma, semicolon, tab or |)",
+            extra={"metavar": "CHAR"},
+        ),
+    ] = None
     group: Annotated[
         str | None,
         Meta(
@@ -68,7 +76,13 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
         ),
     ] = None
     hidden: Annotated[tuple[int, ...], Meta(description="hidden layer sizes")] = (64, 64)
-    batch: Annotated[int, Meta(description="rows of a global batch (one optimizer step)")] = 256
+    batch: Annotated[
+        int,
+        Meta(
+            description="rows of a global batch (one optimizer step); the smaller of this and "
+            "the training rows is used, and recorded"
+        ),
+    ] = 256
     epochs: Annotated[int, Meta(description="at most this many epochs")] = 100
     optimizer: Annotated[str, Meta(description="the optimizer", extra={"choices": OPTIMIZERS})] = (
         "adam"

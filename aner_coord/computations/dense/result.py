@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
-from aner_coord.computations.display import fields_table, short
+from aner_coord.computations.display import fields_table, repr_lines
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import StagingRecord
 from aner_worker.kernels.dense.plan import Roles
@@ -120,7 +120,7 @@ class DenseFit:
             f"DenseFit({r.model}, layers {'-'.join(map(str, r.layer_sizes))}, {r.optimizer} "
             f"lr {r.lr:g}, batch {r.batch}, seed {r.seed})"
         )
-        return "\n".join([head, *(f"  {short(line)}" for line in r.summary().split("\n"))])
+        return repr_lines(head, r.summary())
 
     def _repr_html_(self) -> str:
         r = self.result

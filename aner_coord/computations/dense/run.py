@@ -30,7 +30,7 @@ from aner_worker.kernels.dense import rows as dense_rows
 from aner_worker.kernels.dense.data import ArrayDataset, Dataset, TeacherDataset
 from aner_worker.kernels.dense.network import check_precision
 from aner_worker.kernels.dense.params import MOMENTS, DenseParams, DenseStats
-from aner_worker.kernels.dense.plan import DEFAULT_VALIDATION_FRACTION, Roles
+from aner_worker.kernels.dense.plan import DEFAULT_VALIDATION_FRACTION, Roles, batch_used
 from aner_worker.kernels.dense.rows import to_bytes
 from aner_worker.kernels.dense.streams import VALIDATION
 from aner_worker.kernels.dense.training import (
@@ -131,7 +131,7 @@ class DenseRun:
         options = TrainingOptions(
             seed=request.seed,
             hidden=tuple(request.hidden),
-            batch=request.batch,
+            batch=batch_used(request.batch, int(self.roles.train.size)),
             epochs=request.epochs,
             optimizer="adam" if request.optimizer == "adam" else "sgd",
             lr=float(request.lr),
@@ -366,8 +366,18 @@ class DenseRun:
         training = self.training
         request = self._request
         test = training.test or (None, None)  # no test rows: a null test (test_fraction 0)
-        note = suspect.still_improving(training.history, training.best_epoch, request.epochs)
+        batch = training.options.batch
+        note = suspect.still_improving(
+            training.history,
+            training.best_epoch,
+            request.epochs,
+            steps_per_epoch=training.steps_per_epoch,
+            batch=batch,
+        )
         notes = [note] if note is not None else []
+        if not self.roles.validation.size:
+            fraction = self.rule.validation_fraction or DEFAULT_VALIDATION_FRACTION
+            notes.append(suspect.no_validation(self.roles.codes.size, fraction, request.patience))
         history = [
             EpochRecord(
                 h.epoch + 1,  # the user's count, from 1 (the training indexes from 0)
@@ -385,7 +395,7 @@ class DenseRun:
             layer_sizes=list(self.sizes),
             optimizer=request.optimizer,
             lr=float(request.lr),
-            batch=request.batch,
+            batch=batch,
             epochs=request.epochs,
             patience=request.patience,
             chunk=self._chunk,

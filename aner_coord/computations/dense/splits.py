@@ -6,9 +6,10 @@ Three rules, one per request:
   fractions (`test_fraction`, `validation_fraction`, default 0.15 each);
 - by group (`group` / `groups=`): every row of a group takes its group's role. A group is
   its label's text; its digest `D` is the SHA256 of the text's UTF-8 bytes, its word index
-  `k = int.from_bytes(D[:8], "big") >> 1`, and `u = U(W10[k])` of stream 10 decides its
-  role with the same comparisons as a row's. A group's role depends on its own label and
-  the seed alone, never on the other groups or the order of the rows;
+  `k = int.from_bytes(D[:8], "big") >> 1`, and `u = U(W10[k])` of stream 10 is its draw.
+  The groups ordered by their draw, the first share are test, the next validation, the
+  rest train, each share rounded so that no wanted role is empty (`group_shares`). The
+  roles depend on the group labels and the seed alone, never on the order of the rows;
 - given (`split_column` / `split=`): the user's own `train` / `validation` / `test` per row.
 
 A request names its groups or its split either as a CSV column or, from the API, as an
@@ -128,15 +129,57 @@ def group_index(label: str) -> int:
 def group_codes(
     seed: int, groups: Sequence[str], test_fraction: float, validation_fraction: float
 ) -> Codes:
-    """One role byte per row, every row taking its group's role."""
+    """One role byte per row, every row taking its group's role: the groups ordered by
+    their `u`, each role given its share of them (`group_shares`)."""
     labels, inverse = group_indices(groups)
     index = np.array([group_index(label) for label in labels], dtype=np.int64)
     u = (words_at(seed, GROUP_STREAM, index) >> _SHIFT).astype(np.float64) * 2.0**-53
+    n_test, n_validation = group_shares(len(labels), test_fraction, validation_fraction)
+    # By u, ties by the label's UTF-8 bytes: a function of the labels, never of row order.
+    order = sorted(range(len(labels)), key=lambda g: (u[g], labels[g].encode("utf-8")))
     per_group = np.full(len(labels), TRAIN, dtype=np.uint8)
-    per_group[u < test_fraction + validation_fraction] = VALIDATION
-    per_group[u < test_fraction] = TEST
+    per_group[order[:n_test]] = TEST
+    per_group[order[n_test : n_test + n_validation]] = VALIDATION
     out: Codes = per_group[inverse]
     return out
+
+
+def group_shares(
+    n_groups: int, test_fraction: float, validation_fraction: float
+) -> tuple[int, int]:
+    """The test and validation groups of `n_groups` (docs/contracts.md, section 9, Splits and
+    groups): each fraction's share rounded half up, `floor(t*G + 1/2)` test groups and
+    `floor((t + v)*G + 1/2)` test and validation groups together; then each wanted role
+    (test where `t > 0`, validation where `v > 0`) at least one group, and train at least
+    one, taken one at a time from validation or test, whichever has more groups above its
+    minimum (validation on a tie). With fewer groups than wanted roles a role stays empty:
+    `check_group_count` refuses such a request."""
+    minimum = {"test": int(test_fraction > 0), "validation": int(validation_fraction > 0)}
+    n_test = math.floor(test_fraction * n_groups + 0.5)
+    n_validation = math.floor((test_fraction + validation_fraction) * n_groups + 0.5) - n_test
+    counts = {
+        "test": max(n_test, minimum["test"]),
+        "validation": max(n_validation, minimum["validation"]),
+    }
+    while n_groups - counts["test"] - counts["validation"] < 1:
+        giver = max(("validation", "test"), key=lambda name: counts[name] - minimum[name])
+        counts[giver] -= 1
+    return counts["test"], counts["validation"]
+
+
+def check_group_count(n_groups: int, test_fraction: float, validation_fraction: float) -> None:
+    """RequestError, naming the count, where `n_groups` cannot give each wanted role a group."""
+    wanted = ["train"]
+    wanted += ["validation"] if validation_fraction > 0 else []
+    wanted += ["test"] if test_fraction > 0 else []
+    if n_groups < len(wanted):
+        raise RequestError(
+            f"{n_groups} group(s) cannot fill the {len(wanted)} roles ({', '.join(wanted)}), "
+            "each at least one group: give more distinct groups"
+            + (", or {test_fraction} 0 (no held-out test)" if test_fraction > 0 else ""),
+            "group",
+            "test_fraction",
+        )
 
 
 def group_indices(groups: Sequence[str]) -> tuple[list[str], npt.NDArray[np.int64]]:
@@ -180,6 +223,7 @@ def codes_of(seed: int, n_rows: int, rule: Rule, *, validation_needed: bool = Tr
     # Without a validation fraction (the folds validate) the pool is all training rows.
     validation = rule.validation_fraction or 0.0
     if rule.groups is not None:
+        check_group_count(len(set(rule.groups)), rule.test_fraction, validation)
         return group_codes(seed, rule.groups, rule.test_fraction, validation)
     return role_codes(seed, n_rows, rule.test_fraction, validation)
 
@@ -348,7 +392,10 @@ def roles_for(
             codes,
             where,
             test_wanted=test_wanted,
-            validation_wanted=validation_used,
+            # Rows drawn one by one may leave the validation role empty on tiny data: the
+            # training then stops on its training loss (docs/contracts.md, section 9, Tiny
+            # data). Groups and a given split must fill it.
+            validation_wanted=validation_used and (groups is not None or given is not None),
             more="groups" if groups is not None else "rows",
         )
     except PlanError as exc:

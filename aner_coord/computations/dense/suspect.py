@@ -13,9 +13,11 @@
   lower the learning rate (`divergence`).
 - A run that used all of `--epochs` while its validation loss was still falling (the best
   epoch is the last) gets a note, printed and recorded in `result.json`
-  (`still_improving`): more epochs would probably give a better model. A search or a
-  cross-validation gets the same note when fits of its selected candidate ended so
-  (`folds_still_improving`).
+  (`still_improving`), naming the cause it can see (each epoch one step, or too few
+  epochs). A search or a cross-validation gets the same note when fits of its selected
+  candidate ended so (`folds_still_improving`).
+- Data so small that no row drew the validation role trains on, stopping on its training
+  loss; a note says so (`no_validation`).
 """
 
 from __future__ import annotations
@@ -121,15 +123,42 @@ def divergence(
     return None
 
 
-def still_improving(history: Sequence[EpochRecord], best_epoch: int, epochs: int) -> str | None:
-    """The note for a run that used all its epochs with the validation loss still falling."""
+def still_improving(
+    history: Sequence[EpochRecord],
+    best_epoch: int,
+    epochs: int,
+    *,
+    steps_per_epoch: int = 2,
+    batch: int | None = None,
+) -> str | None:
+    """The note for a run that used all its epochs with the validation loss still falling,
+    naming the cause it can see: each epoch one step (the batch holds every training row,
+    so `epochs` is also the count of optimizer steps), or too few epochs."""
     if len(history) < epochs or best_epoch != epochs - 1 or epochs < 2:
         return None
     if history[-1].validation_loss is None:
         return None
-    return (
+    head = (
         f"training reached --epochs {epochs} while the validation loss was still falling "
-        f"(the best epoch is the last): more epochs may give a better model"
+        "(the best epoch is the last): "
+    )
+    if steps_per_epoch == 1:
+        rows = f"batch {batch} holds" if batch is not None else "one batch holds"
+        return head + (
+            f"each epoch was one optimizer step ({rows} every training row), so {epochs} "
+            f"epochs made {epochs} steps: more --epochs (or a smaller --batch) may give a "
+            "better model"
+        )
+    return head + "too few epochs: more --epochs may give a better model"
+
+
+def no_validation(rows: int, fraction: float, patience: int) -> str:
+    """The note for data so small that its draw gave no row the validation role
+    (docs/contracts.md, section 9, Tiny data)."""
+    return (
+        f"the draw of {rows} rows at --validation-fraction {fraction:g} gave no validation row: "
+        f"early stopping watched the training loss (--patience {patience}) and the final model "
+        "is kept; more rows give a validated model"
     )
 
 

@@ -24,7 +24,7 @@ from aner_coord.computations.dense.computation import (
     check_moments,
     check_parameters,
 )
-from aner_coord.computations.dense.options import check_option
+from aner_coord.computations.dense.options import check_delimiter, check_option
 from aner_coord.computations.search import data as search_data
 from aner_coord.computations.search import grid as grids
 from aner_coord.computations.search.folds import FoldError, assign
@@ -75,7 +75,13 @@ def _prepare(request: SearchRequest) -> Prepared:
     seed, k, fixed, teacher, grid, seeds = _check_request(request)
     n_seeds = max(1, len(seeds))
     rows = search_data.load(
-        request.data, request.label, teacher, request.group, seed, request.split_column
+        request.data,
+        request.label,
+        teacher,
+        request.group,
+        seed,
+        request.split_column,
+        check_delimiter(request.delimiter),
     )
     dataset = rows.dataset
     check_dataset(dataset, request.data)
@@ -178,6 +184,7 @@ class Search:
     # and an in-flight window of two per slot.
     seconds_per_item: ClassVar[float] = 1.0
     default_chunk: ClassVar[int] = 1  # fits a task
+    uneven_tasks: ClassVar[bool] = True  # a fit's cost is its candidate's (`UnevenTasks`)
 
     def admit(self, request: SearchRequest) -> Admitted:
         prepared = prepare(request)

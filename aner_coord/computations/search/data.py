@@ -47,6 +47,7 @@ def load(
     group: str | None,
     seed: int,
     split: str | None = None,
+    delimiter: str | None = None,
 ) -> SearchData:
     """The search's rows; RequestError naming `{data}`, `{teacher}`, `{group}` or
     `{split_column}`. A group or split column is set aside (`dense.columns`)."""
@@ -62,7 +63,11 @@ def load(
             held = arrays.held(data)
             return SearchData(held, held.y)
         _check_file(data)
-        array = load_csv_columns(data, label, named)[0] if named else open_dataset(data, label)
+        array = (
+            load_csv_columns(data, label, named, delimiter)[0]
+            if named
+            else open_dataset(data, label, delimiter)
+        )
         _check_rows(array.n_rows, "data")  # its size: check_dataset, as train's
         return SearchData(array, array.y)
     except DataError as exc:

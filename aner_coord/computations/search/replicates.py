@@ -234,7 +234,7 @@ class DenseReplicatesRun:
         if state is not JobState.COMPLETED:
             return {}
         rows = self.rows()
-        title = f"{len(rows)} replicates of a Dense training, seed {self._prepared.request.seed}"
+        title = f"Dense trainings: {len(rows)} replicates, seed {self._prepared.request.seed}"
         return replicates_files(rows, self._headline(_CHARTED), title)
 
 

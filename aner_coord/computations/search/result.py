@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from aner_coord.computations.dense.model import DenseModel
-from aner_coord.computations.display import fields_table, records_table, short
+from aner_coord.computations.display import fields_table, records_table, repr_lines
+from aner_coord.computations.search.summary import fits_text
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import StagingRecord
 
@@ -115,7 +116,7 @@ class SearchResult(ResultBase, frozen=True, tag="search"):
         notes = "".join(f"\nnote: {note}" for note in self.notes)
         return (
             text
-            + f" | {len(self.fits)} fits, {len(self.workers)} worker(s), "
+            + f" | {fits_text(len(self.fits), refit is not None)}, {len(self.workers)} worker(s), "
             + (f"{self.seconds:.3f} s")
             + notes
         )
@@ -258,8 +259,7 @@ class SearchFit:
             f"seed {r.seed})"
         )
         tables = "records(): one per fit; candidate_records(), cv_results_: one per candidate"
-        lines = [f"  {short(line)}" for line in r.summary().split("\n")]
-        return "\n".join([head, *lines, f"  {tables}"])
+        return repr_lines(head, r.summary(), (tables,))
 
     def _repr_html_(self) -> str:
         r = self.result

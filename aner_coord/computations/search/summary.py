@@ -26,6 +26,14 @@ def _plus_minus(mean: Any, std: Any) -> str:
     return _number(mean) + ("" if std is None else f" ± {_number(std)}")
 
 
+def fits_text(fits: int, refit: bool) -> str:
+    """The fits a search ran, counted as its progress counts them (a refit is one more fit):
+    `7 fits (6 cross-validation, 1 refit)`."""
+    if not refit:
+        return f"{fits} fits"
+    return f"{fits + 1} fits ({fits} cross-validation, 1 refit)"
+
+
 def summarize(result: dict[str, Any]) -> list[str]:
     candidates = result["candidates"]
     folds = result["folds"]
@@ -33,7 +41,7 @@ def summarize(result: dict[str, Any]) -> list[str]:
     grouped = ", grouped" if result.get("grouped") else ""
     seeds = f" x {len(result['seeds'])} seeds" if result.get("seeds") else ""
     lines = [f"search    {len(candidates)} candidate(s) x {how}{grouped}{seeds}: "
-             f"{len(result['fits'])} fits"]  # fmt: skip
+             f"{fits_text(len(result['fits']), result.get('refit') is not None)}"]  # fmt: skip
     selected = result.get("selected")
     if selected is None:
         lines.append("selected  none: every candidate has a fit that diverged")

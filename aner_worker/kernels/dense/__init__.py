@@ -7,7 +7,8 @@ the numerics both halves share.
 - `network`: the forward and backward pass of one chunk (where a gradient is computed), in
   the training's compute precision (float64 or float32), with per-thread buffers; `loops`:
   its numba loops;
-- `data`: data sets (CSV, NPZ, the digits, the procedural teacher); `values`: input values
+- `data`: data sets (CSV, NPZ, the digits, the procedural teacher); `delimiters`: a CSV's
+  delimiter, read from its header line; `values`: input values
   as binary64, exactly or refused; `labels`: labels as classes in their own type (continuous
   and missing labels refused); `streams`: the Philox streams of roles, epochs and initial
   weights;

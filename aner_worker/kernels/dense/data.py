@@ -24,11 +24,13 @@ from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from aner_worker.kernels.dense.delimiters import delimiter_of, separated
 from aner_worker.kernels.dense.labels import (
     Classes,
     LabelError,
@@ -173,14 +175,20 @@ def _resolve_label(label: str | None, header: list[str], where: str) -> int:
     return index % len(header)
 
 
-def _bad_value(text: str) -> str:
+def _bad_value(text: str, delimiter: str = ",") -> str:
     if not text.strip():
         return "missing value"
-    return f"not a number: {text[:40]!r}"
+    hint = ""
+    if delimiter != "," and re.fullmatch(r"\s*[-+]?[0-9]*,[0-9]+\s*", text):
+        hint = " (a decimal comma: write decimal points)"
+    return f"not a number: {text[:40]!r}{hint}"
 
 
-def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset:
-    """Parse CSV bytes: a header row, comma-separated, numeric finite features.
+def parse_csv(
+    data: bytes, where: str, label: str | None = None, delimiter: str | None = None
+) -> ArrayDataset:
+    """Parse CSV bytes: a header row, values separated by `delimiter` (None: the one the
+    header line shows, `delimiter_of`), numeric finite features.
 
     ``label`` is a header name or a column number (0-based, negative from the end); the
     default is the last column. ``where`` prefixes every error (the file name).
@@ -193,17 +201,11 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
         raise DataError(f"{where}: line {line}: not valid UTF-8 ({exc.reason})") from None
     # A byte-order mark is how some spreadsheet programs say UTF-8; it is not part of a name.
     text = text.removeprefix("\ufeff")
-    reader = csv.reader(io.StringIO(text, newline=""))
+    delimiter = delimiter or delimiter_of(text)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
-        header = next(reader, None)
-        if header is None:
-            raise DataError(f"{where}: empty file; expected a header row")
-        header = [name.strip() for name in header]
+        header = _header(reader, where)
         n_cols = len(header)
-        if n_cols < 2:
-            raise DataError(f"{where}: line 1: need a label and at least one feature column")
-        _check_unique(header, where)
-        _check_named(header, where)
         label_col = _resolve_label(label, header, where)
         features = array("d")
         labels: list[str] = []
@@ -214,8 +216,8 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
                 continue
             if len(fields) != n_cols:
                 raise DataError(
-                    f"{where}: line {line}: expected {n_cols} comma-separated values, "
-                    f"found {len(fields)}"
+                    f"{where}: line {line}: expected {n_cols} {separated(delimiter)} values "
+                    f"(the header's delimiter), found {len(fields)}"
                 )
             text_label = fields[label_col].strip()
             if not text_label:
@@ -227,7 +229,7 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
             try:
                 features.extend(map(float, row))
             except ValueError:
-                _raise_bad_row(row, line, label_col, header, where)
+                _raise_bad_row(row, line, label_col, header, where, delimiter)
             labels.append(text_label)
             lines.append(line)
     except csv.Error as exc:
@@ -239,17 +241,34 @@ def parse_csv(data: bytes, where: str, label: str | None = None) -> ArrayDataset
     if not finite.all():
         r, j = (int(v) for v in np.argwhere(~finite)[0])
         col = j if j < label_col else j + 1
-        raise DataError(
+        raise DataError(  # the value as a cell says it ('nan'), not numpy's repr
             f"{where}: line {lines[r]}, column {col + 1} ({header[col]!r}): "
-            f"not a finite number: {x[r, j]!r}"
+            f"not a finite number: {str(float(x[r, j]))!r}"
         )
     classes, y = _classes_of(labels, lines, repr(header[label_col]), where)
     names = tuple(header[:label_col] + header[label_col + 1 :])
     return ArrayDataset(x, y, classes, identity, names)
 
 
+def _header(reader: Any, where: str) -> list[str]:
+    """The header row's names, checked: at least two, each its own, none empty."""
+    header = next(reader, None)
+    if header is None:
+        raise DataError(f"{where}: empty file; expected a header row")
+    header = [name.strip() for name in header]
+    if len(header) < 2:
+        raise DataError(
+            f"{where}: line 1: need a label and at least one feature column, separated by a "
+            "comma, semicolon, tab or vertical bar (none found in the header; or give "
+            "--delimiter)"
+        )
+    _check_unique(header, where)
+    _check_named(header, where)
+    return header
+
+
 def _raise_bad_row(
-    row: list[str], line: int, label_col: int, header: list[str], where: str
+    row: list[str], line: int, label_col: int, header: list[str], where: str, delimiter: str
 ) -> None:
     for j, value in enumerate(row):
         try:
@@ -257,7 +276,8 @@ def _raise_bad_row(
         except ValueError:
             col = j if j < label_col else j + 1
             raise DataError(
-                f"{where}: line {line}, column {col + 1} ({header[col]!r}): {_bad_value(value)}"
+                f"{where}: line {line}, column {col + 1} ({header[col]!r}): "
+                f"{_bad_value(value, delimiter)}"
             ) from None
     raise AssertionError("a row that failed to parse parsed")  # pragma: no cover
 
@@ -295,9 +315,11 @@ def _check_named(header: list[str], where: str) -> None:
             raise DataError(f"{where}: line 1: column {col + 1} {what}: {hint}")
 
 
-def load_csv(path: str | Path, label: str | None = None) -> ArrayDataset:
+def load_csv(
+    path: str | Path, label: str | None = None, delimiter: str | None = None
+) -> ArrayDataset:
     """Read a CSV file (see ``parse_csv``); identity is the SHA256 of its bytes."""
-    return parse_csv(_read(path), str(path), label)
+    return parse_csv(_read(path), str(path), label, delimiter)
 
 
 # ---------------------------------------------------------------------------------------
@@ -378,7 +400,9 @@ def load_digits() -> ArrayDataset:
     )
 
 
-def open_dataset(source: str, label: str | None = None) -> ArrayDataset:
+def open_dataset(
+    source: str, label: str | None = None, delimiter: str | None = None
+) -> ArrayDataset:
     """``digits``, an ``.npz`` file or a CSV file, as ``--data`` names them."""
     if source == DIGITS:
         if label is not None:
@@ -388,7 +412,7 @@ def open_dataset(source: str, label: str | None = None) -> ArrayDataset:
         if label is not None:
             raise DataError(f"{source}: --label does not apply to NPZ files (labels are y)")
         return load_npz(source)
-    return load_csv(source, label)
+    return load_csv(source, label, delimiter)
 
 
 def _read(path: str | Path) -> bytes:

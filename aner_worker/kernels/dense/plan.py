@@ -237,6 +237,14 @@ def steps_per_epoch(n_train: int, batch: int) -> int:
     return -(-n_train // batch)
 
 
+def batch_used(batch: int, n_train: int) -> int:
+    """The rows of a global batch as the training uses them: the smaller of the option and
+    the training rows (scikit-learn's `min(batch_size, n_samples)`). A batch larger than
+    the training rows is one step of every row, the same plan and bits as that smaller
+    batch; the manifest and the result record this value, not the option."""
+    return max(1, min(batch, n_train))
+
+
 # ---------------------------------------------------------------------------------------
 # One step
 

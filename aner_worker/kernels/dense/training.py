@@ -101,7 +101,8 @@ class TrainingOptions:
 @dataclass(frozen=True)
 class TrainingRows:
     """The ascending row positions of each role. `validation` may be empty (a refit: no
-    validation, the final model is kept) and so may `test` (a cross-validation fit)."""
+    validation, the final model is kept; data too small for a validation row: early
+    stopping on the training loss) and so may `test` (a cross-validation fit)."""
 
     train: Ints
     validation: Ints
@@ -231,7 +232,8 @@ class Training:
         return len(self._bounds)
 
     def where(self) -> str:
-        return f"epoch {self.epoch}, step {self.step}"
+        # The user's count, from 1, as every printed line has it (the fields count from 0).
+        return f"epoch {self.epoch + 1}, step {self.step + 1}"
 
     def next_pass(self) -> TrainingPass | None:
         phase = self._phase
@@ -249,15 +251,15 @@ class Training:
             return TrainingPass(MOMENTS, rows.train, None, TRAIN_ROLE, label)
         if phase is _Phase.TRAIN:
             b0, b1 = self._bounds[self.step]
-            label = f"epoch {self.epoch} step {self.step + 1}/{len(self._bounds)}"
+            label = f"epoch {self.epoch + 1} step {self.step + 1}/{len(self._bounds)}"
             last = self.history[-1].validation_accuracy if self.history else None
             if last is not None:
                 label += f", validation accuracy {last:.4f}"
             return TrainingPass(TRAIN, self._order[b0:b1], self.flat, -1, label)
         if phase is _Phase.VALIDATE:
-            label = f"validation after epoch {self.epoch}"
+            label = f"validation after epoch {self.epoch + 1}"
             return TrainingPass(EVALUATE, rows.validation, self.flat, VALIDATION, label)
-        label = f"test of the best model (epoch {self.best_epoch})"
+        label = f"test of the best model (epoch {self.best_epoch + 1})"
         return TrainingPass(EVALUATE, rows.test, self.best_flat, TEST, label)
 
     def check(self, start: int, count: int, stats: DenseStats) -> str | None:
@@ -363,7 +365,7 @@ class Training:
 
     def _end_epoch(self, loss: float | None, accuracy: float | None) -> None:
         if loss is not None and not math.isfinite(loss):
-            raise Divergence(f"validation loss {loss} after epoch {self.epoch}: lower --lr")
+            raise Divergence(f"validation loss {loss} after epoch {self.epoch + 1}: lower --lr")
         record = EpochRecord(
             self.epoch,
             self._epoch_loss / int(self.rows.train.size),
@@ -383,6 +385,12 @@ class Training:
         stop = False
         if loss is None:  # no validation: the final model is the one kept
             self.best_flat = self.flat
+            if self.options.patience is not None:
+                # Data too small for a validation row (docs/contracts.md, section 9, Tiny
+                # data): early stopping watches the epoch's training loss, as scikit-learn's
+                # does without a validation set. A refit has no patience and runs its epochs.
+                self._stopping = self._stopping.observe(self.epoch, record.train_loss)
+                stop = self._stopping.stop
         else:
             self._stopping = self._stopping.observe(self.epoch, loss)
             if self._stopping.improved:
