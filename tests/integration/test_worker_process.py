@@ -8,13 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from suite_env import child_env
-from support import HANG_S, reap
+from support import HANG_S, TOY_SITE, reap
 
 from aner_worker.build import build_identity
 from aner_worker.contract import source_fingerprint
@@ -52,18 +51,13 @@ WAIT_S = HANG_S  # guards against a hang only
 HUGE = 9_000_000_000  # samples: most of a minute of one core, within the admission limits
 
 
-# The toy plugin's site folder, on this test process's path (pyproject.toml): the worker gets
-# it too, so that both have the same plugins installed.
-TOY_SITE = str(Path(__file__).resolve().parents[1] / "toy")
-
-
 class Worker:
     """One worker process and the coordinator's side of its framing."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aner_coord", "parallel", "worker", "--stdio"],
-            env=child_env(PYTHONPATH=TOY_SITE),
+            env=child_env(PYTHONPATH=TOY_SITE),  # the plugins of this process
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
