@@ -23,8 +23,9 @@ The documented entry point for Python is `import aner.parallel` (the package `an
   `kernelsets`: which workers compute with other BLAS kernel sets, in those words too;
 - `program`: the `aner` program's first line; `interrupts`: who takes SIGINT while a
   command starts, runs and ends;
-- `aner/`: the package `aner` (`aner.parallel`, `python -m aner`); `shadowing`: our own
-  `protocol` and `aner_worker`, whatever a user's files are named.
+- `conformance`: the conformance suite of a plugin's simulation (`aner.testing`);
+- `aner/`: the package `aner` (`aner.parallel`, `aner.testing`, `python -m aner`);
+  `shadowing`: our own `protocol` and `aner_worker`, whatever a user's files are named.
 """
 
 from typing import Any

@@ -33,7 +33,7 @@ import inspect
 import os
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar
 
 import msgspec
 
@@ -186,7 +186,9 @@ def _observers(reporter: Reporter | None) -> tuple[Observer, ...]:
 
 # What each call takes: its request type's options, and where its job runs. A search's own
 # `chunk` is the rows of a chunk within each fit; cross-validation has no grid.
-RUN = takes(None, required=("computation",), placement=PLACEMENT)
+# `run(NAME, ...)`: a named computation's options (computations.named) and its `params`.
+NAMED = ("samples", "seed", "replicates", "params")
+RUN = takes(None, required=("computation",), keywords=NAMED, placement=PLACEMENT)
 MONTE_CARLO = takes(MonteCarloRequest, placement=PLACEMENT)
 REGRESSION = takes(RegressionRequest, placement=PLACEMENT)
 DENSE_FIT = takes(DenseRequest, positional=("X", "y"), keywords=ROW_ARRAYS, placement=PLACEMENT)
@@ -274,12 +276,41 @@ class Calls:
         )
 
     # -- the calls, each written once ----------------------------------------------------
-    def _run(self, /, computation: ComputationRequest, **placement: Unpack[Placement]) -> Call[Any]:
+    def _run(self, /, computation: ComputationRequest | str, **arguments: Any) -> Call[Any]:
         """Run any registered computation's request and return its result. `output` makes a
         job directory (docs/contracts.md, section 7), `audit` recomputes that fraction of the chunks
         on the coordinator, `retries` lost workers are survived (docs/contracts.md, section 11),
-        `chunk` items go to a task."""
-        return Call(self._job(computation, placement), self._finish)
+        `chunk` items go to a task.
+
+        Or name an installed computation (a plugin's, docs/contracts.md, section 15) with
+        `samples`, `seed`, `replicates` and `params`: `run("asian", samples=10**6, seed=1,
+        params={"sigma": 0.3}, replicates=4)`; `params` are a simulation's declared
+        parameters (another computation's request fields), checked against their ranges
+        before any worker starts."""
+        placement, given = split_placement(arguments)
+        options = {k: plain(v) for k, v in given.items() if v is not None}
+        if isinstance(computation, str):
+            from aner_coord.computations.named import named_request
+
+            params = options.pop("params", {})
+            if not isinstance(params, dict):
+                raise ArgumentError(
+                    f"run() takes params= as a dict of names to values, got {params!r}"
+                )
+            request = named_request(computation, options, params, text=False)
+        elif options:
+            raise ArgumentError(
+                f"run() takes no {sorted(options)[0]}= with a request: the request holds its "
+                "options (or name the computation: run(NAME, ...))"
+            )
+        elif not isinstance(computation, ComputationRequest):
+            raise ArgumentError(
+                "run() takes a computation's request or an installed computation's name, got "
+                f"{type(computation).__name__}"
+            )
+        else:
+            request = computation
+        return Call(self._job(request, placement), self._finish)
 
     def _monte_carlo(self, /, **arguments: Any) -> Call[MonteCarloResult | ReplicatesResult]:
         """Estimate pi from `samples` Philox samples of `seed` (docs/contracts.md, section 1); the

@@ -22,4 +22,5 @@ BENCHMARKS: tuple[str, ...] = (
     "checkpoints",
     "timeline",
     "replicates",
+    "simulation",
 )

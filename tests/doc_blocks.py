@@ -81,7 +81,7 @@ def _commands(text: str, first_line: int) -> list[Command]:
         command = line[2:]
         while command.endswith("\\") and i + 1 < len(lines):
             i += 1
-            command = command[:-1] + "\n" + lines[i]
+            command = command + "\n" + lines[i]  # bash continues the line, as it would typed
         commands.append(Command(first_line + start, command, ""))
         i += 1
     return commands

@@ -30,6 +30,9 @@ from aner_worker.leases import Holder, Lease, LeaseTable, private_dir
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
+# The toy computation's plugin site (tests/toy), on every test process's path
+# (pyproject.toml): a subprocess whose plugins must be this process's gets it on PYTHONPATH.
+TOY_SITE = str(TESTS / "toy")
 DATA = TESTS / "data"
 DEPLOY = ROOT / "deploy"
 SAMPLES = ROOT / "samples"

@@ -2,6 +2,8 @@
 `python -m aner` the `aner` command.
 
 - `parallel`: `aner_coord.parallel` itself (`aner.parallel is aner_coord.parallel`);
+- `testing`: `check_computation`, the conformance suite a plugin's tests call
+  (`aner_coord.conformance`);
 - `__main__`: `python -m aner`, the `aner` command.
 
 This folder is installed as the top-level package `aner` (pyproject.toml, `packages.find`), so

@@ -51,6 +51,19 @@ T = TypeVar("T")
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     needed = _add_job_arguments(p, "run")
     p.add_argument("--spec", metavar="FILE", help="run the job described by a TOML spec file")
+    p.add_argument(
+        "--computation",
+        metavar="NAME",
+        help="run this installed computation (a plugin's: `aner parallel capabilities` lists "
+        "them) instead of Monte Carlo pi, with --samples, --seed, --replicates and its --param",
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter of --computation (repeat for each; its declared default otherwise)",
+    )
     show_needed(p, *needed)
 
 
@@ -88,14 +101,37 @@ def add_resume_arguments(p: argparse.ArgumentParser) -> None:
 def request_from_args(args: argparse.Namespace) -> JobRequest:
     """The command line's job, as the one request type the API and spec files use."""
     kind = REQUEST_TYPES[args.command]
+    named = getattr(args, "computation", None)
     if getattr(args, "spec", None):
         given = [f.name for f in msgspec.structs.fields(kind)] + ["output", "cluster"]
         strict = getattr(args, "strict_bits", False)  # the spec's [execution] says it
-        if strict or any(getattr(args, k, None) is not None for k in given):
+        chosen = named is not None or bool(getattr(args, "param", []))
+        if strict or chosen or any(getattr(args, k, None) is not None for k in given):
             raise RequestError("--spec describes the whole job: give no other job options")
         return load_spec_file(args.spec)
+    if named is not None:
+        return job_request(args, _named_request(args, named))
+    if getattr(args, "param", []):
+        raise RequestError("--param goes with --computation NAME (the computation it sets)")
     computation = request_from_arguments(args, kind, args.command)
     return job_request(args, computation)
+
+
+def _named_request(args: argparse.Namespace, name: str) -> ComputationRequest:
+    """`run --computation NAME --param K=V ...`: the request of that installed computation,
+    checked as `parallel.run(NAME, ...)` checks it (`computations.named`)."""
+    from aner_coord.computations.named import SIMULATION_OPTIONS, named_request
+
+    options = {k: getattr(args, k) for k in SIMULATION_OPTIONS if getattr(args, k) is not None}
+    params: dict[str, str] = {}
+    for given in args.param:
+        key, equals, value = given.partition("=")
+        if not (equals and key.strip() and value.strip()):
+            raise RequestError(f"--param takes NAME=VALUE, got {given!r}")
+        if key.strip() in params:
+            raise RequestError(f"--param {key.strip()} is given twice: give it once")
+        params[key.strip()] = value.strip()
+    return named_request(name, options, params, text=True)
 
 
 def job_request(args: argparse.Namespace, computation: ComputationRequest) -> JobRequest:

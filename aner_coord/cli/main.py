@@ -56,7 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "what this build can do and where it came from",
         "aner_coord.cli.capabilities",
     ),
-    "run": ("Monte Carlo estimate of pi", "aner_coord.cli.jobs"),
+    "run": (
+        "Monte Carlo estimate of pi, or an installed computation (--computation)",
+        "aner_coord.cli.jobs",
+    ),
     "regression": ("the logistic-regression training fixture", "aner_coord.cli.jobs"),
     "train": ("train a Dense classifier (docs/contracts.md)", "aner_coord.cli.dense"),
     "predict": ("labels and class probabilities from a trained model", "aner_coord.cli.dense"),

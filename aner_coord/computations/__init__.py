@@ -10,7 +10,8 @@ call with an instance.
 - `display`: how a fitted result shows itself in a notebook (a short repr, an HTML table);
 - `plugins`: an installed plugin's halves, checked against the interface, and the request
   type a simulation's declaration implies; `simulation/`: the simulation kit's coordinator
-  half.
+  half; `named`: a computation's request made from its name and options (`aner parallel
+  run --computation NAME`, `parallel.run(NAME, ...)`), by one check.
 
 Every computation installed (aner's own and each plugin's, `aner_worker.plugins`) is
 declared by kind, request type and `module:Class` path and imported when a job first needs

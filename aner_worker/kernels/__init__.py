@@ -50,7 +50,8 @@ def _plugin_kernel(found: Found) -> Callable[[], Kernel]:
         if isinstance(declaration, Simulation):
             from aner_worker.kernels.simulation.kernel import SimulationKernel
 
-            simulation: Kernel = SimulationKernel(found.name, declaration)  # type: ignore[assignment]
+            plugin = f"plugin {found.distribution} {found.version}"
+            simulation: Kernel = SimulationKernel(found.name, declaration, plugin)  # type: ignore[assignment]
             return simulation
         module, _, attribute = declaration.kernel.partition(":")
         who = f"plugin {found.distribution} {found.version}: computation {found.name!r}"

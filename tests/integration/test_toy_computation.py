@@ -1,7 +1,8 @@
-"""A computation defined only in the tests (tests/toy_computation.py) runs through the real
-job machine, local threads and a real pipe worker process: adding a workload is one module
-plus its registration. Its fault switch injects an exception at each seam of the core, and
-every one must end the job FAILED with a message naming where, never a hang."""
+"""A computation defined only in the tests (tests/toy/toy_computation.py, installed as the
+plugin `aner-toy`) runs through the real job machine, local threads and a real pipe worker
+process: adding a workload is one module and its declaration, with no edit to aner. Its
+fault switch injects an exception at each seam of the core, and every one must end the job
+FAILED with a message naming where, never a hang."""
 
 from __future__ import annotations
 
@@ -19,22 +20,19 @@ from aner_coord.job.processes import ProcessBackend
 from aner_coord.job.threads import ThreadBackend
 from aner_coord.jobdir.status import JobState, StatusSnapshot
 
-TOY = str(Path(toy_computation.__file__).resolve())
+TOY = str(Path(toy_computation.__file__).resolve().parent)  # the plugin's site folder
 ITEMS = 10_007
 
 
 def toy_worker(tmp_path: Path) -> Path:
-    """An `aner` executable that also knows the toy kernel (a real worker process)."""
+    """An `aner` executable where the toy plugin is installed (a real worker process): its
+    site folder on the path, as PYTHONPATH would put it (not tests/, whose protocol/ would
+    shadow the real protocol package)."""
     script = tmp_path / "aner-with-toy"
     script.write_text(
         f"#!{sys.executable}\n"
-        "import importlib.util, sys\n"
-        # Loaded by path: putting tests/ on sys.path would let tests/protocol/ shadow the
-        # real protocol package.
-        f"spec = importlib.util.spec_from_file_location('toy_computation', {TOY!r})\n"
-        "toy = importlib.util.module_from_spec(spec)\n"
-        "sys.modules['toy_computation'] = toy\n"
-        "spec.loader.exec_module(toy)  # registers the toy kernel\n"
+        "import sys\n"
+        f"sys.path.insert(0, {TOY!r})\n"
         "from aner_coord.cli import main\n"
         "sys.exit(main())\n"
     )

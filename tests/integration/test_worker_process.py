@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from support import HANG_S, reap
+from suite_env import child_env
+from support import HANG_S, TOY_SITE, reap
 
 from aner_worker.build import build_identity
 from aner_worker.contract import source_fingerprint
@@ -56,6 +57,7 @@ class Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aner_coord", "parallel", "worker", "--stdio"],
+            env=child_env(PYTHONPATH=TOY_SITE),  # the plugins of this process
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from suite_env import child_env
+from support import TOY_SITE
 
 from aner_coord import parallel
 from aner_coord.admission import Job, admit
@@ -74,6 +76,7 @@ def test_inventory_reports_each_kernels_choice() -> None:
     assert report["kernels"]["monte-carlo"]["backend"] == "threads"
     done = subprocess.run(
         [sys.executable, "-m", "aner_coord", "parallel", "inventory", "--json"],
+        env=child_env(PYTHONPATH=TOY_SITE),  # the plugins of this process, the toy's too
         capture_output=True,
         text=True,
         check=True,

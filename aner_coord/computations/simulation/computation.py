@@ -32,7 +32,6 @@ class SimulationComputation:
         self.outputs = simulation.outputs
         self.contract = simulation.contract
         self.request_type = request_type(name, simulation)
-        self.kernel = SimulationKernel(name, simulation)
         found = identity(name)
         self.plugin = {
             "distribution": distribution,
@@ -40,6 +39,9 @@ class SimulationComputation:
             "digest": plugin_digest(found) if found else "",
         }
         self.label = f"{name} (plugin {distribution} {self.plugin['version']})"
+        self.kernel = SimulationKernel(
+            name, simulation, f"plugin {distribution} {self.plugin['version']}"
+        )
 
     def admit(self, request: Any) -> Admitted:
         check_seed(request.seed)

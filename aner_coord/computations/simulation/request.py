@@ -97,7 +97,8 @@ def params_of(
             msgspec.convert({key: value}, kind, strict=not text)
         except msgspec.ValidationError:
             raise RequestError(
-                f"{label}: parameter {key} = {value!r} is not {_range(param)}: give one within it"
+                f"{label}: parameter {key} = {value if text else repr(value)} is not "
+                f"{_range(param)}: give one within it"
             ) from None
     return msgspec.convert(given, kind, strict=not text)
 

@@ -64,9 +64,10 @@ class SimulationKernel:
     params_type: ClassVar[type[Any]] = SimParams
     stats_type: ClassVar[type[Any]] = SimStats
 
-    def __init__(self, name: str, simulation: Simulation) -> None:
+    def __init__(self, name: str, simulation: Simulation, plugin: str = "") -> None:
         self.name = name
         self.simulation = simulation
+        self.plugin = plugin  # how a failure names the distribution: "plugin lab-kit 1.0"
         self._blocks: Callable[..., tuple[bytes, bytes]] | None = None
 
     def _loop(self) -> Callable[..., tuple[bytes, bytes]]:
@@ -92,7 +93,24 @@ class SimulationKernel:
             for sub in range(first, first + n, step):
                 if should_stop is not None and sub > first and should_stop():
                     raise Stopped(f"stopped at sample {sub}")
-                mean, m2 = blocks(seed, sub, min(step, first + n - sub), params.values)
+                count_here = min(step, first + n - sub)
+                try:
+                    mean, m2 = blocks(seed, sub, count_here, params.values)
+                except Exception as exc:  # the plugin's code: say whose and which samples
+                    raise self._failure(exc, seed, sub, count_here) from exc
                 means.append(mean)
                 m2s.append(m2)
         return SimStats(b"".join(means), b"".join(m2s))
+
+    def _failure(self, exc: Exception, seed: int, first: int, count: int) -> Exception:
+        """The one line a task's failure says: the simulation, its plugin, the samples of
+        the task that failed and the seed (a non-finite value's own line says them already)."""
+        from aner_worker.kernels.simulation.loop import SimulationError
+
+        who = f"simulation {self.name!r}" + (f" ({self.plugin})" if self.plugin else "")
+        if isinstance(exc, SimulationError):
+            return SimulationError(f"{who}: {exc}".replace(f"simulation {self.name!r}: ", "", 1))
+        return SimulationError(
+            f"{who}: {self.simulation.function} raised {type(exc).__name__}: {exc}, in the "
+            f"task of samples [{first}, {first + count}) of seed {seed}"
+        )

@@ -1,5 +1,9 @@
-"""A third computation that exists only in the tests: it proves that a workload is one
-module plus its registration, and lets tests inject a fault at each seam of the job core.
+"""A third computation that exists only in the tests, installed as a plugin of the general
+interface is (docs/contracts.md, section 15): the distribution `aner-toy` in this folder
+(`aner_toy-1.0.dist-info`, whose entry point names `toy_plugin:TOY`), found by discovery on
+`sys.path` (pyproject.toml's pytest `pythonpath`; a toy worker process puts this folder on
+its own). It proves that a workload is one module and its declaration, with no edit to
+aner, and lets tests inject a fault at each seam of the job core.
 
 `toy` sums squares over two passes: pass 0 sums `i*i` over items [0, n); pass 1 sums
 `(i + shift)**2` where `shift` is pass 0's total modulo 1000, so pass 1 needs pass 0's
@@ -17,11 +21,10 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from aner_coord.computations import Accounting, Admitted, Diverged, PassSpec, register
+from aner_coord.computations import Accounting, Admitted, Diverged, PassSpec
 from aner_coord.jobdir.status import WorkerAccount
 from aner_coord.limits import check_positive
 from aner_coord.requests import ComputationRequest
-from aner_worker.kernels import register as register_kernel
 from aner_worker.kernels.base import Stopped
 
 SHIFT_MODULUS = 1000
@@ -154,7 +157,3 @@ class _ToyRun:
 def expected_totals(items: int) -> list[int]:
     first = sum_squares(0, items)
     return [first, sum_squares(first % SHIFT_MODULUS, items)]
-
-
-register_kernel(ToyKernel())
-register(Toy())
