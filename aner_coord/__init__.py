@@ -21,6 +21,7 @@ The documented entry point for Python is `import aner.parallel` (the package `an
 - `capabilities`: the capability and provenance report of this build and its workers;
   `hosts`: which workers share a host, in the words of `status`, `plan` and the reports;
   `kernelsets`: which workers compute with other BLAS kernel sets, in those words too;
+  `localplan`: whether a local job's workers are threads or worker processes, per kernel;
 - `program`: the `aner` program's first line; `interrupts`: who takes SIGINT while a
   command starts, runs and ends;
 - `conformance`: the conformance suite of a plugin's simulation (`aner.testing`);

@@ -25,8 +25,6 @@ from aner_coord.clusterfile import ClusterConfig, ClusterFileError, WorkerRecord
 from aner_coord.computations import Admitted, Computation, computation_for
 from aner_coord.computations.base import ChecksChunk, Prechecks, kernel_of
 from aner_coord.errors import AdmissionError, RequestError
-from aner_coord.job.local import CHOICES, LocalPlan, plan_for
-from aner_coord.job.local import records as local_records
 from aner_coord.limits import (
     MAX_CHUNKS,
     MAX_LOCAL_WORKERS,
@@ -36,6 +34,8 @@ from aner_coord.limits import (
     check_positive,
     check_seconds,
 )
+from aner_coord.localplan import CHOICES, LocalPlan, plan_for
+from aner_coord.localplan import records as local_records
 from aner_coord.requests import (
     ClusterExecution,
     Execution,
@@ -164,7 +164,7 @@ def _admit_job_options(request: JobRequest) -> Workers:
 
 
 def _local_plan(workers: Workers, kernel: str, backend: str) -> Workers:
-    """Local workers as threads or as worker processes (`aner_coord.job.local`)."""
+    """Local workers as threads or as worker processes (`aner_coord.localplan`)."""
     plan = plan_for(kernel, len(workers.slots), backend)
     if plan.backend == "threads":
         return Workers(workers.slots, None, workers.automatic, plan)

@@ -125,7 +125,7 @@ __all__ = [
 def inventory() -> dict[str, Any]:
     """The local CPU allocation as docs/contracts.md, section 4 describes it (JSON-ready),
     with how local workers of each kernel run (`local_execution`, section 3)."""
-    from aner_coord.job.local import choices_dict
+    from aner_coord.localplan import choices_dict
     from aner_worker.inventory import current
 
     inv = current()

@@ -36,7 +36,7 @@ class _Data(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     pass
 
 
-# How local workers run (`aner_coord.job.local`): "auto" chooses by the job's kernel.
+# How local workers run (`aner_coord.localplan`): "auto" chooses by the job's kernel.
 LocalBackend = Literal["auto", "threads", "processes"]
 
 
@@ -44,7 +44,7 @@ class LocalExecution(_Data, frozen=True, tag_field="kind", tag="local"):
     """`workers` local workers (0: the automatic policy), `chunk` items a task (None: the
     computation's own default, see `Computation.default_chunk`); `backend`: threads of this
     process, local worker processes, or "auto", the one its kernel runs fastest on
-    (`aner_coord.job.local`)."""
+    (`aner_coord.localplan`)."""
 
     workers: int = 0
     chunk: int | None = None

@@ -12,7 +12,7 @@ result bit for bit; only the process backend takes the group's workers from the 
 of starting them, and gives them back when the job ends. Calls on one session run one after
 another. A local session's calls on threads start them afresh (microseconds; the kernels
 stay loaded in this process); its calls that run on local worker processes (work that holds
-the GIL, `aner_coord.job.local`) keep those processes as a group's, so code can switch
+the GIL, `aner_coord.localplan`) keep those processes as a group's, so code can switch
 between a local and a cluster session without change.
 
 A worker lost while the session is idle (it crashed, was killed) is noticed by the pool and

@@ -17,7 +17,7 @@ import msgspec
 from msgspec import Meta
 
 from aner_coord.errors import RequestError
-from aner_coord.job.local import CHOICES
+from aner_coord.localplan import CHOICES
 from aner_coord.requests import ClusterExecution, Execution, LocalExecution
 
 _INTEGER = re.compile(r"[0-9]+|[0-9]{1,3}(,[0-9]{3})+|[0-9]{1,3}(_[0-9]{3})+|[0-9]+[eE]\+?[0-9]+")

@@ -16,7 +16,7 @@ def add_inventory_arguments(p: argparse.ArgumentParser) -> None:
 def inventory_command(args: argparse.Namespace) -> int:
     import msgspec
 
-    from aner_coord.job.local import choice_lines, choices_dict
+    from aner_coord.localplan import choice_lines, choices_dict
     from aner_worker.inventory import current, format_table
 
     inv = current()

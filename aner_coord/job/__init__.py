@@ -7,7 +7,8 @@
 - `coordinator`: the asyncio shell that carries the machine's instructions out and feeds
   what happened back as events; publishes status snapshots;
 - `backend`, `threads`, `processes`: where tasks run: local threads, or worker processes
-  over a transport; `local`: which of the two a local job's workers are, per kernel;
+  over a transport (which of the two a local job's workers are, per kernel, is
+  `aner_coord.localplan`'s, decided at admission);
   `link`: a worker process's command line, start, handshake and events, for everything
   that talks to one; `pool`: a session's worker processes kept between jobs;
 - `staging`: file data sent to worker processes once per job; `pacing`: how many tasks a

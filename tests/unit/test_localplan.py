@@ -1,4 +1,4 @@
-"""How local workers run (`aner_coord/job/local.py`, docs/contracts.md, section 3): declared per
+"""How local workers run (`aner_coord/localplan.py`, docs/contracts.md, section 3): declared per
 kernel, decided at admission, reported by the manifest's plan, `status` and `inventory`."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from aner_coord.admission import Job, admit
 from aner_coord.computations.montecarlo import MonteCarloRequest
 from aner_coord.computations.search.request import SearchRequest
 from aner_coord.errors import RequestError
-from aner_coord.job.local import PROCESSES
+from aner_coord.localplan import PROCESSES
 from aner_coord.requests import ComputationRequest, JobRequest, LocalBackend, LocalExecution
 from aner_worker.kernels import KERNELS
 
