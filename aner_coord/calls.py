@@ -316,7 +316,7 @@ class Calls:
         """Estimate pi from `samples` Philox samples of `seed` (docs/contracts.md, section 1); the
         hits depend on nothing else. `replicates` > 1 runs that many independent estimates
         with seeds derived from `seed` and returns their aggregate (docs/contracts.md,
-        "Replicates")."""
+        section 16)."""
         placement, options = split_placement(arguments)
         request = request_of(MonteCarloRequest, options)
         return Call(self._job(request, placement), self._finish)
@@ -346,7 +346,7 @@ class Calls:
         records that identity but not the arrays (such a job cannot be resumed from the
         command line). `replicates` > 1 trains that many, each a whole fit with a seed
         derived from `seed` on the same data and roles, and returns their aggregate
-        (docs/contracts.md, "Replicates")."""
+        (docs/contracts.md, section 16)."""
         from aner_coord.computations.dense.result import DenseFit
 
         placement, options = split_placement(arguments)

@@ -1,6 +1,6 @@
 """What this build can do and where it came from: `aner --version --json`,
 `aner parallel capabilities [--json] [--cluster FILE]` and `aner_coord.parallel.capabilities()`
-(docs/contracts.md, "Capabilities and provenance").
+(docs/contracts.md, section 17).
 
 `provenance()` is the version, the protocol, the source fingerprint and the build
 (`aner_worker.build`). `capabilities()` adds the computations with their contract identities
@@ -183,7 +183,7 @@ async def _worker(record: Any) -> dict[str, Any]:
             build=build_of(dict(link.build), link.machine),
             kernels=list(link.kernels),
             precisions=list(link.precisions),
-            host=link.host,  # docs/contracts.md, "Host identity"
+            host=link.host,  # docs/contracts.md, section 18
             error=None,
         )
         await link.transport.write(connection.shutdown("capabilities reported"))

@@ -1,7 +1,7 @@
 """Which workers share a host, in the words `status`, `plan` and the scaling report use.
 
 Every worker reports its host identity at the handshake, and local threads report this
-host's (docs/contracts.md, "Host identity"). Records with equal identities run on one host
+host's (docs/contracts.md, section 18). Records with equal identities run on one host
 and share its CPUs, whatever their names or transports; a worker that reported none (an
 older one, or a host without a machine ID or boot id) is on a host nobody can name, and is
 never counted as sharing one.

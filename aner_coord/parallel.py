@@ -135,7 +135,7 @@ def inventory() -> dict[str, Any]:
 @checked
 def capabilities(cluster: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """What this build can do and where it came from (JSON-ready; docs/contracts.md,
-    "Capabilities and provenance"); with `cluster`, each worker's own report from its
+    section 17); with `cluster`, each worker's own report from its
     handshake."""
     from aner_coord.capabilities import capabilities as report
 

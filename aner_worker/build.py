@@ -1,5 +1,5 @@
 """This installation's build provenance, as a worker reports it at the handshake and
-`aner parallel capabilities` shows it (docs/contracts.md, "Capabilities and provenance").
+`aner parallel capabilities` shows it (docs/contracts.md, section 17).
 
 Public facts only, all strings: a hash of where the packages are installed (the path itself is
 private) and whether the install is editable. The numeric stack (numpy, numba, the BLAS and

@@ -2,7 +2,7 @@
 
 Two worker records, or local threads and a pipe worker, that run on one host share its CPUs:
 a planner that counted them apart would promise a speedup the host cannot give. The host
-identity (docs/contracts.md, "Host identity") is HMAC-SHA256, keyed with the fixed project
+identity (docs/contracts.md, section 18) is HMAC-SHA256, keyed with the fixed project
 salt `HOST_SALT`, of this host's `/etc/machine-id` and the running kernel's boot id
 (`/proc/sys/kernel/random/boot_id`), cut to 32 hex digits. The raw values never leave this
 module: systemd's machine-id(5) asks for exactly this (an application-specific keyed hash

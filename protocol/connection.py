@@ -99,7 +99,7 @@ MAX_MACHINE_FIELDS = 32
 MAX_MACHINE_KEY_CHARS = 64
 MAX_MACHINE_VALUE_CHARS = 256
 MAX_PLATFORM_CHARS = 256
-# A host identity (docs/contracts.md, "Host identity") is this many lowercase hex digits.
+# A host identity (docs/contracts.md, section 18) is this many lowercase hex digits.
 HOST_HEX_DIGITS = 32
 _HOST = re.compile(f"[0-9a-f]{{{HOST_HEX_DIGITS}}}")
 # A worker's slots say they are computing no more often than this (a frame each time).

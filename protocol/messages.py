@@ -76,7 +76,7 @@ class Welcome(_Wire, frozen=True, tag="welcome"):
     build: dict[str, str] = {}
     kernels: tuple[str, ...] = ()
     # The host it runs on: a salted hash of its machine ID and boot id, never the raw values
-    # (docs/contracts.md, "Host identity"), so that records sharing one host are known as
+    # (docs/contracts.md, section 18), so that records sharing one host are known as
     # such. None where the worker cannot tell, or is older than the field.
     host: str | None = None
     # Its installed plugins: distribution -> "version digest" (docs/contracts.md, section 15).

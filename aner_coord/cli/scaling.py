@@ -282,7 +282,7 @@ def format_plan(
 
 def hosts_summary(probe: Probe) -> dict[str, Any]:
     """Which probed records share a host, and which run on this one (docs/contracts.md,
-    "Host identity"): a sentence, the groups of records on one host, and this host's."""
+    section 18): a sentence, the groups of records on one host, and this host's."""
     hosts = {w.identity: w.host for w in probe.workers}
     here = probe.local.host
     return {

@@ -47,7 +47,7 @@ class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
         int,
         Meta(
             description="independent replicates of --samples samples each, with seeds derived "
-            "from --seed (docs/contracts.md, Replicates)"
+            "from --seed (docs/contracts.md, section 16)"
         ),
     ] = 1
 

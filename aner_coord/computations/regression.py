@@ -49,7 +49,7 @@ class RegressionRequest(ComputationRequest, frozen=True, tag="regression"):
         int,
         Meta(
             description="independent fits, each with a seed derived from --seed and run whole "
-            "on one worker slot (docs/contracts.md, Replicates)"
+            "on one worker slot (docs/contracts.md, section 16)"
         ),
     ] = 1
 

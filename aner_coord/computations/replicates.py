@@ -1,5 +1,5 @@
 """Replicates: independent repetitions of one computation, and their aggregation rule
-(docs/contracts.md, "Replicates").
+(docs/contracts.md, section 16).
 
 Replicate `k` (0-based) of a request with seed `s` computes with the seed `replicate_seed(s, k)`:
 word 0 of block `k` of the Philox4x64-10 stream keyed `(s, REPLICATE_STREAM)` (section 1's

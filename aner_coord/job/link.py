@@ -82,7 +82,7 @@ class WorkerLink:
     # Its build provenance and the kernels it offers (empty from a worker that did not say).
     build: dict[str, str] = field(default_factory=dict)
     kernels: tuple[str, ...] = ()
-    # The host it runs on (docs/contracts.md, "Host identity"); None where it did not say.
+    # The host it runs on (docs/contracts.md, section 18); None where it did not say.
     host: str | None = None
 
     @property

@@ -185,7 +185,7 @@ class TaskTimes:
         return worker
 
     def machine(self, identity: str, machine: dict[str, str], host: str | None = None) -> None:
-        """Record the machine identity and the host (docs/contracts.md, "Host identity")
+        """Record the machine identity and the host (docs/contracts.md, section 18)
         that `identity` reported."""
         with self._lock:
             worker = self._worker(identity)

@@ -88,7 +88,7 @@ class WorkerAccount(msgspec.Struct, frozen=True, omit_defaults=True):
     rtt_s: float | None = None
     task_s: float | None = None
     window: int | None = None
-    # The host it ran on (docs/contracts.md, "Host identity"), so that readers can tell
+    # The host it ran on (docs/contracts.md, section 18), so that readers can tell
     # records that share one; None where unknown (or from an older writer).
     host: str | None = None
 

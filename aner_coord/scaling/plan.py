@@ -20,7 +20,7 @@ Local threads compute at the rate measured with as many threads as compute at on
 of fewer chunks than threads leaves the others idle, and its chunks run at the rate of that
 many threads, not at a share of all of them.
 
-One host is one host (docs/contracts.md, "Host identity"): records whose handshakes report
+One host is one host (docs/contracts.md, section 18): records whose handshakes report
 the same host share its CPUs, so their slots beyond its CPUs (this machine's effective CPUs,
 another host's logical CPUs where it reported them) add no rate. A group, or a worker alone,
 whose every record runs on this very host is never recommended over local threads: it can

@@ -60,7 +60,7 @@ class LocalProbe:
     rates: dict[int, float]  # threads -> aggregate items per second
     task_s: float  # coordinator seconds per task with local threads
     machine: dict[str, str] = field(default_factory=dict)
-    host: str | None = None  # this host's identity (docs/contracts.md, "Host identity")
+    host: str | None = None  # this host's identity (docs/contracts.md, section 18)
 
     def rate(self, workers: int) -> float:
         """Aggregate items/s with `workers` threads, interpolated between measured counts."""

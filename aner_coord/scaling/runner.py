@@ -250,7 +250,7 @@ def trial_record(
                 "compute_s": account.get("compute_s"),
                 "transfer_s": account.get("transfer_s"),
                 "wait_s": account.get("wait_s"),
-                # Its host (docs/contracts.md, "Host identity"): equal on one host.
+                # Its host (docs/contracts.md, section 18): equal on one host.
                 "host": account.get("host"),
             }
         )

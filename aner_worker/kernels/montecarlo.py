@@ -15,7 +15,7 @@ from aner_worker.kernels.base import StopCheck
 # --------------------------------------------------------
 class McParams(msgspec.Struct, frozen=True, array_like=True):
     seed: int
-    # Replicates (docs/contracts.md, "Replicates"): item `i` of the pass is sample
+    # Replicates (docs/contracts.md, section 16): item `i` of the pass is sample
     # `i % samples` of the stream of `seeds[i // samples]`. Empty: one stream, `seed`'s.
     seeds: tuple[int, ...] = ()
     samples: int = 0

@@ -16,7 +16,7 @@ from aner_worker.kernels.base import StopCheck
 class RegressionParams(msgspec.Struct, frozen=True, array_like=True):
     seed: int
     theta: tuple[float, ...]
-    # Replicates (docs/contracts.md, "Replicates"): item `k` of the pass is the whole fit of
+    # Replicates (docs/contracts.md, section 16): item `k` of the pass is the whole fit of
     # `rows` rows in `steps` steps at `rate` with the seed `seeds[k]`. Empty: one pass of rows.
     seeds: tuple[int, ...] = ()
     rows: int = 0

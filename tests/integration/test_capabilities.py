@@ -1,4 +1,4 @@
-"""The capability and provenance report (docs/contracts.md, "Capabilities and provenance"):
+"""The capability and provenance report (docs/contracts.md, section 17):
 `aner --version --json` and `aner parallel capabilities [--json] [--cluster FILE]` as real
 commands. Its JSON keeps one schema; its fingerprint follows the contract files of the
 installation it runs from; each worker of a cluster file reports its own, by its handshake."""

@@ -1,4 +1,4 @@
-"""Monte Carlo and regression replicates end to end (docs/contracts.md, "Replicates"): the
+"""Monte Carlo and regression replicates end to end (docs/contracts.md, section 16): the
 aggregate is bitwise the same on one and two local workers and on a group of pipe workers,
 each replicate is a plain run of its derived seed, and a coordinator killed with SIGKILL
 mid-way resumes to the same result, recomputing only the replicates its ledger lacks."""

@@ -42,6 +42,16 @@ def test_contracts_has_the_sections_the_code_refers_to() -> None:
     assert sections() >= set(range(1, 13))
 
 
+def test_every_section_of_the_contracts_is_numbered_and_in_order() -> None:
+    # Issue 37: three sections stood unnumbered between numbered ones while the code cites
+    # sections by number.
+    text = (ROOT / "docs" / "contracts.md").read_text()
+    headings = re.findall(r"^## (.*)$", text, flags=re.MULTILINE)
+    numbers = [re.match(r"(\d+)\. ", h) for h in headings]
+    assert all(numbers), [h for h, n in zip(headings, numbers, strict=True) if not n]
+    assert [int(n.group(1)) for n in numbers if n] == list(range(1, len(headings) + 1))
+
+
 @pytest.mark.parametrize("path", shipped_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_shipped_file_refers_to_the_contracts_not_to_the_spec(path: Path) -> None:
     text = path.read_text(errors="replace")

@@ -1,4 +1,4 @@
-"""The host identity (`aner_worker.host`, docs/contracts.md, "Host identity"): a salted hash of
+"""The host identity (`aner_worker.host`, docs/contracts.md, section 18): a salted hash of
 the machine ID and the boot id, stable, different when either input differs, never
 containing either raw value, and None with a note where neither file says anything. The
 file paths are the function's parameters: the tests write their own files."""

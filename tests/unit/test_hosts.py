@@ -1,5 +1,5 @@
 """`aner_coord.hosts`: which workers share a host, in the words `status`, `plan` and the scaling
-report print (docs/contracts.md, "Host identity")."""
+report print (docs/contracts.md, section 18)."""
 
 from __future__ import annotations
 

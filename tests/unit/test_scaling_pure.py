@@ -305,7 +305,7 @@ def test_the_report_flags_a_machine_replaced_under_its_name_and_what_did_not_sca
     assert "| one | local | 1 | 65,536 | 2.000 | 2.000:2.000 | 1.00 | 1.00 | 2.100 | N/A |" in text
 
 
-# -- one host is one host (docs/contracts.md, "Host identity") ----------------------------
+# -- one host is one host (docs/contracts.md, section 18) ----------------------------
 HERE, ELSEWHERE = "a" * 32, "b" * 32
 
 

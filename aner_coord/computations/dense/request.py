@@ -109,7 +109,7 @@ class DenseRequest(ComputationRequest, frozen=True, tag="dense"):
         Meta(
             description="independent trainings (in cv and search: fits of every candidate on "
             "every fold), each with a training seed derived from --seed, on the same data "
-            "and roles (docs/contracts.md, Replicates)",
+            "and roles (docs/contracts.md, section 16)",
             extra={"metavar": "N"},
         ),
     ] = 1

@@ -44,7 +44,7 @@ class Fit:
 
 def training_seeds(seed: int, seeds: Sequence[int] | None, replicates: int) -> tuple[int, ...]:
     """The training seeds of a search's replicates: `seeds` as given, or `replicates`
-    seeds derived from `seed` (docs/contracts.md, "Replicates"); () for the search's own
+    seeds derived from `seed` (docs/contracts.md, section 16); () for the search's own
     seed alone (one replicate, as a search without either computes)."""
     n = check_replicates(replicates)
     if seeds is not None and n != 1:

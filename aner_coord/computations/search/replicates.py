@@ -1,5 +1,5 @@
 """Replicates of a Dense training: `train --replicates N`, `dense_fit(replicates=N)` and
-`replicates = N` in a spec file (docs/contracts.md, "Replicates").
+`replicates = N` in a spec file (docs/contracts.md, section 16).
 
 A replicate is a whole training on one worker slot: the search kernel's fit, which already
 trains section 9's model start to end in one process, bitwise the same wherever it runs.

@@ -27,7 +27,7 @@ class SimulationRequest(ComputationRequest, frozen=True):
         int,
         Meta(
             description="independent replicates of --samples samples each, with seeds derived "
-            "from --seed (docs/contracts.md, Replicates)"
+            "from --seed (docs/contracts.md, section 16)"
         ),
     ] = 1
 

@@ -44,7 +44,7 @@ class SearchParams(msgspec.Struct, frozen=True, array_like=True):
     candidates: list[CandidateOptions]
     fits: list[tuple[int, int]]  # (candidate, fold) of each item of the pass
     refit_epochs: int = 0  # epochs of a REFIT fit
-    # Replicates (docs/contracts.md, "Replicates"): the training seed of each replicate, and
+    # Replicates (docs/contracts.md, section 16): the training seed of each replicate, and
     # each fit's replicate (parallel to `fits`). Empty: one replicate, trained with `seed`.
     # `seed` alone names the data (a teacher set) and, through the fold bytes, the roles.
     seeds: list[int] = []

@@ -25,7 +25,7 @@ _BLOCKS_BETWEEN_STOPS = 16
 class SimParams(msgspec.Struct, frozen=True, array_like=True):
     seed: int
     values: tuple[float, ...]  # the simulation's parameters, in the order it declares them
-    # Replicates (docs/contracts.md, "Replicates"): item `i` of the pass is sample
+    # Replicates (docs/contracts.md, section 16): item `i` of the pass is sample
     # `i % samples` of the stream of `seeds[i // samples]`. Empty: one stream, `seed`'s.
     seeds: tuple[int, ...] = ()
     samples: int = 0
