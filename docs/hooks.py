@@ -4,6 +4,8 @@ cannot fall behind it.
 - `reference/cli.md`: its marker `<!-- aner:cli-reference -->` becomes every command's usage,
   flags, defaults and choices, read from the one parser (`aner_coord.cli.main.build_parser`),
   and the exit codes from `aner_coord.errors`;
+- `explanation/design.md`: its marker `<!-- aner:house -->` becomes the house as it is, every
+  folder of the packages and the folders its modules import, read from the code;
 - `changes.md`: the repository's CHANGES.md, as a page of the site.
 """
 
@@ -34,9 +36,11 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, cli_reference())
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, cli_reference())
+    if HOUSE in markdown:
+        markdown = markdown.replace(HOUSE, house())
+    return markdown
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -92,3 +96,51 @@ def cli_reference() -> str:
         out += [f"## `aner {name}`", "", "```text", command.format_usage().strip(), "```", ""]
         out += [*_flags(command), ""]
     return "\n".join(out)
+
+
+HOUSE = "<!-- aner:house -->"
+PACKAGES = ("protocol", "aner_worker", "aner_coord")
+
+
+def _room(module: str) -> str:
+    """The room of a dotted module: its package folder (`aner_coord.job`), or the module itself
+    where it stands loose at a package's top (`aner_coord.admission`)."""
+    parts = module.split(".")
+    path = ROOT.joinpath(*parts)
+    if path.is_dir():
+        return module
+    return (
+        ".".join(parts[:-1])
+        if (path.parent / "__init__.py").is_file() and len(parts) > 2
+        else module
+    )
+
+
+def house() -> str:
+    """Every folder of the three packages (a room) and the rooms its modules import, read from
+    the code with `ast` when the site is built: the house as it is."""
+    import ast
+
+    arrows: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).with_suffix("")
+            parts = [p for p in relative.parts if p != "__init__"]
+            room = _room(".".join(parts)) if len(parts) > 1 else package
+            targets = arrows.setdefault(room, set())
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module]
+                for name in names:
+                    if name.split(".")[0] in PACKAGES:
+                        target = _room(name)
+                        if target != room:
+                            targets.add(target)
+    rows = ["| room | imports |", "| --- | --- |"]
+    for room in sorted(arrows):
+        inside = ", ".join(f"`{t}`" for t in sorted(arrows[room])) or "nothing of aner's"
+        rows.append(f"| `{room}` | {inside} |")
+    return "\n".join(rows)

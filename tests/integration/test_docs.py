@@ -78,4 +78,7 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    assert "aner parallel train" in cli and "--teacher" in cli  # made from the parser
+    design = (tmp_path / "site" / "explanation" / "design" / "index.html").read_text()
+    assert "<code>aner_coord.localplan</code>" in design  # the house, read from the code
