@@ -35,19 +35,23 @@ def _number(value: object) -> str:
     return str(value)
 
 
-# A benchmark's own figures, as far as a page shows them: its scalars and those one level
-# down (the medians, ratios and verdicts); the repetitions' raw lists stay in the JSON file.
-MAX_ROWS = 30
+# A benchmark's own figures, as far as a page shows them: its scalars down to DEPTH levels
+# (the medians, ratios, efficiencies and verdicts); the repetitions' raw lists stay in the
+# JSON file.
+DEPTH = 3
+MAX_ROWS = 40
 
 
-def _figures(value: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+def _figures(
+    value: Mapping[str, Any], prefix: str = "", depth: int = 1
+) -> Iterator[tuple[str, str]]:
     for key, inner in value.items():
+        name = f"{prefix}{key}"
         if isinstance(inner, Mapping):
-            for name, leaf in inner.items():
-                if not isinstance(leaf, Mapping | list):
-                    yield f"{key}.{name}", _number(leaf)
+            if depth < DEPTH:
+                yield from _figures(inner, f"{name}.", depth + 1)
         elif not isinstance(inner, list):
-            yield str(key), _number(inner)
+            yield name, _number(inner)
 
 
 def _share(figures: Mapping[str, Any]) -> str:

@@ -44,8 +44,10 @@ def install() -> None:
 
 
 def isolation() -> dict[str, str]:
-    """The variables every child of the suite gets unless the test names them itself."""
-    return {name: os.environ[name] for name in (DIR_ENV, DISABLE_ENV, KEY_ENV, STATE_ENV)}
+    """The variables every child of the suite gets unless the test names them itself (those
+    set: outside the suite, as where `make bench` starts the suite's sshd, none may be)."""
+    names = (DIR_ENV, DISABLE_ENV, KEY_ENV, STATE_ENV)
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 def child_env(base: Mapping[str, str] | None = None, /, **values: str) -> dict[str, str]:
