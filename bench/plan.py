@@ -118,9 +118,12 @@ def run(sizes: Sizes) -> dict[str, Any]:
     if sizes.charts_to_docs:
         docs = ROOT / "docs"
         docs.mkdir(exist_ok=True)
+        report = (out / "report.md").read_text()
         for name in charts:
             shutil.copyfile(out / name, docs / f"scaling-{name}")
-        shutil.copyfile(out / "report.md", docs / "scaling-report.md")
+            # The report links its charts by their own names: in docs/ they are scaling-*.
+            report = report.replace(f"]({name})", f"](scaling-{name})")
+        (docs / "scaling-report.md").write_text(report)
     probe = json.loads((out / "probe.json").read_text()) if (out / "probe.json").exists() else None
     return {
         "cases": cases,

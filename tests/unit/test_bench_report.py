@@ -44,7 +44,7 @@ def test_the_page_names_the_run_and_each_goal() -> None:
 
 def test_the_page_shows_the_benchmarks_figures_not_the_runners() -> None:
     page = render(RESULTS)
-    assert "| `ratio_kernel_over_oracle` | 2.78 |" in page
+    assert "| ratio_kernel_over_oracle | 2.78 |" in page
     assert "loadavg_after" not in page and "section_seconds" not in page
-    assert "| `runs.numba.median_s` | 0.1 |" in page  # a median, three levels down
-    assert "runs.numba.seconds" not in page  # the repetitions: the JSON file's, not the page's
+    assert "| runs / numba / median_s | 0.1 |" in page  # a median, three levels down
+    assert "runs / numba / seconds" not in page  # the repetitions: the JSON file's, not the page's
