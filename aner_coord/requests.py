@@ -65,6 +65,17 @@ class ClusterExecution(_Data, frozen=True, tag_field="kind", tag="cluster"):
 Execution = LocalExecution | ClusterExecution
 
 
+# The replicates option of the sampling computations (Monte Carlo, the simulation kit),
+# stated once: each replicate is a whole run of --samples samples.
+SampleReplicates = Annotated[
+    int,
+    Meta(
+        description="independent replicates of --samples samples each, with seeds derived "
+        "from --seed (docs/contracts.md, section 16)"
+    ),
+]
+
+
 class ComputationRequest(_Data, frozen=True, tag_field="kind"):
     """Base of each computation's parameters; subclasses are tagged with their kind.
 

@@ -21,7 +21,7 @@ from aner_coord.computations.replicates import (
 from aner_coord.jobdir.results import ResultBase
 from aner_coord.jobdir.status import JobState
 from aner_coord.limits import DEFAULT_CHUNK, check_items, check_seed
-from aner_coord.requests import ComputationRequest
+from aner_coord.requests import ComputationRequest, SampleReplicates
 from aner_worker.kernels.identities import STREAM_ID
 from aner_worker.kernels.montecarlo import (
     McParams,
@@ -43,13 +43,7 @@ class MonteCarloRequest(ComputationRequest, frozen=True, tag="monte-carlo"):
     1)."""
 
     samples: Annotated[int, Meta(description="number of samples (1e9, 1,000,000...)")]
-    replicates: Annotated[
-        int,
-        Meta(
-            description="independent replicates of --samples samples each, with seeds derived "
-            "from --seed (docs/contracts.md, section 16)"
-        ),
-    ] = 1
+    replicates: SampleReplicates = 1
 
 
 class MonteCarloResult(ResultBase, frozen=True, tag="monte-carlo"):

@@ -15,7 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from aner_coord.errors import RequestError
-from aner_coord.requests import ComputationRequest
+from aner_coord.requests import ComputationRequest, SampleReplicates
 from aner_worker.plugins.declaration import Param, Simulation
 
 
@@ -23,13 +23,7 @@ class SimulationRequest(ComputationRequest, frozen=True):
     """What every simulation's request has; each simulation's type adds its `params`."""
 
     samples: Annotated[int, Meta(description="samples (1e6, 1,000,000...)")]
-    replicates: Annotated[
-        int,
-        Meta(
-            description="independent replicates of --samples samples each, with seeds derived "
-            "from --seed (docs/contracts.md, section 16)"
-        ),
-    ] = 1
+    replicates: SampleReplicates = 1
 
 
 def _annotation(param: Param) -> Any:
