@@ -7,6 +7,7 @@ what it printed. A block that cannot run here says why (`<!-- not run: ... -->`)
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_every_block_of_the_page_runs_and_prints_what_it_shows(page: Path, tmp_p
     subprocess.run(
         [sys.executable, str(script), _name(page), str(given), str(results)], cwd=work, check=True
     )
-    done = {r["line"]: r for r in __import__("json").loads(results.read_text())}
+    done = {r["line"]: r for r in json.loads(results.read_text())}
     failures = []
     for block in blocks:
         if block.not_run:
